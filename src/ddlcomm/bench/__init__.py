@@ -1,0 +1,1 @@
+"""The benchmark harness: timing protocol, statistics, sweep planning, the in-rank runner."""

@@ -1,0 +1,83 @@
+"""What a benchmark run will do, checked before any rank starts (pure functions)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..collectives import Collective
+from ..errors import UsageError
+from ..units import format_size
+
+FORMS = ("buffer", "object")
+
+
+@dataclass
+class BenchPlan:
+    """The resolved options of one ``ddlcomm bench`` run."""
+
+    backend: str
+    collectives: list[str]
+    sizes: list[int]
+    dtype: str
+    op: str
+    forms: list[str]
+    in_place: bool = False
+    check: bool = True
+    ranks: Optional[int] = None
+    iters: Optional[int] = None
+    warmup: Optional[int] = None
+    budget_s: float = 0.2
+    timeout_s: float = 120.0
+    root: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def points(self) -> list[tuple[str, int, str]]:
+        """(collective, bytes, form) in the order they are measured."""
+        return [(c, s, f) for c in self.collectives for s in self.sizes for f in self.forms]
+
+    def as_config(self) -> dict:
+        """A JSON-able record of the plan for the run row."""
+        return {k: v for k, v in self.__dict__.items()}
+
+
+def parse_forms(text: str) -> list[str]:
+    if text == "both":
+        return list(FORMS)
+    if text not in FORMS:
+        raise UsageError(f"unknown form {text!r}", "choose buffer, object or both")
+    return [text]
+
+
+def memory_needed(coll: Collective, nbytes: int, ranks: int, object_form: bool) -> int:
+    """Bytes one host needs for one point with all ``ranks`` on it (an estimate).
+
+    Each rank holds its input, its output and the expected result for the
+    check; the receiver of a gather holds ``ranks`` messages twice.  Pickled
+    objects double what is held.
+    """
+    receiver = coll.receiver_bytes(nbytes, ranks)
+    need = ranks * 3 * nbytes + 2 * receiver
+    return need * 2 if object_form else need
+
+
+def check_memory(coll: Collective, nbytes: int, ranks: int, object_form: bool,
+                 available: int) -> None:
+    """Refuse a point that cannot fit, before anything is allocated."""
+    need = memory_needed(coll, nbytes, ranks, object_form)
+    if need > available:
+        raise UsageError(
+            f"{coll.name} of {format_size(nbytes)} per rank at {ranks} ranks needs about "
+            f"{format_size(need)} of memory, more than the {format_size(available)} available",
+            "use smaller --sizes or fewer --ranks")
+
+
+def mem_available() -> int:
+    """MemAvailable from /proc/meminfo in bytes (or a very large number elsewhere)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62

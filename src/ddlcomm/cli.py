@@ -1,0 +1,257 @@
+"""The ``ddlcomm`` command: parses, checks, and hands over to the pieces.
+
+Every error a user can cause ends with one line on stderr and a non-zero exit:
+2 for bad input, 1 when a result failed its check, 3 when a rank failed.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from . import __version__
+from .errors import DdlcommError, UsageError
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {}
+
+
+def command(name: str):
+    """Register a sub-command handler by name."""
+    def register(fn):
+        COMMANDS[name] = fn
+        return fn
+    return register
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but its errors are one line (no usage dump)."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        raise UsageError(f"{self.prog}: {message}", f"see {self.prog} --help")
+
+
+DB_HELP = ("results database (default: $DDLCOMM_DB, else "
+           "$XDG_DATA_HOME/ddlcomm/ddlcomm.db, i.e. ~/.local/share/ddlcomm/ddlcomm.db)")
+
+
+def _db_path(args: argparse.Namespace) -> Path:
+    from .results import default_db_path
+    return Path(args.db).expanduser().resolve() if args.db else default_db_path()
+
+
+def _add_db(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", metavar="PATH", help=DB_HELP)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ddlcomm", description=(
+        "Measure, model and speed up the communication of distributed deep learning. "
+        "Run `ddlcomm bench` for the default suite (broadcast, gather, allreduce; "
+        "4B..64MiB; buffer and object form; 2 ranks)."))
+    parser.add_argument("--version", action="version", version=f"ddlcomm {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    b = sub.add_parser("bench", help="time collectives over a backend, verify and store them",
+                       description=(
+                           "Time collectives the way OSU and nccl-tests do (warm-up, a barrier "
+                           "before each timed call, per-call times per rank), verify every point "
+                           "on an untimed call, store the results and write a report. Outside a "
+                           "launcher it starts --ranks ranks itself; under mpirun/srun/torchrun "
+                           "it runs in the ranks it was given."))
+    b.add_argument("--backend", default="mpi", help="communication backend (default: mpi)")
+    b.add_argument("--collective", default="broadcast,gather,allreduce",
+                   help="comma list of: broadcast, gather, allgather, reduce, allreduce, "
+                        "reduce_scatter, alltoall, barrier (default: broadcast,gather,allreduce)")
+    b.add_argument("--sizes", default="4B:64MiB",
+                   help="LO:HI[xF] sweep (powers of F, default x2) or a comma list, "
+                        "per-rank message bytes (default: 4B:64MiB)")
+    b.add_argument("--dtype", default="float32",
+                   help="float16, float32, float64, int32, int64, uint8 (default: float32)")
+    b.add_argument("--op", default="sum", help="sum, prod, min, max, avg (default: sum)")
+    b.add_argument("--form", default="both", choices=["buffer", "object", "both"],
+                   help="buffer calls (NumPy arrays), pickled-object calls, or both (default)")
+    b.add_argument("--in-place", action="store_true", help="reduce in place (allreduce, reduce)")
+    b.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
+                   help="verify every point on an untimed call (default: on)")
+    b.add_argument("--ranks", help="number of ranks (default: 2, or the launcher's)")
+    b.add_argument("--iters", help="timed iterations per point (default: fit --budget)")
+    b.add_argument("--warmup", help="untimed warm-up calls per point (default: iters/10, 2..200)")
+    b.add_argument("--budget", default="0.2",
+                   help="seconds of timed calls per point when --iters is not given (default 0.2)")
+    b.add_argument("--timeout", default="120",
+                   help="seconds one point may take before every rank is ended (default 120)")
+    b.add_argument("--root", default="0", help="root rank of rooted collectives (default 0)")
+    _add_db(b)
+    b.add_argument("--report-dir", metavar="DIR",
+                   help="where run-N/index.html goes (default: reports/ beside the database)")
+    b.add_argument("--no-report", action="store_true", help="do not write the HTML/PNG report")
+
+    r = sub.add_parser("results", help="list, show, export and compare stored runs")
+    rsub = r.add_subparsers(dest="results_command", metavar="ACTION", parser_class=_Parser)
+    p = rsub.add_parser("list", help="one line per stored run")
+    _add_db(p)
+    p = rsub.add_parser("show", help="a run's configuration and its tables")
+    p.add_argument("run", help="run id")
+    _add_db(p)
+    p = rsub.add_parser("export", help="points as CSV or JSON (documented in README)")
+    p.add_argument("run", nargs="?", help="run id (or --all)")
+    p.add_argument("--all", action="store_true", help="every run's points")
+    p.add_argument("--format", choices=["csv", "json"], default="json")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    _add_db(p)
+    p = rsub.add_parser("compare", help="two runs side by side, ratio per size (B/A)")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    _add_db(p)
+
+    rep = sub.add_parser("report", help="(re)write the HTML/PNG report of a stored run")
+    rep.add_argument("run", help="run id")
+    rep.add_argument("--out", metavar="DIR", help="output folder (default: reports/run-N beside the database)")
+    _add_db(rep)
+    return parser
+
+
+# ---------------------------------------------------------------- bench
+def bench_plan(args: argparse.Namespace, default_ranks: Optional[int]):
+    """Check every bench option and return the plan (raises UsageError)."""
+    from .bench.plan import BenchPlan, parse_forms
+    from .collectives import get_collective
+    from .comm import registry
+    from .dtypes import get_dtype, get_op
+    from .units import parse_positive_int, parse_seconds, parse_sizes
+
+    registry.get_spec(args.backend)
+    collectives = [c.strip() for c in args.collective.split(",") if c.strip()]
+    if not collectives:
+        raise UsageError("--collective is empty", "name at least one collective")
+    dtype = get_dtype(args.dtype)
+    op = get_op(args.op)
+    for name in collectives:
+        get_collective(name).check_request(in_place=args.in_place, op=op, dtype=dtype)
+    ranks = parse_positive_int(args.ranks, "--ranks") if args.ranks is not None else default_ranks
+    plan = BenchPlan(
+        backend=args.backend, collectives=collectives, sizes=parse_sizes(args.sizes),
+        dtype=dtype.name, op=op.name, forms=parse_forms(args.form), in_place=args.in_place,
+        check=args.check, ranks=ranks,
+        iters=parse_positive_int(args.iters, "--iters") if args.iters else None,
+        warmup=parse_positive_int(args.warmup, "--warmup", 0) if args.warmup is not None else None,
+        budget_s=parse_seconds(args.budget, "--budget"),
+        timeout_s=parse_seconds(args.timeout, "--timeout"),
+        root=parse_positive_int(args.root, "--root", 0))
+    if ranks is not None and plan.root >= ranks:
+        raise UsageError(f"--root {plan.root} is not one of the {ranks} ranks")
+    return plan
+
+
+def _report_dir(args: argparse.Namespace, db: Path) -> Optional[Path]:
+    if args.no_report:
+        return None
+    return Path(args.report_dir).expanduser().resolve() if args.report_dir else db.parent / "reports"
+
+
+@command("bench")
+def cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
+    from .bench import session
+    from .bench.plan import check_memory, mem_available
+    from .collectives import get_collective
+    from .comm import registry
+    from .launch.env import detect
+
+    info = detect()
+    plan = bench_plan(args, default_ranks=None if info else 2)
+    db = _db_path(args)
+    registry.check(plan.backend)
+    if info is None:
+        available = mem_available()
+        for name in plan.collectives:
+            check_memory(get_collective(name), max(plan.sizes), plan.ranks,
+                         "object" in plan.forms, available)
+        return session.launch(plan, argv, db, _report_dir(args, db))
+    return session.rank_main(plan, argv, info, db, _report_dir(args, db))
+
+
+# ---------------------------------------------------------------- results
+def _run_id(text: str) -> int:
+    from .units import parse_positive_int
+    return parse_positive_int(text, "run id")
+
+
+@command("results")
+def cmd_results(args: argparse.Namespace, argv: list[str]) -> int:
+    from .report import tables
+    from .results import Store, compare, export
+
+    action = args.results_command
+    if action is None:
+        raise UsageError("ddlcomm results: say what to do", "list, show, export or compare")
+    db = _db_path(args)
+    if not db.exists():
+        raise UsageError(f"no results database at {db}", "run `ddlcomm bench` first or pass --db")
+    with Store(db) as store:
+        if action == "list":
+            print(tables.render_runs(store.runs()))
+        elif action == "show":
+            run_id = _run_id(args.run)
+            print(tables.render_run(store.run(run_id)))
+            points = store.points(run_id)
+            if points:
+                print(tables.render_points(points))
+        elif action == "export":
+            if args.all == (args.run is not None):
+                raise UsageError("results export needs a run id or --all, not both")
+            points = store.points(None if args.all else _run_id(args.run))
+            if not args.all:
+                store.run(_run_id(args.run))
+            text = export.to_csv(points) if args.format == "csv" else export.to_json(points)
+            if args.output:
+                Path(args.output).write_text(text)
+            else:
+                sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        elif action == "compare":
+            a, b = _run_id(args.run_a), _run_id(args.run_b)
+            run_a, run_b = store.run(a), store.run(b)
+            rows = compare.compare(store.points(a), store.points(b))
+            print(tables.render_compare(rows, run_a, run_b))
+    return 0
+
+
+@command("report")
+def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
+    from .report import html
+    from .results import Store
+
+    db = _db_path(args)
+    if not db.exists():
+        raise UsageError(f"no results database at {db}", "run `ddlcomm bench` first or pass --db")
+    run_id = _run_id(args.run)
+    with Store(db) as store:
+        run, points = store.run(run_id), store.points(run_id)
+    if not points:
+        raise UsageError(f"run {run_id} has no points to report")
+    out = Path(args.out).expanduser().resolve() if args.out else db.parent / "reports" / f"run-{run_id}"
+    print(f"report: {html.write_run_report(run, points, out)}")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        return COMMANDS[args.command](args, argv)
+    except DdlcommError as exc:
+        print(f"ddlcomm: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("ddlcomm: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

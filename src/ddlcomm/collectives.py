@@ -1,0 +1,278 @@
+"""Each collective described once: sizes, bandwidth factor, inputs, check, call.
+
+The harness, the validator and (later) the cost models read this table, so a
+collective's conventions live in one place (nccl-tests' ``struct testColl``).
+
+Size convention: ``count`` is the number of elements of the per-rank message.
+
+=============== ===================== ======================= ============
+collective      send / recv elements   algbw counts bytes of   busbw factor
+=============== ===================== ======================= ============
+broadcast       n (in place)           n                       1
+reduce          n / n at the root      n                       1
+allreduce       n / n                  n                       2(p-1)/p
+gather          n / p*n at the root    p*n                     (p-1)/p
+allgather       n / p*n                p*n                     (p-1)/p
+reduce_scatter  n / n/p  (n % p == 0)  n                       (p-1)/p
+alltoall        n / n    (n % p == 0)  n                       (p-1)/p
+barrier         0                      0                       0
+=============== ===================== ======================= ============
+
+Inputs are small integers, different on every rank, so that sums and products
+are exact in every dtype (even float16) whatever order a library reduces in;
+outputs are cleared to a sentinel before a check so a collective that writes
+nothing cannot pass.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from .dtypes import DType, ReduceOp
+from .errors import UsageError
+
+SENTINEL_BYTE = 0xFF
+
+
+def fill(dtype: DType, count: int, rank: int, op: Optional[ReduceOp]) -> np.ndarray:
+    """Rank ``rank``'s input: values that differ per rank and reduce exactly."""
+    i = np.arange(count, dtype=np.int64)
+    if op is not None and op.name == "prod":
+        values = 1 + (i + rank) % 2
+    else:
+        values = 1 + ((i % 11) + 3 * rank) % 23
+    return values.astype(dtype.numpy)
+
+
+def cleared(dtype: DType, count: int) -> np.ndarray:
+    """An output buffer holding the sentinel pattern (NaN for floats)."""
+    out = np.empty(count, dtype=dtype.numpy)
+    out.view(np.uint8)[:] = SENTINEL_BYTE
+    return out
+
+
+def _matches(result: np.ndarray, expected: np.ndarray, dtype: DType) -> bool:
+    if result.shape != expected.shape:
+        return False
+    if dtype.is_float:
+        return bool(np.allclose(result, expected, rtol=4 * np.finfo(dtype.numpy).eps, atol=0))
+    return bool(np.array_equal(result, expected))
+
+
+def as_flat(result: Any, dtype: DType) -> np.ndarray:
+    """Turn a buffer or object-form result (array or list of arrays) into one flat array."""
+    if isinstance(result, (list, tuple)):
+        parts = [np.asarray(r, dtype=dtype.numpy).ravel() for r in result]
+        return np.concatenate(parts) if parts else np.empty(0, dtype.numpy)
+    return np.asarray(result, dtype=dtype.numpy).ravel()
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective: its conventions, expected results and how to call it."""
+
+    name: str
+    reduces: bool
+    rooted: bool
+    in_place_ok: bool
+    divisible: bool            # per-rank count must be a multiple of p
+    gathers: bool              # the receiver holds p times the message
+    busbw_factor: Callable[[int], float]
+
+    # ------------------------------------------------------------ sizes
+    def count_for(self, nbytes: int, dtype: DType, nranks: int) -> int:
+        """Elements per rank for a message of ``nbytes`` (rounded down)."""
+        if self.name == "barrier":
+            return 0
+        count = nbytes // dtype.itemsize
+        if self.divisible:
+            count -= count % nranks
+        return count
+
+    def recv_count(self, count: int, nranks: int) -> int:
+        if self.gathers:
+            return count * nranks
+        if self.name == "reduce_scatter":
+            return count // nranks
+        return count
+
+    def algbw_bytes(self, nbytes: int, nranks: int) -> int:
+        """Bytes that ``algbw = bytes / time`` counts (nccl-tests' convention)."""
+        return nbytes * nranks if self.gathers else nbytes
+
+    def receiver_bytes(self, nbytes: int, nranks: int) -> int:
+        """Bytes the largest receiver must hold (the root of a gather)."""
+        return self.recv_count(nbytes, nranks) if self.name != "barrier" else 0
+
+    # ------------------------------------------------------------ data
+    def check_request(self, *, in_place: bool, op: Optional[ReduceOp], dtype: DType) -> None:
+        """Refuse combinations this collective cannot run."""
+        if in_place and not self.in_place_ok:
+            raise UsageError(f"--in-place does not apply to {self.name}",
+                             "in-place runs exist for allreduce and reduce (broadcast is always in place)")
+        if self.reduces and op is not None:
+            op.check_dtype(dtype)
+
+    def expected(self, dtype: DType, count: int, rank: int, nranks: int,
+                 op: Optional[ReduceOp], root: int) -> Optional[np.ndarray]:
+        """What ``rank`` must hold afterwards (flat), or None if it receives nothing."""
+        name = self.name
+        if name == "barrier":
+            return None
+        if name == "broadcast":
+            return fill(dtype, count, root, op)
+        if self.rooted and rank != root:
+            return None
+        if name in ("gather", "allgather"):
+            return np.concatenate([fill(dtype, count, r, op) for r in range(nranks)]) \
+                if nranks else np.empty(0, dtype.numpy)
+        if name == "alltoall":
+            block = count // nranks
+            return np.concatenate([fill(dtype, count, r, op)[rank * block:(rank + 1) * block]
+                                   for r in range(nranks)])
+        assert op is not None
+        total = op.fold([fill(dtype, count, r, op) for r in range(nranks)])
+        if name == "reduce_scatter":
+            block = count // nranks
+            return total[rank * block:(rank + 1) * block]
+        return total
+
+    def verify(self, result: Any, expected: Optional[np.ndarray], dtype: DType) -> bool:
+        """True when ``result`` (buffer or object form) equals ``expected``."""
+        if expected is None:
+            return True
+        return _matches(as_flat(result, dtype), expected, dtype)
+
+    # ------------------------------------------------------------ calls
+    def prepare(self, comm: Any, form: str, dtype: DType, count: int, op: Optional[ReduceOp],
+                root: int, in_place: bool) -> "Prepared":
+        """Allocate inputs/outputs and return the call to time and the result getter."""
+        rank, nranks = comm.rank, comm.size
+        send = fill(dtype, count, rank, op)
+        build = _BUFFER_CALLS[self.name] if form == "buffer" else _OBJECT_CALLS[self.name]
+        return build(comm, send, dtype, count, op, root, in_place, rank, nranks)
+
+
+@dataclass
+class Prepared:
+    """A ready call: ``run()`` does one collective; ``result()`` gives what this rank got."""
+
+    run: Callable[[], Any]
+    result: Callable[[], Any]
+    reset: Callable[[], None]
+
+
+def _no_reset() -> None:
+    return None
+
+
+def _buffer_broadcast(comm, send, dtype, count, op, root, in_place, rank, p):
+    buf = send if rank == root else cleared(dtype, count)
+
+    def reset():
+        if rank != root:
+            buf.view(np.uint8)[:] = SENTINEL_BYTE
+    return Prepared(lambda: comm.broadcast(buf, root), lambda: buf, reset)
+
+
+def _rooted_recv(self_name):
+    def build(comm, send, dtype, count, op, root, in_place, rank, p):
+        coll = COLLECTIVES[self_name]
+        is_root = rank == root or not coll.rooted
+        recv = cleared(dtype, coll.recv_count(count, p)) if is_root else None
+        if in_place and is_root:
+            recv = send
+        call = getattr(comm, self_name)
+        if coll.reduces:
+            kwargs = {"op": op} if not coll.rooted else {"op": op, "root": root}
+        else:
+            kwargs = {"root": root} if coll.rooted else {}
+
+        def reset():
+            if in_place:
+                send[:] = fill(dtype, count, rank, op)
+            elif recv is not None:
+                recv.view(np.uint8)[:] = SENTINEL_BYTE
+        return Prepared(lambda: call(send, recv, **kwargs), lambda: recv, reset)
+    return build
+
+
+def _buffer_barrier(comm, send, dtype, count, op, root, in_place, rank, p):
+    return Prepared(comm.barrier, lambda: None, _no_reset)
+
+
+def _object_broadcast(comm, send, dtype, count, op, root, in_place, rank, p):
+    box = {"out": None}
+
+    def run():
+        box["out"] = comm.broadcast_object(send if rank == root else None, root)
+    return Prepared(run, lambda: box["out"], _no_reset)
+
+
+def _object_call(name, *, split):
+    def build(comm, send, dtype, count, op, root, in_place, rank, p):
+        coll = COLLECTIVES[name]
+        obj = list(np.split(send, p)) if split else send
+        call = getattr(comm, name + "_object")
+        kwargs = {}
+        if coll.reduces:
+            kwargs["op"] = op
+        if coll.rooted:
+            kwargs["root"] = root
+        box = {"out": None}
+
+        def run():
+            box["out"] = call(obj, **kwargs)
+        return Prepared(run, lambda: box["out"], _no_reset)
+    return build
+
+
+def _object_barrier(comm, send, dtype, count, op, root, in_place, rank, p):
+    return Prepared(comm.barrier, lambda: None, _no_reset)
+
+
+def _const(value: float) -> Callable[[int], float]:
+    return lambda p: value
+
+
+COLLECTIVES: dict[str, Collective] = {
+    c.name: c
+    for c in (
+        Collective("broadcast", False, True, False, False, False, _const(1.0)),
+        Collective("reduce", True, True, True, False, False, _const(1.0)),
+        Collective("allreduce", True, False, True, False, False, lambda p: 2 * (p - 1) / p),
+        Collective("gather", False, True, False, False, True, lambda p: (p - 1) / p),
+        Collective("allgather", False, False, False, False, True, lambda p: (p - 1) / p),
+        Collective("reduce_scatter", True, False, False, True, False, lambda p: (p - 1) / p),
+        Collective("alltoall", False, False, False, True, False, lambda p: (p - 1) / p),
+        Collective("barrier", False, False, False, False, False, _const(0.0)),
+    )
+}
+
+_BUFFER_CALLS = {
+    "broadcast": _buffer_broadcast,
+    "barrier": _buffer_barrier,
+    **{n: _rooted_recv(n) for n in ("reduce", "allreduce", "gather", "allgather",
+                                    "reduce_scatter", "alltoall")},
+}
+_OBJECT_CALLS = {
+    "broadcast": _object_broadcast,
+    "barrier": _object_barrier,
+    "reduce": _object_call("reduce", split=False),
+    "allreduce": _object_call("allreduce", split=False),
+    "gather": _object_call("gather", split=False),
+    "allgather": _object_call("allgather", split=False),
+    "reduce_scatter": _object_call("reduce_scatter", split=True),
+    "alltoall": _object_call("alltoall", split=True),
+}
+
+
+def get_collective(name: str) -> Collective:
+    """Look up a collective by name; raise a :class:`UsageError` naming the choices."""
+    try:
+        return COLLECTIVES[name]
+    except KeyError:
+        raise UsageError(f"unknown collective {name!r}",
+                         f"choose from {', '.join(COLLECTIVES)}") from None

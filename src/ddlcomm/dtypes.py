@@ -1,0 +1,132 @@
+"""Element types and reduction operations, each described once.
+
+Backends map these names to their own types; the harness and the validator
+use the NumPy view given here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class DType:
+    """An element type: its name on the command line and its NumPy dtype."""
+
+    name: str
+    numpy: np.dtype
+    is_float: bool
+
+    @property
+    def itemsize(self) -> int:
+        return self.numpy.itemsize
+
+
+DTYPES: dict[str, DType] = {
+    d.name: d
+    for d in (
+        DType("float16", np.dtype(np.float16), True),
+        DType("float32", np.dtype(np.float32), True),
+        DType("float64", np.dtype(np.float64), True),
+        DType("int32", np.dtype(np.int32), False),
+        DType("int64", np.dtype(np.int64), False),
+        DType("uint8", np.dtype(np.uint8), False),
+    )
+}
+
+
+def get_dtype(name: str | DType) -> DType:
+    """Look up a dtype by name; raise a :class:`UsageError` naming the choices."""
+    if isinstance(name, DType):
+        return name
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise UsageError(f"unknown dtype {name!r}",
+                         f"choose one of {', '.join(DTYPES)}") from None
+
+
+_BY_NUMPY: dict[np.dtype, DType] = {d.numpy: d for d in DTYPES.values()}
+
+
+def dtype_of(array: np.ndarray) -> DType:
+    """The :class:`DType` of a NumPy array, or a UsageError if ddlcomm has none."""
+    found = _BY_NUMPY.get(array.dtype)
+    if found is not None:
+        return found
+    raise UsageError(f"arrays of dtype {array.dtype} are not supported",
+                     f"use one of {', '.join(DTYPES)}")
+
+
+@dataclass(frozen=True)
+class ReduceOp:
+    """A reduction: a NumPy ufunc that folds two arrays, and an optional finish.
+
+    ``avg`` is ``sum`` followed by a division by the number of ranks, as
+    gradient averaging does; it needs a floating-point dtype.
+    """
+
+    name: str
+    ufunc: np.ufunc
+    floats_only: bool = False
+    divide_by_ranks: bool = False
+
+    def check_dtype(self, dtype: DType) -> None:
+        if self.floats_only and not dtype.is_float:
+            raise UsageError(f"op {self.name} needs a floating-point dtype, not {dtype.name}",
+                             "use sum with an integer dtype, or a float dtype")
+
+    def fold(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
+        """Reference reduction of equal-shaped arrays in rank order (NumPy)."""
+        out = np.array(arrays[0], copy=True)
+        for a in arrays[1:]:
+            self.ufunc(out, a, out=out)
+        return self.finish(out, len(arrays))
+
+    def finish(self, out: np.ndarray, nranks: int) -> np.ndarray:
+        """Apply the op's last step in place (the division of ``avg``)."""
+        if self.divide_by_ranks and nranks > 1:
+            np.divide(out, nranks, out=out, casting="unsafe")
+        return out
+
+    def combine(self, a: object, b: object) -> object:
+        """Fold two Python objects (used by object-form reductions)."""
+        if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+            return self.ufunc(a, b)
+        return _PY_COMBINE[self.ufunc.__name__](a, b)
+
+
+_PY_COMBINE: dict[str, Callable[[object, object], object]] = {
+    "add": lambda a, b: a + b,
+    "multiply": lambda a, b: a * b,
+    "minimum": min,
+    "maximum": max,
+}
+
+OPS: dict[str, ReduceOp] = {
+    op.name: op
+    for op in (
+        ReduceOp("sum", np.add),
+        ReduceOp("prod", np.multiply),
+        ReduceOp("min", np.minimum),
+        ReduceOp("max", np.maximum),
+        ReduceOp("avg", np.add, floats_only=True, divide_by_ranks=True),
+    )
+}
+
+
+def get_op(name: str | ReduceOp) -> ReduceOp:
+    """Look up a reduction op by name; raise a :class:`UsageError` naming the choices."""
+    found = OPS.get(name) if isinstance(name, str) else None
+    if found is not None:
+        return found
+    if isinstance(name, ReduceOp):
+        return name
+    try:
+        return OPS[name]
+    except KeyError:
+        raise UsageError(f"unknown op {name!r}", f"choose one of {', '.join(OPS)}") from None

@@ -1,0 +1,43 @@
+"""Exceptions raised by ddlcomm.
+
+Every error that a user can cause derives from :class:`DdlcommError`; the CLI
+prints its message on one line and exits non-zero.  Each error may carry a
+``hint`` that says how to fix it.
+"""
+from __future__ import annotations
+
+
+class DdlcommError(Exception):
+    """Base class of all errors ddlcomm raises on purpose."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+    def __str__(self) -> str:
+        base = super().__str__()
+        return f"{base} ({self.hint})" if self.hint else base
+
+
+class UsageError(DdlcommError):
+    """Bad input: a value that cannot be parsed or is out of range."""
+
+
+class BackendUnavailable(DdlcommError):
+    """A backend's library is missing or cannot start."""
+
+
+class UnsupportedError(DdlcommError):
+    """A backend or collective cannot do what was asked (dtype, op, ...)."""
+
+
+class CollectiveTimeout(DdlcommError):
+    """A collective did not finish within its time limit."""
+
+
+class RankFailure(DdlcommError):
+    """A rank raised, died, or the job ended early."""
+
+
+class StoreError(DdlcommError):
+    """The results database cannot be read or written."""

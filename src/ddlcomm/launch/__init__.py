@@ -1,0 +1,1 @@
+"""Starting ranks: launcher detection (env.py) and starting a launcher (mpirun.py)."""

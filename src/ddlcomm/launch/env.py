@@ -1,0 +1,54 @@
+"""Which launcher started this process, and this rank's place in the job (pure).
+
+Each launcher exports rank, size and local rank under its own names; the table
+below lists them, most specific first.  ``detect`` reads an environment
+mapping (``os.environ`` by default) so it is testable without any launcher.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    launcher: str
+    rank: int
+    size: int
+    local_rank: int
+
+
+#: launcher name, rank variable, size variable, local-rank variables (first found wins)
+LAUNCHERS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", ("OMPI_COMM_WORLD_LOCAL_RANK",)),
+    ("hydra", "PMI_RANK", "PMI_SIZE", ("MPI_LOCALRANKID", "PMI_LOCAL_RANK")),
+    ("pmix", "PMIX_RANK", "PMIX_SIZE", ("PMIX_LOCAL_RANK",)),
+    ("torchrun", "RANK", "WORLD_SIZE", ("LOCAL_RANK",)),
+    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", ("SLURM_LOCALID",)),
+)
+
+
+def detect(environ: Optional[Mapping[str, str]] = None) -> Optional[LaunchInfo]:
+    """Return this process's :class:`LaunchInfo`, or None outside any launcher.
+
+    torchrun is recognised by ``TORCHELASTIC_RUN_ID`` or ``MASTER_ADDR`` beside
+    ``RANK``/``WORLD_SIZE``, so a stray ``RANK`` variable is not mistaken for it.
+    Slurm counts only inside a job step (``SLURM_STEP_ID``), not in a batch
+    script that has yet to call srun.
+    """
+    env = os.environ if environ is None else environ
+    for name, rank_var, size_var, local_vars in LAUNCHERS:
+        if rank_var not in env or size_var not in env:
+            continue
+        if name == "torchrun" and not ("TORCHELASTIC_RUN_ID" in env or "MASTER_ADDR" in env):
+            continue
+        if name == "slurm" and "SLURM_STEP_ID" not in env:
+            continue
+        try:
+            rank, size = int(env[rank_var]), int(env[size_var])
+            local = next((int(env[v]) for v in local_vars if v in env), 0)
+        except ValueError:
+            continue
+        return LaunchInfo(name, rank, size, local)
+    return None

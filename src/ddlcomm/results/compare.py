@@ -1,0 +1,67 @@
+"""Compare the points of two runs (pure).
+
+Points are matched on :data:`KEY_FIELDS` (plus ``extra['phase']`` when a
+point has one); each match gives one row with both average times (in
+microseconds), their ratio and both bus bandwidths (GB/s).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+#: Point fields that identify "the same measurement" in two runs.
+KEY_FIELDS = ("backend", "library", "collective", "form", "algorithm", "dtype", "op",
+              "bytes", "ranks", "in_place")
+
+# Row order: by collective, form, ..., and message size last.
+_SORT_FIELDS = ("collective", "form", "backend", "library", "algorithm", "dtype", "op",
+                "ranks", "in_place", "phase", "bytes")
+
+
+def _key(point: Mapping[str, Any]) -> tuple:
+    phase = (point.get("extra") or {}).get("phase")
+    return tuple(point.get(f) for f in KEY_FIELDS) + (phase,)
+
+
+def _index(points: Iterable[Mapping[str, Any]]) -> dict[tuple, Mapping[str, Any]]:
+    """Points by key; of several points with one key the last wins."""
+    return {_key(p): p for p in points}
+
+
+def _order(value: Any) -> tuple:
+    """Sort None first, then numbers, then strings, so no two kinds meet."""
+    if value is None:
+        return (0, 0, "")
+    if isinstance(value, (int, float)):
+        return (1, 0, value)
+    return (1, 1, str(value))
+
+
+def _sort_key(row: Mapping[str, Any]) -> tuple:
+    return tuple(_order(row[f]) for f in _SORT_FIELDS)
+
+
+def compare(points_a: Iterable[Mapping[str, Any]],
+            points_b: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Match the points of run A and run B and compare their times.
+
+    Each row holds the key fields and ``phase`` (None unless the points have
+    ``extra['phase']``), ``t_avg_us_a``/``_b`` (microseconds), ``ratio`` =
+    ``t_avg_us_b / t_avg_us_a`` (above 1: B is slower; None when either time
+    is missing or A's is 0), ``busbw_GBps_a``/``_b`` and ``check_a``/``_b``.
+    A key measured on one side only still gets a row, the other side None.
+    Rows are sorted by collective, form, backend, library, algorithm, dtype,
+    op, ranks, in_place, phase and bytes.
+    """
+    a, b = _index(points_a), _index(points_b)
+    rows = []
+    for key in list(a) + [k for k in b if k not in a]:
+        pa, pb = a.get(key, {}), b.get(key, {})
+        row: dict[str, Any] = dict(zip(KEY_FIELDS + ("phase",), key))
+        ta, tb = pa.get("t_avg_us"), pb.get("t_avg_us")
+        row["t_avg_us_a"], row["t_avg_us_b"] = ta, tb
+        row["ratio"] = tb / ta if ta and tb is not None else None
+        row["busbw_GBps_a"], row["busbw_GBps_b"] = pa.get("busbw_GBps"), pb.get("busbw_GBps")
+        row["check_a"], row["check_b"] = pa.get("check"), pb.get("check")
+        rows.append(row)
+    rows.sort(key=_sort_key)
+    return rows

@@ -1,0 +1,91 @@
+"""Parsing and formatting of byte sizes and size sweeps (pure functions).
+
+Sizes use binary units: ``B``, ``KiB``, ``MiB``, ``GiB``, ``TiB`` (``K``,
+``KB``, ``M``... are accepted as the same binary units, as OSU and nccl-tests
+users type them).  A sweep is ``LO:HI`` with an optional growth factor
+``xF`` (default ``x2``), or a comma-separated list of sizes.
+"""
+from __future__ import annotations
+
+import re
+
+from .errors import UsageError
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10,
+    "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+    "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
+    "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
+_FACTOR_RE = re.compile(r"^\s*(.+?)\s*[xX]\s*(\d+)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """Return the number of bytes in ``text`` (e.g. ``"4B"``, ``"64MiB"``)."""
+    m = _SIZE_RE.match(text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise UsageError(f"cannot parse size {text!r}",
+                         "use a whole number with an optional unit B, KiB, MiB, GiB, e.g. 4B or 64MiB")
+    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+def parse_sizes(text: str) -> list[int]:
+    """Parse a sweep: ``LO:HI`` [``xF``] (powers of F from LO to HI) or ``a,b,c``.
+
+    The result is sorted and free of duplicates.
+    """
+    text = text.strip()
+    if not text:
+        raise UsageError("empty size list", "give e.g. 4B:64MiB or 1KiB,1MiB")
+    factor = 2
+    m = _FACTOR_RE.match(text)
+    if m and ":" in m.group(1):
+        text, factor = m.group(1), int(m.group(2))
+        if factor < 2:
+            raise UsageError(f"size growth factor must be at least 2, got x{factor}")
+    if ":" in text:
+        lo_text, _, hi_text = text.partition(":")
+        lo, hi = parse_size(lo_text), parse_size(hi_text)
+        if lo <= 0:
+            raise UsageError(f"sweep must start above 0 bytes, got {lo_text!r}")
+        if hi < lo:
+            raise UsageError(f"sweep {text!r} ends below its start")
+        sizes, s = [], lo
+        while s <= hi:
+            sizes.append(s)
+            s *= factor
+        return sizes
+    return sorted({parse_size(part) for part in text.split(",")})
+
+
+def format_size(nbytes: int) -> str:
+    """Format a byte count the short way: ``4B``, ``64KiB``, ``1.5MiB``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            value = nbytes / scale
+            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.3g}{unit}"
+    return f"{nbytes}B"
+
+
+def parse_positive_int(text: str, what: str, minimum: int = 1) -> int:
+    """Parse an integer option and check it is at least ``minimum``."""
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise UsageError(f"{what} must be a whole number, got {text!r}") from None
+    if value < minimum:
+        raise UsageError(f"{what} must be at least {minimum}, got {value}")
+    return value
+
+
+def parse_seconds(text: str, what: str) -> float:
+    """Parse a positive duration in seconds."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise UsageError(f"{what} must be a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise UsageError(f"{what} must be above 0 seconds, got {text!r}")
+    return value

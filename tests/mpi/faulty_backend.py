@@ -1,0 +1,33 @@
+"""A test plugin backend (loaded through DDLCOMM_PLUGINS): MPI with an injected fault.
+
+``DDLCOMM_FAULT=raise|hang|die``, ``DDLCOMM_FAULT_RANK`` (default 1) and
+``DDLCOMM_FAULT_BYTES`` (default 16384): the chosen rank fails in allreduce
+once the message reaches that many bytes.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from ddlcomm.comm.mpi import MPICommunicator
+from ddlcomm.comm.registry import BackendSpec, register
+
+
+class FaultyCommunicator(MPICommunicator):
+    name = "faulty"
+
+    def _allreduce(self, sendbuf, recvbuf, op):
+        fault = os.environ.get("DDLCOMM_FAULT", "raise")
+        if (self.rank == int(os.environ.get("DDLCOMM_FAULT_RANK", "1"))
+                and sendbuf.nbytes >= int(os.environ.get("DDLCOMM_FAULT_BYTES", "16384"))):
+            if fault == "raise":
+                raise RuntimeError("injected fault")
+            if fault == "hang":
+                time.sleep(3600)
+            if fault == "die":
+                os._exit(9)
+        super()._allreduce(sendbuf, recvbuf, op)
+
+
+register(BackendSpec("faulty", "faulty_backend:FaultyCommunicator", ("mpi4py",),
+                     "tests/mpi must be on PYTHONPATH", "mpirun"))

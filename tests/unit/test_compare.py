@@ -1,0 +1,45 @@
+"""Tests of run comparison."""
+from __future__ import annotations
+
+import pytest
+
+from ddlcomm.results.compare import compare
+
+
+def point(collective: str, nbytes: int, t_avg_us: float | None, **extra) -> dict:
+    return dict(backend="mpi", library="Open MPI", collective=collective, form="buffer",
+                algorithm="library", dtype="float32", op="sum", bytes=nbytes, ranks=4,
+                in_place=False, t_avg_us=t_avg_us, busbw_GBps=1.0, check="passed", extra=extra)
+
+
+def test_ratios_and_order():
+    a = [point("allreduce", 1024, 10.0), point("allreduce", 4, 2.0), point("bcast", 4, 1.0)]
+    b = [point("bcast", 4, 3.0), point("allreduce", 4, 1.0), point("allreduce", 1024, 20.0)]
+    rows = compare(a, b)
+    assert [(r["collective"], r["bytes"]) for r in rows] == [
+        ("allreduce", 4), ("allreduce", 1024), ("bcast", 4)]
+    assert [r["ratio"] for r in rows] == pytest.approx([0.5, 2.0, 3.0])
+    r = rows[1]
+    assert (r["t_avg_us_a"], r["t_avg_us_b"]) == (10.0, 20.0)
+    assert (r["busbw_GBps_a"], r["check_a"], r["check_b"], r["phase"]) == (1.0, "passed", "passed", None)
+
+
+def test_one_sided_rows_and_missing_times():
+    a = [point("allreduce", 4, 2.0), point("allreduce", 8, 0.0), point("gather", 4, None)]
+    b = [point("allreduce", 8, 1.0), point("gather", 4, 5.0), point("scatter", 4, 1.0)]
+    rows = {(r["collective"], r["bytes"]): r for r in compare(a, b)}
+    assert rows[("allreduce", 4)]["t_avg_us_b"] is None and rows[("allreduce", 4)]["ratio"] is None
+    assert rows[("allreduce", 4)]["check_b"] is None
+    assert rows[("allreduce", 8)]["ratio"] is None          # a is 0
+    assert rows[("gather", 4)]["ratio"] is None             # a missing
+    assert rows[("scatter", 4)]["t_avg_us_a"] is None and rows[("scatter", 4)]["t_avg_us_b"] == 1.0
+
+
+def test_phase_and_key_fields_separate_points():
+    a = [point("allreduce", 4, 1.0, phase="fwd"), point("allreduce", 4, 2.0, phase="bwd")]
+    b = [point("allreduce", 4, 4.0, phase="bwd"), {**point("allreduce", 4, 9.0), "dtype": "int8"}]
+    rows = compare(a, b)
+    assert len(rows) == 3          # fwd (A only), bwd (both), int8 (B only)
+    bwd = [r for r in rows if r["phase"] == "bwd"]
+    assert len(bwd) == 1 and bwd[0]["ratio"] == 2.0
+    assert compare([], []) == []

@@ -1,0 +1,130 @@
+"""Tables, plots and the HTML page of ddlcomm.report, on synthetic points (no MPI)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ddlcomm.report import (render_compare, render_points, render_run, render_runs, series_key,
+                            varying_dimensions, write_run_report)
+from ddlcomm.report.tables import format_gbps, format_us
+
+COLLECTIVES = {"broadcast": (None, 1.0), "gather": (None, 0.5), "allreduce": ("sum", 1.0)}
+SIZES = [4, 64, 1024, 16384, 1 << 20, 16 << 20]
+RUN = {"id": 7, "started_at": "2025-11-21T05:50:00", "ended_at": "2025-11-21T05:51:10",
+       "status": "done", "error": None, "host": "node<1>", "cpu_model": "Xeon & co", "cores": 16,
+       "os": "Linux 6.1", "python": "3.11.9", "mpi_library": "Open MPI", "mpi_version": "5.0.11",
+       "ddlcomm_version": "0.1.0", "git_commit": "abc1234",
+       "command": "ddlcomm bench " + "--sizes 4B:16MiB " * 8, "config": {"ranks": 2}}
+
+
+def make_point(collective: str, form: str, nbytes: int, **over) -> dict:
+    op, factor = COLLECTIVES[collective]
+    t = 2.0 + nbytes / 5e3 * (3 if form == "object" else 1)
+    algbw = nbytes / (t * 1e-6) / 1e9
+    point = dict(run_id=7, backend="mpi", library="Open MPI", library_version="5.0.11",
+                 collective=collective, form=form, algorithm="library", dtype="float32", op=op,
+                 bytes=nbytes, count=nbytes // 4, ranks=2, root=0, in_place=False,
+                 iterations=100, warmup=10, t_min_us=0.9 * t, t_avg_us=t, t_max_us=1.2 * t,
+                 t_p50_us=t, t_p99_us=1.5 * t, algbw_GBps=algbw, busbw_GBps=algbw * factor,
+                 check="passed", error=None, extra={"segments": nbytes // 4})
+    point.update(over)
+    return point
+
+
+@pytest.fixture
+def points() -> list[dict]:
+    pts = [make_point(c, f, s) for c in COLLECTIVES for f in ("buffer", "object") for s in SIZES]
+    bad = next(p for p in pts if p["collective"] == "gather" and p["bytes"] == 1024
+               and p["form"] == "object")
+    bad.update(check="failed", error="rank 1: wrong value at index 3")
+    return pts
+
+
+def test_varying_dimensions_and_series_key(points):
+    assert varying_dimensions(points) == ["form"]  # extra 'segments' varies only with size
+    one_form = [p for p in points if p["form"] == "buffer"]
+    assert varying_dimensions(one_form) == []
+    assert series_key(points[0], []) == ""
+    mixed = points + [make_point("allreduce", "buffer", 4, library="MPICH",
+                               extra={"segments": 1, "phase": "warm"})]
+    dims = varying_dimensions(mixed)
+    assert dims == ["library", "form", "phase"]
+    assert series_key(mixed[0], dims) == "mpi/Open MPI buffer phase=-"
+    assert series_key(make_point("allreduce", "object", 4, ranks=4, in_place=True),
+                      ["form", "ranks", "in_place"]) == "object 4 ranks in-place"
+
+
+def test_render_points_tables(points):
+    text = render_points(points)
+    blocks = text.split("\n\n")
+    assert [b.splitlines()[0] for b in blocks] == [
+        "# broadcast  float32  2 ranks  (Open MPI 5.0.11)",
+        "# gather  float32  2 ranks  (Open MPI 5.0.11)",
+        "# allreduce  float32 sum  2 ranks  (Open MPI 5.0.11)"]
+    header = blocks[0].splitlines()[1].split()
+    assert header == ["size", "count", "form", "min_us", "avg_us", "max_us", "p50_us", "p99_us",
+                      "algbw_GB/s", "busbw_GB/s", "check"]
+    rows = blocks[0].splitlines()[3:]
+    assert len(rows) == 12 and rows[0].split()[:3] == ["4B", "1", "buffer"]
+    assert rows[1].split()[2] == "object" and rows[-1].split()[0] == "16MiB"
+    assert "FAILED" in blocks[1] and "FAILED" not in blocks[0] + blocks[2]
+    assert "wrong value at index 3" in blocks[1]
+    # no form column when only one form is shown
+    single = render_points([p for p in points if p["form"] == "buffer"])
+    assert " form " not in single.splitlines()[1] and "buffer" not in single
+
+
+def test_number_formats():
+    assert [format_us(v) for v in (1.234, 12.34, 1234.5, None)] == ["1.23", "12.3", "1234", "-"]
+    assert [format_gbps(v) for v in (123.4, 12.34, 1.234, 0.001234)] == ["123", "12.3", "1.23", "0.00123"]
+
+
+def test_render_runs_and_run(points):
+    listed = render_runs([dict(RUN, n_points=36, n_passed=35, n_failed=1,
+                               collectives=["broadcast", "gather"])])
+    head, _, row = listed.splitlines()
+    assert head.split()[:4] == ["id", "started", "status", "host"]
+    assert "2025-11-21 05:50:00" in row and "Open MPI 5.0.11" in row and "broadcast,gather" in row
+    assert row.endswith("...") and len(row.split("ddlcomm bench")[1]) <= 60
+    shown = render_run(RUN)
+    assert "host:" in shown and "git commit: abc1234" in shown and "config:" in shown
+    assert render_runs([]) == "(no runs)"
+
+
+def test_render_compare():
+    def row(nbytes, a, b, **kw):
+        return dict(backend="mpi", library="Open MPI", collective="allreduce", form="buffer",
+                    algorithm="library", dtype="float32", op="sum", bytes=nbytes, ranks=2,
+                    in_place=False, t_avg_us_a=a, t_avg_us_b=b, ratio=(b / a if a and b else None),
+                    busbw_GBps_a=1.5, busbw_GBps_b=2.0, check_a="passed", check_b="failed", **kw)
+    text = render_compare([row(1024, 10.0, 12.3), row(4, 2.0, None)], RUN, 9)
+    lines = text.splitlines()
+    assert lines[0].startswith("a = run 7 (node<1>, Open MPI 5.0.11") and lines[1] == "b = run 9"
+    assert lines[3] == "# allreduce  float32 sum  2 ranks  (Open MPI)"
+    assert lines[4].split() == ["size", "avg_us_a", "avg_us_b", "b/a", "busbw_a", "busbw_b",
+                                "check_a", "check_b"]
+    first, second = lines[6].split(), lines[7].split()
+    assert first[0] == "4B" and first[3] == "-" and first[2] == "-"
+    assert second[:4] == ["1KiB", "10.0", "12.3", "1.23x"] and second[-1] == "FAILED"
+
+
+def test_write_run_report(points, tmp_path):
+    index = write_run_report(RUN, points, tmp_path / "report")
+    assert index == tmp_path / "report" / "index.html"
+    page = index.read_text(encoding="utf-8")
+    assert "<title>ddlcomm run 7</title>" in page and page.count("<svg") == 6
+    assert "node&lt;1&gt;" in page and "Xeon &amp; co" in page  # escaped
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page)
+    assert "<script" not in page and "<link" not in page
+    assert page.count('class="failed"') == 1 and "35 passed" in page
+    for coll in COLLECTIVES:
+        for kind in ("latency", "bandwidth"):
+            png = tmp_path / "report" / f"{coll}-{kind}.png"
+            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_figures_need_sizes(points):
+    from ddlcomm.report.plots import latency_figure
+    with pytest.raises(ValueError, match="barrier"):
+        latency_figure([dict(make_point("broadcast", "buffer", 0), collective="barrier")], "barrier")

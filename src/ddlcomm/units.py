@@ -18,6 +18,8 @@ _UNITS = {
     "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
     "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40,
 }
+#: Longest duration accepted (a week): beyond it, timers overflow and nothing sensible waits.
+MAX_SECONDS = 7 * 24 * 3600.0
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
 _FACTOR_RE = re.compile(r"^\s*(.+?)\s*[xX]\s*(\d+)\s*$")
 
@@ -86,6 +88,6 @@ def parse_seconds(text: str, what: str) -> float:
         value = float(text)
     except (TypeError, ValueError):
         raise UsageError(f"{what} must be a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise UsageError(f"{what} must be above 0 seconds, got {text!r}")
+    if not 0 < value <= MAX_SECONDS:
+        raise UsageError(f"{what} must be above 0 and at most {MAX_SECONDS:g} seconds, got {text!r}")
     return value

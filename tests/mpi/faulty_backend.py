@@ -16,17 +16,20 @@ from ddlcomm.comm.registry import BackendSpec, register
 class FaultyCommunicator(MPICommunicator):
     name = "faulty"
 
-    def _allreduce(self, sendbuf, recvbuf, op):
+    def _bind(self, collective, sendbuf, recvbuf, op, root):
+        call = super()._bind(collective, sendbuf, recvbuf, op, root)
+        if (collective != "allreduce" or self.rank != int(os.environ.get("DDLCOMM_FAULT_RANK", "1"))
+                or sendbuf.nbytes < int(os.environ.get("DDLCOMM_FAULT_BYTES", "16384"))):
+            return call
         fault = os.environ.get("DDLCOMM_FAULT", "raise")
-        if (self.rank == int(os.environ.get("DDLCOMM_FAULT_RANK", "1"))
-                and sendbuf.nbytes >= int(os.environ.get("DDLCOMM_FAULT_BYTES", "16384"))):
+
+        def faulty():
             if fault == "raise":
                 raise RuntimeError("injected fault")
             if fault == "hang":
                 time.sleep(3600)
-            if fault == "die":
-                os._exit(9)
-        super()._allreduce(sendbuf, recvbuf, op)
+            os._exit(9)
+        return faulty
 
 
 register(BackendSpec("faulty", "faulty_backend:FaultyCommunicator", ("mpi4py",),

@@ -61,11 +61,11 @@ def test_algbw_and_receiver_bytes(name, p):
 
 
 @pytest.mark.parametrize("name, recv", [
-    ("gather", 36), ("allgather", 36), ("reduce_scatter", 3), ("alltoall", 9),
-    ("allreduce", 9), ("reduce", 9), ("broadcast", 9),
+    ("gather", 48), ("allgather", 48), ("reduce_scatter", 3), ("alltoall", 12),
+    ("allreduce", 12), ("reduce", 12), ("broadcast", 12),
 ])
 def test_recv_count(name, recv):
-    assert COLLECTIVES[name].recv_count(9, 4) == recv
+    assert COLLECTIVES[name].recv_count(12, 4) == recv
 
 
 # ------------------------------------------------------------------ fill
@@ -73,13 +73,16 @@ def test_recv_count(name, recv):
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=lambda d: d.name)
 def test_fill_differs_per_rank_and_is_small(dtype, op):
     rop = OPS[op] if op else None
-    inputs = [fill(dtype, 50, r, rop) for r in range(8)]
+    inputs = [fill(dtype, 50, r, rop) for r in range(23)]
     assert all(a.dtype == dtype.numpy and a.shape == (50,) for a in inputs)
-    for r in range(1, 8):
-        assert not np.array_equal(inputs[r], inputs[r - 1])
+    # every pair of ranks differs (prod's 1/2 pattern has period 2, so only neighbours do)
+    pairs = [(r, r + 1) for r in range(22)] if op == "prod" else \
+        [(r, s) for r in range(23) for s in range(r)]
+    assert not any(np.array_equal(inputs[r], inputs[s]) for r, s in pairs)
     stacked = np.stack(inputs).astype(np.int64)
     assert stacked.min() >= 1 and stacked.max() <= (2 if op == "prod" else 23)
     np.testing.assert_array_equal(fill(dtype, 50, 3, rop), inputs[3])   # deterministic
+    assert fill(dtype, 0, 3, rop).shape == (0,)
 
 
 def test_sum_of_64_ranks_is_exact_in_float16():
@@ -120,16 +123,17 @@ def reference(name: str, inputs: list[np.ndarray], rank: int, root: int, op: str
     return total
 
 
-CASES = [(name, op) for name in ALL for op in
-         (["sum", "prod", "min", "max", "avg"] if COLLECTIVES[name].reduces else [None])]
+def cases(dtypes, names=ALL):
+    """(collective, op, dtype) for every op the collective takes and the dtype allows."""
+    return [pytest.param(name, op, dt, id=f"{name}-{op}-{dt.name}")
+            for name in names for dt in dtypes
+            for op in (list(OPS) if COLLECTIVES[name].reduces else [None])
+            if op != "avg" or dt.is_float]
 
 
-@pytest.mark.parametrize("dtype", [F16, F32, I32], ids=lambda d: d.name)
-@pytest.mark.parametrize("name, op", CASES)
+@pytest.mark.parametrize("name, op, dtype", cases([F16, F32, I32]))
 @pytest.mark.parametrize("root", [0, 1, 2])
-def test_expected_matches_numpy(name, op, root, dtype):
-    if op == "avg" and not dtype.is_float:
-        pytest.skip("avg needs a float dtype")
+def test_expected_matches_numpy(name, op, dtype, root):
     coll, rop = COLLECTIVES[name], OPS[op] if op else None
     count = 12 if coll.divisible else 7
     inputs = [fill(dtype, count, r, rop) for r in range(P)]
@@ -147,11 +151,9 @@ def test_expected_matches_numpy(name, op, root, dtype):
         assert coll.verify(want, got, dtype)
 
 
-@pytest.mark.parametrize("name, op", [c for c in CASES if c[0] != "barrier"])
-@pytest.mark.parametrize("dtype", [F16, F32, I32, DTYPES["uint8"]], ids=lambda d: d.name)
+@pytest.mark.parametrize("name, op, dtype",
+                         cases([F16, F32, I32, DTYPES["uint8"]], [n for n in ALL if n != "barrier"]))
 def test_verify_rejects_untouched_and_wrong_shaped_results(name, op, dtype):
-    if op == "avg" and not dtype.is_float:
-        pytest.skip("avg needs a float dtype")
     coll, rop = COLLECTIVES[name], OPS[op] if op else None
     want = coll.expected(dtype, 6, 0, P, rop, 0)
     assert coll.verify(want.copy(), want, dtype)

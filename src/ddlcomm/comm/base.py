@@ -9,11 +9,12 @@ it, chunked so that objects above 2 GiB work everywhere.
 from __future__ import annotations
 
 import abc
-from typing import Any, Optional, Sequence
+import functools
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from ..dtypes import DTYPES, DType, ReduceOp, dtype_of, get_op
+from ..dtypes import DTYPES, OPS, DType, ReduceOp, dtype_of, get_op
 from ..errors import UnsupportedError, UsageError
 from . import objects
 
@@ -71,8 +72,11 @@ class Communicator(abc.ABC):
         return dtype
 
     def _op(self, op: str | ReduceOp, dtype: DType) -> ReduceOp:
-        rop = get_op(op)
-        rop.check_dtype(dtype)
+        rop = OPS.get(op) if op.__class__ is str else None
+        if rop is None:
+            rop = get_op(op)
+        if rop.floats_only and not dtype.is_float:
+            rop.check_dtype(dtype)
         return rop
 
     def _root(self, root: int) -> int:
@@ -161,8 +165,9 @@ class Communicator(abc.ABC):
         rop = self._op(op, dtype)
         if recvbuf is None:
             recvbuf = np.empty_like(sendbuf)
-        elif recvbuf.size != sendbuf.size:
+        elif recvbuf.size != sendbuf.size or recvbuf.dtype != sendbuf.dtype:
             self._check_len(recvbuf, sendbuf.size, "allreduce's receive buffer")
+            raise UsageError(f"allreduce's receive buffer is {recvbuf.dtype}, not {sendbuf.dtype}")
         self._allreduce(sendbuf, recvbuf, rop)
         if rop.divide_by_ranks:
             rop.finish(recvbuf, self.size)
@@ -190,6 +195,54 @@ class Communicator(abc.ABC):
         self._check_len(recvbuf, sendbuf.size, "alltoall's receive buffer")
         self._alltoall(sendbuf, recvbuf)
         return recvbuf
+
+    # ------------------------------------------------------------ bound calls
+    def bind(self, collective: str, sendbuf: Optional[np.ndarray] = None,
+             recvbuf: Optional[np.ndarray] = None, op: str | ReduceOp = "sum",
+             root: int = 0) -> Callable[[], None]:
+        """Check a buffer-form call once and return it ready to repeat on these buffers.
+
+        Like MPI's persistent collectives: loops over fixed buffers (gradient
+        buckets, benchmark iterations) pay the argument checks once, not per
+        call.  ``recvbuf is sendbuf`` means in place (allreduce, reduce at the
+        root); non-roots of rooted collectives may pass ``recvbuf=None``.
+        """
+        from ..collectives import get_collective
+        coll = get_collective(collective)
+        if collective == "barrier":
+            return self._barrier
+        dtype = self._dtype(sendbuf)
+        rop = self._op(op, dtype) if coll.reduces else None
+        root = self._root(root)
+        if coll.divisible:
+            self._block(sendbuf.size, collective)
+        receives = collective != "broadcast" and (not coll.rooted or self.rank == root)
+        if receives:
+            self._check_len(recvbuf, coll.recv_count(sendbuf.size, self.size),
+                            f"{collective}'s receive buffer")
+            if recvbuf.dtype != sendbuf.dtype or not recvbuf.flags.c_contiguous:
+                raise UsageError(f"{collective}'s receive buffer must be a contiguous {dtype.name} array")
+        else:
+            recvbuf = None
+        call = self._bind(collective, sendbuf, recvbuf, rop, root)
+        if rop is None or not rop.divide_by_ranks or recvbuf is None:
+            return call
+        finish, size = rop.finish, self.size
+
+        def call_and_finish() -> None:
+            call()
+            finish(recvbuf, size)
+        return call_and_finish
+
+    def _bind(self, collective: str, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray],
+              op: Optional[ReduceOp], root: int) -> Callable[[], None]:
+        """The checked call on fixed buffers; backends may pre-build more of it."""
+        primitive = getattr(self, "_" + collective)
+        if collective == "broadcast":
+            return functools.partial(primitive, sendbuf, root)
+        args = (sendbuf, recvbuf) + ((op,) if op is not None else ()) + \
+            ((root,) if collective in ("gather", "reduce") else ())
+        return functools.partial(primitive, *args)
 
     # ------------------------------------------------------------ object form
     def send_object(self, obj: Any, dest: int, tag: int = 0) -> None:

@@ -10,6 +10,7 @@ whether or not the MPI library knows half floats.
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Optional
 
@@ -117,6 +118,28 @@ class MPICommunicator(Communicator):
             self._half.Free()
             self._comm.Free()
         self._comm = None
+
+    def _bind(self, collective, sendbuf, recvbuf, op, root):
+        """Pre-built mpi4py message specs: a bound call is one mpi4py call, nothing more."""
+        t = self._types[sendbuf.dtype]
+        comm, send = self._comm, [sendbuf, t]
+        recv = [recvbuf, t] if recvbuf is not None else None
+        if op is not None:
+            mop = self._ops[op.ufunc, sendbuf.dtype]
+            if recvbuf is sendbuf:
+                send = self._MPI.IN_PLACE
+        if collective == "broadcast":
+            return functools.partial(comm.Bcast, send, root)
+        if collective == "gather":
+            return functools.partial(comm.Gather, send, recv, root)
+        if collective == "reduce":
+            return functools.partial(comm.Reduce, send, recv, mop, root)
+        if collective == "allreduce":
+            return functools.partial(comm.Allreduce, send, recv, mop)
+        if collective == "reduce_scatter":
+            return functools.partial(comm.Reduce_scatter_block, send, recv, mop)
+        method = {"allgather": comm.Allgather, "alltoall": comm.Alltoall}[collective]
+        return functools.partial(method, send, recv)
 
     # ------------------------------------------------------------ primitives
     # Each builds mpi4py's [buffer, datatype] message specs inline: these sit on

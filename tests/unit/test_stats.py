@@ -1,0 +1,65 @@
+"""Tests of the per-point statistics (ddlcomm.bench.stats)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ddlcomm.bench.stats import bandwidth, choose_iterations, choose_warmup, summarize
+
+
+def test_summarize_hand_computed():
+    times_s = np.array([[1.0, 2.0, 3.0, 4.0],     # rank 0: mean 2.5 µs
+                        [3.0, 1.0, 5.0, 7.0]]) * 1e-6   # rank 1: mean 4.0 µs
+    s = summarize(times_s)
+    # per-iteration slowest rank: [3, 2, 5, 7] -> sorted [2, 3, 5, 7]
+    want = {"t_min_us": 2.5, "t_avg_us": 3.25, "t_max_us": 4.0,
+            "t_p50_us": 4.0,                       # (3 + 5) / 2
+            "t_p99_us": 5.0 + 0.97 * 2.0}          # linear, at position 0.99 * 3 = 2.97
+    assert s == pytest.approx(want)
+    assert all(type(v) is float for v in s.values())
+
+
+def test_summarize_one_rank_and_one_value():
+    assert summarize([1e-6, 3e-6])["t_avg_us"] == pytest.approx(2.0)   # 1-D: one rank
+    s = summarize([[5e-6]])
+    assert list(s.values()) == pytest.approx([5.0] * 5)
+
+
+def test_summarize_refuses_empty():
+    with pytest.raises(ValueError):
+        summarize(np.empty((2, 0)))
+
+
+@pytest.mark.parametrize("nbytes, t_us, factor, algbw, busbw", [
+    (10**9, 1e6, 1.0, 1.0, 1.0),          # 1e9 B in 1 s is 1 GB/s (not GiB/s)
+    (10**6, 1.0, 1.5, 1000.0, 1500.0),
+    (1 << 30, 1e6, 0.5, 1.073741824, 0.536870912),
+    (0, 1.0, 1.0, 0.0, 0.0),
+    (1024, 0.0, 1.0, 0.0, 0.0),
+    (1024, -1.0, 1.0, 0.0, 0.0),
+])
+def test_bandwidth(nbytes, t_us, factor, algbw, busbw):
+    assert bandwidth(nbytes, t_us, factor) == pytest.approx((algbw, busbw))
+
+
+@pytest.mark.parametrize("t_call_s, want", [
+    (0.0, 2000), (-1.0, 2000), (1e-9, 2000), (1e-4, 2000), (1e-3, 200), (0.02, 10),
+    (0.1, 5), (10.0, 5),
+])
+def test_choose_iterations(t_call_s, want):
+    assert choose_iterations(t_call_s, 0.2) == want
+
+
+def test_choose_iterations_bounds_and_monotonic():
+    times = np.logspace(-9, 2, 200)
+    its = [choose_iterations(t, 0.2, lo=3, hi=500) for t in times]
+    assert all(3 <= n <= 500 for n in its)
+    assert all(a >= b for a, b in zip(its, its[1:]))       # slower calls, fewer iterations
+    assert its[0] == 500 and its[-1] == 3
+
+
+@pytest.mark.parametrize("iterations, warmup", [
+    (0, 2), (5, 2), (20, 2), (30, 3), (100, 10), (2000, 200), (10**6, 200),
+])
+def test_choose_warmup(iterations, warmup):
+    assert choose_warmup(iterations) == warmup

@@ -121,7 +121,15 @@ def run_cases(comm) -> list[str]:
 
 
 def main() -> int:
-    comm = ddlcomm.init(sys.argv[1] if len(sys.argv) > 1 else "mpi")
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backend", default="mpi")
+    parser.add_argument("--chunk", type=int, help="object-form chunk bytes (small: test chunking)")
+    args = parser.parse_args()
+    if args.chunk:
+        from ddlcomm.comm import objects
+        objects.CHUNK_BYTES = args.chunk
+    comm = ddlcomm.init(args.backend)
     try:
         failures = run_cases(comm)
     except Exception:

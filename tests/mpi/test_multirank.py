@@ -20,6 +20,21 @@ def test_every_collective_form_dtype_op(mpi, nranks):
     assert f"{nranks} ranks, 0 failures" in res.stdout
 
 
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_object_form_in_small_chunks(mpi, nranks):
+    """The chunking that carries objects above 2 GiB, exercised with 5-byte chunks."""
+    res = mpi.mpirun(nranks, [mpi.python, HERE / "rank_suite.py", "--chunk", "5"], timeout=240)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"{nranks} ranks, 0 failures" in res.stdout
+
+
+@pytest.mark.big
+def test_objects_above_2GiB(mpi):
+    res = mpi.mpirun(2, [mpi.python, HERE / "big_objects.py"], timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert ">2GiB objects ok" in res.stdout
+
+
 def _bench(mpi, args, db, timeout=180, **env):
     from conftest import run
     return run([mpi.ddlcomm, "bench", "--db", db, "--no-report", *args],

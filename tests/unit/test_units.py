@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from ddlcomm.errors import UsageError
-from ddlcomm.units import format_size, parse_positive_int, parse_seconds, parse_size, parse_sizes
+from ddlcomm.units import (MAX_SECONDS, format_size, parse_positive_int, parse_seconds, parse_size,
+                           parse_sizes)
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
@@ -112,9 +113,10 @@ def test_parse_seconds_errors(text, words):
     assert str(err.value).startswith("--timeout") and words in str(err.value)
 
 
-@pytest.mark.parametrize("text", ["inf", "1e300"])
+@pytest.mark.parametrize("text", ["inf", "1e300", str(MAX_SECONDS + 1)])
 def test_parse_seconds_refuses_durations_no_timer_can_wait(text):
-    # BUG (src): parse_seconds accepts "inf"; the watchdog's Condition.wait(inf)
-    # then raises OverflowError in its thread, and choose_iterations(round(inf)) too.
-    with pytest.raises(UsageError):
+    # Regression: "inf" used to pass, and the watchdog's Condition.wait(inf) raised
+    # OverflowError in its thread (as did choose_iterations' round(inf)).
+    assert parse_seconds(str(MAX_SECONDS), "--timeout") == MAX_SECONDS
+    with pytest.raises(UsageError, match="at most"):
         parse_seconds(text, "--timeout")

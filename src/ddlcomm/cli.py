@@ -28,7 +28,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but its errors are one line (no usage dump)."""
 
     def error(self, message: str):  # noqa: D401 - argparse API
-        raise UsageError(f"{self.prog}: {message}", f"see {self.prog} --help")
+        raise UsageError(message, f"see {self.prog} --help")
 
 
 DB_HELP = ("results database (default: $DDLCOMM_DB, else "

@@ -18,8 +18,10 @@ alltoall        n / n    (n % p == 0)  n                       (p-1)/p
 barrier         0                      0                       0
 =============== ===================== ======================= ============
 
-Inputs are small integers, different on every rank, so that sums and products
-are exact in every dtype (even float16) whatever order a library reduces in;
+Inputs are small integers, so that sums and products are exact in every dtype
+(even float16) whatever order a library reduces in; they differ between any
+two ranks fewer than 23 apart (for prod, whose inputs are 1s and 2s, between
+neighbouring ranks), which is what a mixed-up rank order would show as;
 outputs are cleared to a sentinel before a check so a collective that writes
 nothing cannot pass.
 """

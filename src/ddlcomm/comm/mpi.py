@@ -44,7 +44,7 @@ def parse_library_version(text: str) -> tuple[str, str]:
     first = text.strip().splitlines()[0] if text.strip() else ""
     for pattern, name in ((r"Open MPI v?([\w.\-]+)", "Open MPI"),
                           (r"MPICH Version:\s*([\w.\-]+)", "MPICH"),
-                          (r"Intel\(R\) MPI Library ([\w.\-]+)", "Intel MPI"),
+                          (r"Intel\(R\) MPI Library ([\w.\-]+(?: Update \d+)?)", "Intel MPI"),
                           (r"MVAPICH2? Version\s*:?\s*([\w.\-]+)", "MVAPICH")):
         m = re.search(pattern, text)
         if m:

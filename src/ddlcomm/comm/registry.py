@@ -44,13 +44,14 @@ def _load_plugins() -> None:
     global _plugins_loaded
     if _plugins_loaded:
         return
-    _plugins_loaded = True
     for module in filter(None, (m.strip() for m in os.environ.get("DDLCOMM_PLUGINS", "").split(","))):
         try:
             importlib.import_module(module)
-        except ImportError as exc:
-            raise BackendUnavailable(f"cannot import plugin {module!r} from DDLCOMM_PLUGINS ({exc})",
+        except Exception as exc:  # noqa: BLE001 - any broken plugin is one clear error
+            raise BackendUnavailable(f"cannot import plugin {module!r} from DDLCOMM_PLUGINS "
+                                     f"({type(exc).__name__}: {exc})",
                                      "fix PYTHONPATH or DDLCOMM_PLUGINS") from None
+    _plugins_loaded = True
 
 
 def get_spec(name: str) -> BackendSpec:

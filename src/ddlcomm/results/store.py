@@ -358,7 +358,7 @@ class Store:
             return False
 
     def _no_run(self, run_id: int) -> StoreError:
-        return StoreError(f"no run {run_id} in {self.path}", "`ddlcomm runs` lists the stored runs")
+        return StoreError(f"no run {run_id} in {self.path}", "`ddlcomm results list` lists the stored runs")
 
     def _run_dicts(self, where: str = "", args: tuple = ()) -> list[dict[str, Any]]:
         rows = self._read(

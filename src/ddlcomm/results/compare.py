@@ -9,11 +9,13 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 #: Point fields that identify "the same measurement" in two runs.
-KEY_FIELDS = ("backend", "library", "collective", "form", "algorithm", "dtype", "op",
+#: The library is not part of the key: comparing a run under Open MPI with one
+#: under MPICH is the point of many comparisons (each run's header names it).
+KEY_FIELDS = ("backend", "collective", "form", "algorithm", "dtype", "op",
               "bytes", "ranks", "in_place")
 
 # Row order: by collective, form, ..., and message size last.
-_SORT_FIELDS = ("collective", "form", "backend", "library", "algorithm", "dtype", "op",
+_SORT_FIELDS = ("collective", "form", "backend", "algorithm", "dtype", "op",
                 "ranks", "in_place", "phase", "bytes")
 
 

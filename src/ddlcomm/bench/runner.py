@@ -23,6 +23,8 @@ from . import stats
 from .plan import BenchPlan
 from .watchdog import Watchdog
 
+#: "tty" or "plain": whether the owner's stderr is a terminal (rank 0's never is under a launcher).
+PROGRESS_ENV = "DDLCOMM_PROGRESS"
 #: Warm-up calls used to estimate the time of one call before choosing iterations.
 PROBE_CALLS = 2
 
@@ -115,8 +117,11 @@ def run_sweep(comm, plan: BenchPlan, watchdog: Watchdog, store: Any, run_id: Opt
     progress = None
     if comm.rank == 0:
         from tqdm import tqdm
-        progress = tqdm(total=len(points), unit="pt", file=sys.stderr, dynamic_ncols=True,
-                        desc=f"{plan.backend} {comm.size} ranks", leave=True)
+        # Into a log file, a redraw every few seconds is enough.
+        plain = os.environ.get(PROGRESS_ENV, "plain" if not sys.stderr.isatty() else "tty") == "plain"
+        progress = tqdm(total=len(points), unit="pt", file=sys.stderr, leave=True,
+                        desc=f"{plan.backend} {comm.size} ranks", dynamic_ncols=not plain,
+                        mininterval=5.0 if plain else 0.1, ncols=100 if plain else None)
     failed = 0
     try:
         for collective, nbytes, form in points:

@@ -20,7 +20,7 @@ from ..launch import mpirun
 from ..launch.env import LaunchInfo
 from ..results import Store, sysinfo
 from .plan import BenchPlan
-from .runner import fail_message, preflight, run_sweep
+from .runner import PROGRESS_ENV, fail_message, point_label, preflight, run_sweep
 from .watchdog import Watchdog
 
 RUN_ID_ENV = "DDLCOMM_RUN_ID"
@@ -52,12 +52,14 @@ def launch(plan: BenchPlan, argv: Sequence[str], db_path: Path,
     spec = registry.check(plan.backend)
     with Store(db_path) as store:
         run_id = store.create_run(_run_info(argv, plan))
-    env = dict(os.environ, **{RUN_ID_ENV: str(run_id), "DDLCOMM_DB": str(db_path)})
+    env = dict(os.environ, **{RUN_ID_ENV: str(run_id), "DDLCOMM_DB": str(db_path),
+                              PROGRESS_ENV: "tty" if sys.stderr.isatty() else "plain"})
     rc = STARTERS[spec.launcher](plan, argv, env)
-    return finish(db_path, run_id, rc, report_dir)
+    return finish(db_path, run_id, rc, report_dir, plan)
 
 
-def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path]) -> int:
+def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path],
+           plan: Optional[BenchPlan] = None) -> int:
     """Mark the run, print its tables, write its report; return the exit code."""
     from ..report import html, tables
     with Store(db_path) as store:
@@ -68,6 +70,11 @@ def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path]) -> i
                              f"{failed} points failed their check" if failed else None)
         else:
             why = "interrupted" if rc == 130 else f"ranks ended with exit code {rc}"
+            # Points run in plan order, so the first one not stored is where it ended.
+            if plan is not None and len(points) < len(plan.points()):
+                collective, nbytes, form = plan.points()[len(points)]
+                why += f" during {point_label(collective, form, nbytes)}"
+            print(f"ddlcomm: error: {why}", file=sys.stderr, flush=True)
             store.mark_failed_if_running(run_id, why)
         run = store.run(run_id)
     if points:

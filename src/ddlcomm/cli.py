@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--op", default="sum", help="sum, prod, min, max, avg (default: sum)")
     b.add_argument("--form", default="both", choices=["buffer", "object", "both"],
                    help="buffer calls (NumPy arrays), pickled-object calls, or both (default)")
-    b.add_argument("--in-place", action="store_true", help="reduce in place (allreduce, reduce)")
+    b.add_argument("--in-place", action="store_true", help="reduce in place where the collective can (allreduce, reduce; the "
+                        "others run out of place, and each point records which)")
     b.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                    help="verify every point on an untimed call (default: on)")
     b.add_argument("--ranks", help="number of ranks (default: 2, or the launcher's)")
@@ -116,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
 def bench_plan(args: argparse.Namespace, default_ranks: Optional[int]):
     """Check every bench option and return the plan (raises UsageError)."""
     from .bench.plan import BenchPlan, parse_forms
-    from .collectives import get_collective
+    from .collectives import check_in_place, get_collective
     from .comm import registry
     from .dtypes import get_dtype, get_op
     from .units import parse_positive_int, parse_seconds, parse_sizes
@@ -128,7 +129,9 @@ def bench_plan(args: argparse.Namespace, default_ranks: Optional[int]):
     dtype = get_dtype(args.dtype)
     op = get_op(args.op)
     for name in collectives:
-        get_collective(name).check_request(in_place=args.in_place, op=op, dtype=dtype)
+        get_collective(name).check_request(op=op, dtype=dtype)
+    if args.in_place:
+        check_in_place([get_collective(name) for name in collectives])
     ranks = parse_positive_int(args.ranks, "--ranks") if args.ranks is not None else default_ranks
     plan = BenchPlan(
         backend=args.backend, collectives=collectives, sizes=parse_sizes(args.sizes),

@@ -109,11 +109,8 @@ class Collective:
         return self.recv_count(nbytes, nranks) if self.name != "barrier" else 0
 
     # ------------------------------------------------------------ data
-    def check_request(self, *, in_place: bool, op: Optional[ReduceOp], dtype: DType) -> None:
-        """Refuse combinations this collective cannot run."""
-        if in_place and not self.in_place_ok:
-            raise UsageError(f"--in-place does not apply to {self.name}",
-                             "in-place runs exist for allreduce and reduce (broadcast is always in place)")
+    def check_request(self, *, op: Optional[ReduceOp], dtype: DType) -> None:
+        """Refuse an op this collective would apply to a dtype it cannot reduce."""
         if self.reduces and op is not None:
             op.check_dtype(dtype)
 
@@ -198,7 +195,7 @@ def _rooted_recv(self_name):
     return build
 
 
-def _buffer_barrier(comm, send, dtype, count, op, root, in_place, rank, p):
+def _barrier(comm, send, dtype, count, op, root, in_place, rank, p):
     return Prepared(comm.barrier, lambda: None, _no_reset)
 
 
@@ -228,10 +225,6 @@ def _object_call(name, *, split):
     return build
 
 
-def _object_barrier(comm, send, dtype, count, op, root, in_place, rank, p):
-    return Prepared(comm.barrier, lambda: None, _no_reset)
-
-
 def _const(value: float) -> Callable[[int], float]:
     return lambda p: value
 
@@ -252,13 +245,13 @@ COLLECTIVES: dict[str, Collective] = {
 
 _BUFFER_CALLS = {
     "broadcast": _buffer_broadcast,
-    "barrier": _buffer_barrier,
+    "barrier": _barrier,
     **{n: _rooted_recv(n) for n in ("reduce", "allreduce", "gather", "allgather",
                                     "reduce_scatter", "alltoall")},
 }
 _OBJECT_CALLS = {
     "broadcast": _object_broadcast,
-    "barrier": _object_barrier,
+    "barrier": _barrier,
     "reduce": _object_call("reduce", split=False),
     "allreduce": _object_call("allreduce", split=False),
     "gather": _object_call("gather", split=False),
@@ -266,6 +259,17 @@ _OBJECT_CALLS = {
     "reduce_scatter": _object_call("reduce_scatter", split=True),
     "alltoall": _object_call("alltoall", split=True),
 }
+
+
+def check_in_place(collectives: list[Collective]) -> None:
+    """``--in-place`` needs at least one collective that can run in place.
+
+    The others run out of place; every stored point says which way it ran.
+    """
+    if not any(c.in_place_ok for c in collectives):
+        names = ", ".join(c.name for c in collectives)
+        raise UsageError(f"--in-place does not apply to {names}",
+                         "in-place runs exist for allreduce and reduce (broadcast is always in place)")
 
 
 def get_collective(name: str) -> Collective:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ddlcomm.collectives import COLLECTIVES, cleared, fill, get_collective
+from ddlcomm.collectives import COLLECTIVES, check_in_place, cleared, fill, get_collective
 from ddlcomm.dtypes import DTYPES, OPS
 from ddlcomm.errors import UsageError
 
@@ -174,14 +174,15 @@ def test_verify_object_form_and_nothing_expected():
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_check_request_in_place(name):
+def test_check_in_place(name):
     coll = COLLECTIVES[name]
     if name in ("allreduce", "reduce"):
-        coll.check_request(in_place=True, op=OPS["sum"], dtype=F32)
+        check_in_place([coll])
         return
     with pytest.raises(UsageError) as err:
-        coll.check_request(in_place=True, op=OPS["sum"], dtype=F32)
+        check_in_place([coll])
     assert f"--in-place does not apply to {name}" in str(err.value)
+    check_in_place([coll, COLLECTIVES["allreduce"]])     # a mix runs; points say which way
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -189,6 +190,6 @@ def test_check_request_avg_on_integers(name):
     coll = COLLECTIVES[name]
     if coll.reduces:
         with pytest.raises(UsageError, match="avg"):
-            coll.check_request(in_place=False, op=OPS["avg"], dtype=I32)
+            coll.check_request(op=OPS["avg"], dtype=I32)
     else:
-        coll.check_request(in_place=False, op=OPS["avg"], dtype=I32)   # op unused
+        coll.check_request(op=OPS["avg"], dtype=I32)   # op unused

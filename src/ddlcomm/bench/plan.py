@@ -32,8 +32,12 @@ class BenchPlan:
     extra: dict = field(default_factory=dict)
 
     def points(self) -> list[tuple[str, int, str]]:
-        """(collective, bytes, form) in the order they are measured."""
-        return [(c, s, f) for c in self.collectives for s in self.sizes for f in self.forms]
+        """(collective, bytes, form) in the order they are measured.
+
+        A barrier moves no data, so it is measured once, not once per size.
+        """
+        return [(c, s, f) for c in self.collectives
+                for s in (self.sizes[:1] if c == "barrier" else self.sizes) for f in self.forms]
 
     def as_config(self) -> dict:
         """A JSON-able record of the plan for the run row."""

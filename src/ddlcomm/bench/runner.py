@@ -54,8 +54,8 @@ def measure_point(comm, plan: BenchPlan, collective: str, nbytes: int, form: str
     dtype = get_dtype(plan.dtype)
     op = get_op(plan.op) if coll.reduces else None
     count = coll.count_for(nbytes, dtype, comm.size)
-    prepared = coll.prepare(comm, form, dtype, count, op, plan.root,
-                            plan.in_place and coll.in_place_ok)
+    in_place = plan.in_place and coll.in_place_ok
+    prepared = coll.prepare(comm, form, dtype, count, op, plan.root, in_place)
 
     check = "skipped"
     if plan.check:
@@ -87,7 +87,7 @@ def measure_point(comm, plan: BenchPlan, collective: str, nbytes: int, form: str
         "collective": collective, "form": form, "algorithm": "library",
         "dtype": dtype.name, "op": op.name if op else None,
         "bytes": moved, "count": count, "ranks": comm.size, "root": plan.root,
-        "in_place": bool(plan.in_place and coll.in_place_ok),
+        "in_place": in_place,
         "iterations": iterations, "warmup": max(warmup, PROBE_CALLS),
         **summary, "algbw_GBps": algbw, "busbw_GBps": busbw,
         "check": check, "error": None, "extra": {},

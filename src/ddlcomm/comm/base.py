@@ -32,6 +32,8 @@ class Communicator(abc.ABC):
     local_rank: int
     #: dtype names this backend can move and reduce (a backend narrows it).
     dtypes: tuple[str, ...] = tuple(DTYPES)
+    #: collectives this backend cannot run, each with the reason (refused with it).
+    unsupported: dict[str, str] = {}
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -79,6 +81,12 @@ class Communicator(abc.ABC):
             rop.check_dtype(dtype)
         return rop
 
+    def check_supported(self, collective: str) -> None:
+        """Raise UnsupportedError if this backend cannot run ``collective``."""
+        reason = self.unsupported.get(collective)
+        if reason is not None:
+            raise UnsupportedError(f"backend {self.name} cannot run {collective}: {reason}")
+
     def _root(self, root: int) -> int:
         if not 0 <= root < self.size:
             raise UsageError(f"root {root} is not a rank of this communicator (size {self.size})")
@@ -109,6 +117,14 @@ class Communicator(abc.ABC):
         self._dtype(buf)
         self._recv(buf, self._root(source), tag)
         return buf
+
+    def recv_any(self, buf: np.ndarray, tag: int = 0) -> int:
+        """Receive into ``buf`` from whichever rank sends first; returns that rank.
+
+        Blocks without spinning a core where the backend allows it.
+        """
+        self._dtype(buf)
+        return self._recv_any(buf, tag)
 
     def broadcast(self, buf: np.ndarray, root: int = 0) -> np.ndarray:
         """Copy the root's ``buf`` into every rank's ``buf`` (in place)."""
@@ -209,6 +225,7 @@ class Communicator(abc.ABC):
         """
         from ..collectives import get_collective
         coll = get_collective(collective)
+        self.check_supported(collective)
         if collective == "barrier":
             return self._barrier
         dtype = self._dtype(sendbuf)
@@ -295,6 +312,9 @@ class Communicator(abc.ABC):
 
     @abc.abstractmethod
     def _recv(self, buf: np.ndarray, source: int, tag: int) -> None: ...
+
+    @abc.abstractmethod
+    def _recv_any(self, buf: np.ndarray, tag: int) -> int: ...
 
     @abc.abstractmethod
     def _broadcast(self, buf: np.ndarray, root: int) -> None: ...

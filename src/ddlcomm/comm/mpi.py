@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from typing import Optional
 
 import numpy as np
@@ -152,6 +153,17 @@ class MPICommunicator(Communicator):
 
     def _recv(self, buf, source, tag):
         self._comm.Recv([buf, self._types[buf.dtype]], source, tag)
+
+    def _recv_any(self, buf, source_tag):
+        # MPI's blocking receive spins a core in most MPIs: poll a non-blocking one
+        # with a growing sleep (1 µs .. 1 ms) so an idle server leaves the core free.
+        status = self._MPI.Status()
+        req = self._comm.Irecv([buf, self._types[buf.dtype]], self._MPI.ANY_SOURCE, source_tag)
+        delay = 1e-6
+        while not req.Test(status):
+            time.sleep(delay)
+            delay = min(2 * delay, 1e-3)
+        return status.Get_source()
 
     def _broadcast(self, buf, root):
         self._comm.Bcast([buf, self._types[buf.dtype]], root)

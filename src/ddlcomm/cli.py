@@ -59,13 +59,26 @@ def build_parser() -> argparse.ArgumentParser:
                            "on an untimed call, store the results and write a report. Outside a "
                            "launcher it starts --ranks ranks itself; under mpirun/srun/torchrun "
                            "it runs in the ranks it was given."))
-    b.add_argument("--backend", default="mpi", help="communication backend (default: mpi)")
-    b.add_argument("--collective", default="broadcast,gather,allreduce",
+    b.add_argument("--backend", default="mpi",
+                   help="communication backend, or a comma list measured side by side in one "
+                        "run, interleaved per size: mpi, gloo (default: mpi)")
+    b.add_argument("--collective",
                    help="comma list of: broadcast, gather, allgather, reduce, allreduce, "
                         "reduce_scatter, alltoall, barrier (default: broadcast,gather,allreduce)")
-    b.add_argument("--sizes", default="4B:64MiB",
+    b.add_argument("--workload", help="a data-parallel workload instead of collectives: "
+                                      "ps-sync, ps-async, allreduce")
+    b.add_argument("--sizes",
                    help="LO:HI[xF] sweep (powers of F, default x2) or a comma list, "
                         "per-rank message bytes (default: 4B:64MiB)")
+    b.add_argument("--model", help="workloads: send a model's gradients, per layer "
+                                   "(alexnet, googlenet, resnet50, mobilenet, vgg16)")
+    b.add_argument("--fusion", metavar="BYTES",
+                   help="workloads with --model: fuse gradients into buckets of at most BYTES "
+                        "(e.g. 25MiB; 0: per tensor); without it, one message per layer")
+    b.add_argument("--steps", help="workloads: timed steps (ps-async: pushes per worker, default 100)")
+    b.add_argument("--path", default="host",
+                   help="workloads: data path, host (default) or the GPU paths host-staged, "
+                        "direct, nccl-chief (need a GPU)")
     b.add_argument("--dtype", default="float32",
                    help="float16, float32, float64, int32, int64, uint8 (default: float32)")
     b.add_argument("--op", default="sum", help="sum, prod, min, max, avg (default: sum)")
@@ -120,21 +133,40 @@ def bench_plan(args: argparse.Namespace, default_ranks: Optional[int]):
     from .collectives import check_in_place, get_collective
     from .comm import registry
     from .dtypes import get_dtype, get_op
-    from .units import parse_positive_int, parse_seconds, parse_sizes
+    from .units import parse_positive_int, parse_seconds, parse_size, parse_sizes
 
-    registry.get_spec(args.backend)
-    collectives = [c.strip() for c in args.collective.split(",") if c.strip()]
-    if not collectives:
-        raise UsageError("--collective is empty", "name at least one collective")
+    backends = _comma_list(args.backend, "--backend")
+    for name in backends:
+        registry.get_spec(name)
     dtype = get_dtype(args.dtype)
     op = get_op(args.op)
-    for name in collectives:
-        get_collective(name).check_request(op=op, dtype=dtype)
-    if args.in_place:
-        check_in_place([get_collective(name) for name in collectives])
     ranks = parse_positive_int(args.ranks, "--ranks") if args.ranks is not None else default_ranks
+    collectives: list[str] = []
+    if args.workload is None:
+        for flag in ("model", "fusion", "steps"):
+            if getattr(args, flag) is not None:
+                raise UsageError(f"--{flag} applies to --workload runs")
+        collectives = _comma_list(args.collective or "broadcast,gather,allreduce", "--collective")
+        for name in collectives:
+            get_collective(name).check_request(op=op, dtype=dtype)
+        if args.in_place:
+            check_in_place([get_collective(name) for name in collectives])
+    elif args.collective is not None:
+        raise UsageError("give --collective or --workload, not both")
+    sizes = parse_sizes(args.sizes or "4B:64MiB")
+    if args.model is not None:
+        if args.sizes is not None:
+            raise UsageError("give --sizes or --model, not both", "--model sets the sizes")
+        from .workloads.base import model_bytes
+        sizes = [model_bytes(args.model, dtype.name)]
+    elif args.fusion is not None:
+        raise UsageError("--fusion applies to --model runs")
     plan = BenchPlan(
-        backend=args.backend, collectives=collectives, sizes=parse_sizes(args.sizes),
+        backends=backends, collectives=collectives, sizes=sizes,
+        workload=args.workload, model=args.model,
+        fusion=parse_size(args.fusion) if args.fusion is not None else None,
+        steps=parse_positive_int(args.steps, "--steps") if args.steps is not None else None,
+        path=args.path,
         dtype=dtype.name, op=op.name, forms=parse_forms(args.form), in_place=args.in_place,
         check=args.check, ranks=ranks,
         iters=parse_positive_int(args.iters, "--iters") if args.iters else None,
@@ -144,7 +176,30 @@ def bench_plan(args: argparse.Namespace, default_ranks: Optional[int]):
         root=parse_positive_int(args.root, "--root", 0))
     if ranks is not None and plan.root >= ranks:
         raise UsageError(f"--root {plan.root} is not one of the {ranks} ranks")
+    if plan.workload is not None:
+        _check_workload(plan)
     return plan
+
+
+def _check_workload(plan) -> None:
+    from .workloads import get_workload
+    from .workloads.base import check_request
+    from .workloads.paths import get_path
+    workload = get_workload(plan.workload)
+    check_request(plan)
+    get_path(plan.path)
+    if plan.ranks is not None and plan.ranks < workload.min_ranks:
+        raise UsageError(f"{plan.workload} needs at least {workload.min_ranks} ranks "
+                         "(a server and a worker)", f"use --ranks {workload.min_ranks} or more")
+
+
+def _comma_list(text: str, flag: str) -> list[str]:
+    items = [part.strip() for part in text.split(",") if part.strip()]
+    if not items:
+        raise UsageError(f"{flag} is empty")
+    if len(set(items)) != len(items):
+        raise UsageError(f"{flag} names something twice: {text}")
+    return items
 
 
 def _report_dir(args: argparse.Namespace, db: Path) -> Optional[Path]:
@@ -164,12 +219,14 @@ def cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
     info = detect()
     plan = bench_plan(args, default_ranks=None if info else 2)
     db = _db_path(args)
-    registry.check(plan.backend)
+    for name in plan.backends:
+        registry.check(name)
     if info is None:
         available = mem_available()
-        for name in plan.collectives:
+        # A workload holds what a gather holds at its server (ps-sync) or less.
+        for name in plan.collectives or ["gather"]:
             check_memory(get_collective(name), max(plan.sizes), plan.ranks,
-                         "object" in plan.forms, available)
+                         "object" in plan.forms and not plan.workload, available)
         return session.launch(plan, argv, db, _report_dir(args, db))
     return session.rank_main(plan, argv, info, db, _report_dir(args, db))
 

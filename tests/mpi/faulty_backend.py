@@ -33,4 +33,4 @@ class FaultyCommunicator(MPICommunicator):
 
 
 register(BackendSpec("faulty", "faulty_backend:FaultyCommunicator", ("mpi4py",),
-                     "tests/mpi must be on PYTHONPATH", "mpirun"))
+                     "tests/mpi must be on PYTHONPATH", ("mpirun",)))

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from ddlcomm.bench.plan import BenchPlan, check_memory, memory_needed, mem_available, parse_forms
+from ddlcomm.bench.plan import (BenchPlan, PointSpec, check_memory, memory_needed, mem_available,
+                                parse_forms)
 from ddlcomm.collectives import COLLECTIVES
 from ddlcomm.errors import UsageError
 
@@ -11,20 +12,44 @@ GiB = 1 << 30
 
 
 def plan(**over) -> BenchPlan:
-    kw = dict(backend="mpi", collectives=["broadcast", "gather"], sizes=[4, 8],
+    kw = dict(backends=["mpi"], collectives=["broadcast", "gather"], sizes=[4, 8],
               dtype="float32", op="sum", forms=["buffer", "object"])
     kw.update(over)
     return BenchPlan(**kw)
 
 
-def test_points_order_collective_then_size_then_form():
-    assert plan().points() == [
-        ("broadcast", 4, "buffer"), ("broadcast", 4, "object"),
-        ("broadcast", 8, "buffer"), ("broadcast", 8, "object"),
-        ("gather", 4, "buffer"), ("gather", 4, "object"),
-        ("gather", 8, "buffer"), ("gather", 8, "object"),
+def _keys(points):
+    return [(p.name, p.nbytes, p.backend, p.form) for p in points]
+
+
+def test_points_order_collective_then_size_then_backend_then_form():
+    assert _keys(plan().points()) == [
+        ("broadcast", 4, "mpi", "buffer"), ("broadcast", 4, "mpi", "object"),
+        ("broadcast", 8, "mpi", "buffer"), ("broadcast", 8, "mpi", "object"),
+        ("gather", 4, "mpi", "buffer"), ("gather", 4, "mpi", "object"),
+        ("gather", 8, "mpi", "buffer"), ("gather", 8, "mpi", "object"),
     ]
     assert plan(forms=["buffer"], sizes=[]).points() == []
+
+
+def test_backends_alternate_at_each_size():
+    keys = _keys(plan(backends=["mpi", "gloo"], collectives=["allreduce"], forms=["buffer"]).points())
+    assert keys == [("allreduce", 4, "mpi", "buffer"), ("allreduce", 4, "gloo", "buffer"),
+                    ("allreduce", 8, "mpi", "buffer"), ("allreduce", 8, "gloo", "buffer")]
+
+
+def test_barrier_is_measured_once_and_workloads_per_size():
+    assert _keys(plan(collectives=["barrier"], forms=["buffer"]).points()) == [("barrier", 4, "mpi", "buffer")]
+    points = plan(workload="ps-sync", collectives=[], backends=["mpi", "gloo"]).points()
+    assert all(p.kind == "workload" and p.form == "buffer" for p in points)
+    assert _keys(points) == [("ps-sync", 4, "mpi", "buffer"), ("ps-sync", 4, "gloo", "buffer"),
+                             ("ps-sync", 8, "mpi", "buffer"), ("ps-sync", 8, "gloo", "buffer")]
+
+
+def test_point_label_names_backend_only_when_asked():
+    spec = PointSpec("collective", "allreduce", 1 << 20, "buffer", "gloo")
+    assert spec.label(False) == "allreduce (buffer, 1MiB)"
+    assert spec.label(True) == "allreduce (gloo, buffer, 1MiB)"
 
 
 def test_as_config_is_a_plain_copy():

@@ -36,7 +36,7 @@ def test_unknown_backend_names_the_choices():
 
 def test_check_missing_module_gives_the_install_hint():
     registry.register(BackendSpec("fake", "ddlcomm_fake:Comm", ("numpy", MISSING),
-                                  "pip install fake-comm", "mpirun"))
+                                  "pip install fake-comm", ("mpirun",)))
     with pytest.raises(BackendUnavailable) as err:
         registry.check("fake")
     assert "fake" in str(err.value) and repr(MISSING) in str(err.value)
@@ -46,7 +46,7 @@ def test_check_missing_module_gives_the_install_hint():
 
 
 def test_check_passes_when_modules_are_present():
-    spec = BackendSpec("fake", "ddlcomm_fake:Comm", ("numpy",), "pip install fake-comm", "mpirun")
+    spec = BackendSpec("fake", "ddlcomm_fake:Comm", ("numpy",), "pip install fake-comm", ("mpirun",))
     registry.register(spec)
     assert registry.check("fake") is spec
 
@@ -62,7 +62,7 @@ def test_missing_plugin_module(monkeypatch):
 def test_plugin_registers_a_backend(monkeypatch, tmp_path):
     (tmp_path / "ddlcomm_test_plugin.py").write_text(
         "from ddlcomm.comm.registry import BackendSpec, register\n"
-        "register(BackendSpec('plug', 'ddlcomm_test_plugin:Comm', (), 'n/a', 'mpirun'))\n")
+        "register(BackendSpec('plug', 'ddlcomm_test_plugin:Comm', (), 'n/a', ('mpirun',)))\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("DDLCOMM_PLUGINS", "ddlcomm_test_plugin")
     try:

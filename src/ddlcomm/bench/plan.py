@@ -11,16 +11,36 @@ from ..units import format_size
 FORMS = ("buffer", "object")
 
 
+@dataclass(frozen=True)
+class PointSpec:
+    """One thing to measure: a collective or a workload, at one size, on one backend."""
+
+    kind: str        # "collective" | "workload"
+    name: str        # the collective's or the workload's name
+    nbytes: int      # message bytes (for a model: the total of its gradients)
+    form: str
+    backend: str
+
+    def label(self, with_backend: bool) -> str:
+        where = f"{self.backend}, " if with_backend else ""
+        return f"{self.name} ({where}{self.form}, {format_size(self.nbytes)})"
+
+
 @dataclass
 class BenchPlan:
     """The resolved options of one ``ddlcomm bench`` run."""
 
-    backend: str
+    backends: list[str]
     collectives: list[str]
     sizes: list[int]
     dtype: str
     op: str
     forms: list[str]
+    workload: Optional[str] = None
+    model: Optional[str] = None
+    fusion: Optional[int] = None
+    steps: Optional[int] = None
+    path: str = "host"
     in_place: bool = False
     check: bool = True
     ranks: Optional[int] = None
@@ -31,13 +51,18 @@ class BenchPlan:
     root: int = 0
     extra: dict = field(default_factory=dict)
 
-    def points(self) -> list[tuple[str, int, str]]:
-        """(collective, bytes, form) in the order they are measured.
+    def points(self) -> list[PointSpec]:
+        """What is measured, in order: per collective, per size, every backend in turn.
 
+        Backends alternate at each size, so drift of the machine hits them alike.
         A barrier moves no data, so it is measured once, not once per size.
         """
-        return [(c, s, f) for c in self.collectives
-                for s in (self.sizes[:1] if c == "barrier" else self.sizes) for f in self.forms]
+        if self.workload is not None:
+            return [PointSpec("workload", self.workload, s, "buffer", b)
+                    for s in self.sizes for b in self.backends]
+        return [PointSpec("collective", c, s, f, b) for c in self.collectives
+                for s in (self.sizes[:1] if c == "barrier" else self.sizes)
+                for b in self.backends for f in self.forms]
 
     def as_config(self) -> dict:
         """A JSON-able record of the plan for the run row."""

@@ -16,11 +16,11 @@ from typing import Optional, Sequence
 
 from ..comm import registry
 from ..errors import DdlcommError
-from ..launch import mpirun
+from ..launch import mpirun, spawn
 from ..launch.env import LaunchInfo
 from ..results import Store, sysinfo
 from .plan import BenchPlan
-from .runner import PROGRESS_ENV, fail_message, point_label, preflight, run_sweep
+from .runner import PROGRESS_ENV, check_plan, fail_message, preflight, run_sweep
 from .watchdog import Watchdog
 
 RUN_ID_ENV = "DDLCOMM_RUN_ID"
@@ -36,25 +36,33 @@ def _run_info(argv: Sequence[str], plan: BenchPlan) -> dict:
 
 
 # ---------------------------------------------------------------- owner side
+def _program(argv: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "ddlcomm", *argv]
+
+
 def _start_with_mpirun(plan: BenchPlan, argv: Sequence[str], env: dict) -> int:
     launcher = mpirun.find()
-    cmd = launcher.command(plan.ranks or 2, [sys.executable, "-m", "ddlcomm", *argv])
+    cmd = launcher.command(plan.ranks or 2, _program(argv))
     return mpirun.run(cmd, launcher.environment(env))
 
 
-#: How to start ranks, by the launcher kind a backend names (see comm.registry).
-STARTERS = {"mpirun": _start_with_mpirun}
+def _start_with_spawn(plan: BenchPlan, argv: Sequence[str], env: dict) -> int:
+    return spawn.run(plan.ranks or 2, _program(argv), env)
+
+
+#: How to start ranks, by the launcher kinds backends name (see comm.registry).
+STARTERS = {"mpirun": _start_with_mpirun, "spawn": _start_with_spawn}
 
 
 def launch(plan: BenchPlan, argv: Sequence[str], db_path: Path,
            report_dir: Optional[Path]) -> int:
     """Own a run: create it, start the ranks, wait, finish. Returns the exit code."""
-    spec = registry.check(plan.backend)
+    launcher = registry.common_launcher(plan.backends)
     with Store(db_path) as store:
         run_id = store.create_run(_run_info(argv, plan))
     env = dict(os.environ, **{RUN_ID_ENV: str(run_id), "DDLCOMM_DB": str(db_path),
                               PROGRESS_ENV: "tty" if sys.stderr.isatty() else "plain"})
-    rc = STARTERS[spec.launcher](plan, argv, env)
+    rc = STARTERS[launcher](plan, argv, env)
     return finish(db_path, run_id, rc, report_dir, plan)
 
 
@@ -71,9 +79,8 @@ def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path],
         else:
             why = "interrupted" if rc == 130 else f"ranks ended with exit code {rc}"
             # Points run in plan order, so the first one not stored is where it ended.
-            if plan is not None and len(points) < len(plan.points()):
-                collective, nbytes, form = plan.points()[len(points)]
-                why += f" during {point_label(collective, form, nbytes)}"
+            if plan is not None:
+                why += _where_it_ended(plan, points)
             print(f"ddlcomm: error: {why}", file=sys.stderr, flush=True)
             store.mark_failed_if_running(run_id, why)
         run = store.run(run_id)
@@ -91,11 +98,23 @@ def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path],
     return EXIT_CHECK_FAILED if failed else 0
 
 
+def _where_it_ended(plan: BenchPlan, points: list) -> str:
+    """Points run in plan order, so the first one not stored is where the ranks ended."""
+    done = {(p["collective"], p["backend"], p["form"], p["bytes"]) for p in points}
+    for spec in plan.points():
+        if (spec.name, spec.backend, spec.form, spec.nbytes) not in done:
+            return f" during {spec.label(len(plan.backends) > 1)}"
+    return ""
+
+
 # ---------------------------------------------------------------- rank side
 def rank_main(plan: BenchPlan, argv: Sequence[str], info: LaunchInfo, db_path: Path,
               report_dir: Optional[Path]) -> int:
     """Run inside a launcher: measure, store (rank 0), and finish if we own the run."""
-    comm = registry.create(plan.backend, local_rank=info.local_rank)
+    # MPI first: a gloo backend started under mpirun rendezvouses through it.
+    order = sorted(plan.backends, key=lambda b: b != "mpi")
+    comms = {name: registry.create(name, local_rank=info.local_rank) for name in order}
+    comm = comms[order[0]]
     state: dict = {"run_id": int(os.environ[RUN_ID_ENV]) if RUN_ID_ENV in os.environ else None}
 
     def record_failure(message: str) -> None:
@@ -115,7 +134,8 @@ def rank_main(plan: BenchPlan, argv: Sequence[str], info: LaunchInfo, db_path: P
     watchdog = Watchdog(plan.timeout_s, on_timeout)
     owner = state["run_id"] is None
     try:
-        preflight(comm, plan, watchdog)
+        preflight(comms, plan, watchdog)
+        check_plan(comms, plan)
         store = None
         if comm.rank == 0:
             store = Store(db_path)
@@ -125,7 +145,7 @@ def rank_main(plan: BenchPlan, argv: Sequence[str], info: LaunchInfo, db_path: P
                              mpi_version=comm.library_version)
         if owner:
             state["run_id"] = comm.broadcast_object(state["run_id"], 0)
-        failed = run_sweep(comm, plan, watchdog, store, state["run_id"])
+        failed = run_sweep(comms, plan, watchdog, store, state["run_id"])
         if store is not None:
             store.close()
         comm.barrier()
@@ -136,7 +156,8 @@ def rank_main(plan: BenchPlan, argv: Sequence[str], info: LaunchInfo, db_path: P
         if comm.size > 1:
             comm.abort(EXIT_RANK_FAILED)
         return EXIT_RANK_FAILED if not isinstance(exc, DdlcommError) else 2
-    comm.close()
+    for c in comms.values():
+        c.close()
     if owner and comm.rank == 0:
         return finish(db_path, state["run_id"], 0, report_dir)
     return EXIT_CHECK_FAILED if failed else 0

@@ -22,6 +22,8 @@ from ..errors import BackendUnavailable
 from .base import Communicator
 
 THREAD_LEVEL = "funneled"
+#: How long recv_any polls without sleeping before it starts to sleep between polls.
+SPIN_S = 1e-4
 
 
 def _import_mpi():
@@ -154,15 +156,18 @@ class MPICommunicator(Communicator):
     def _recv(self, buf, source, tag):
         self._comm.Recv([buf, self._types[buf.dtype]], source, tag)
 
-    def _recv_any(self, buf, source_tag):
-        # MPI's blocking receive spins a core in most MPIs: poll a non-blocking one
-        # with a growing sleep (1 µs .. 1 ms) so an idle server leaves the core free.
+    def _recv_any(self, buf, tag):
+        # MPI's blocking receive spins a core in most MPIs. Poll a non-blocking
+        # one instead: spin for SPIN_S (a busy server answers at once), then
+        # sleep between polls, 50 µs growing to 1 ms, so an idle one leaves the core free.
         status = self._MPI.Status()
-        req = self._comm.Irecv([buf, self._types[buf.dtype]], self._MPI.ANY_SOURCE, source_tag)
-        delay = 1e-6
+        req = self._comm.Irecv([buf, self._types[buf.dtype]], self._MPI.ANY_SOURCE, tag)
+        spin_until = time.perf_counter() + SPIN_S
+        delay = 5e-5
         while not req.Test(status):
-            time.sleep(delay)
-            delay = min(2 * delay, 1e-3)
+            if time.perf_counter() > spin_until:
+                time.sleep(delay)
+                delay = min(2 * delay, 1e-3)
         return status.Get_source()
 
     def _broadcast(self, buf, root):

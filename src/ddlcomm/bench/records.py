@@ -1,0 +1,53 @@
+"""Building the stored record of one measured point (the fields README documents)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from . import stats
+
+
+def timing_loop(comm, run, iterations: int, barrier: bool = True) -> np.ndarray:
+    """Per-call times (s) of ``run``; with ``barrier``, every call starts together."""
+    import time
+    times = np.empty(iterations, np.float64)
+    sync = comm.barrier if barrier else (lambda: None)
+    clock = time.perf_counter
+    for i in range(iterations):
+        sync()
+        t0 = clock()
+        run()
+        times[i] = clock() - t0
+    return times
+
+
+def agree_max(comm, value: float) -> float:
+    """The maximum of ``value`` over ranks (every rank gets it)."""
+    buf = np.array([value], np.float64)
+    comm.allreduce(buf, buf, op="max")
+    return float(buf[0])
+
+
+def agree_all(comm, ok: bool) -> bool:
+    """True on every rank when ``ok`` is true on every rank."""
+    flag = np.array([1 if ok else 0], np.int32)
+    comm.allreduce(flag, flag, op="min")
+    return bool(flag[0])
+
+
+def make_record(comm, *, collective: str, form: str, dtype: str, op: Optional[str],
+                nbytes: int, count: int, root: int, in_place: bool, iterations: int,
+                warmup: int, times: np.ndarray, algbw_bytes: int, busbw_factor: float,
+                check: str, algorithm: str = "library", extra: Optional[dict] = None) -> dict:
+    """The record of one point from its (ranks x iterations) matrix of times in seconds."""
+    summary = stats.summarize(times)
+    algbw, busbw = stats.bandwidth(algbw_bytes, summary["t_avg_us"], busbw_factor)
+    return {
+        "backend": comm.name, "library": comm.library, "library_version": comm.library_version,
+        "collective": collective, "form": form, "algorithm": algorithm,
+        "dtype": dtype, "op": op, "bytes": nbytes, "count": count, "ranks": comm.size,
+        "root": root, "in_place": in_place, "iterations": iterations, "warmup": warmup,
+        **summary, "algbw_GBps": algbw, "busbw_GBps": busbw,
+        "check": check, "error": None, "extra": extra or {},
+    }

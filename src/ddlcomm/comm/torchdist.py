@@ -1,0 +1,291 @@
+"""Backend ``gloo``: collectives through ``torch.distributed`` with the Gloo backend (CPU).
+
+Buffers stay NumPy arrays at the interface; each call wraps them with
+``torch.from_numpy`` (a view, no copy) and hands the tensor to
+``torch.distributed``.  Every ddlcomm dtype is native to Gloo, float16
+included (Gloo reduces half floats itself), and so is every op but ``avg``,
+which is ``sum`` followed by the base class's division.
+
+Costs that belong to this backend, not to ddlcomm (checked on torch 2.13):
+
+* ``torch.distributed``'s reductions and broadcast work in place, so an
+  out-of-place ``allreduce`` or ``reduce`` first copies ``sendbuf`` into
+  ``recvbuf``, and a non-root's ``reduce`` copies ``sendbuf`` into a scratch
+  buffer, because Gloo writes partial results into the non-roots' tensors.
+* Gloo's ``reduce_scatter`` is an allreduce of the whole buffer of which each
+  rank keeps its block (``ProcessGroupGloo``, torch >= 2.3): it moves about
+  twice the bytes of a real reduce-scatter.
+* ``gather`` lands in a flat buffer inside Gloo and is copied into the
+  per-rank views of ``recvbuf``; ``allgather`` and ``alltoall`` write into
+  ``recvbuf`` directly.
+
+Ranks meet in :func:`init_process_group`: through ``MASTER_ADDR`` and
+``MASTER_PORT`` (torchrun, ``ddlcomm bench --ranks N``) or, under mpirun,
+through a TCP store whose address travels by MPI.
+"""
+from __future__ import annotations
+
+import datetime
+import functools
+import os
+import socket
+import sys
+import warnings
+from typing import Optional
+
+import numpy as np
+
+from ..dtypes import DType
+from ..errors import BackendUnavailable
+from ..launch.env import LaunchInfo, detect
+from .base import Communicator
+
+#: Seconds a rank waits for the others at start-up and in any one collective.
+DEFAULT_TIMEOUT_S = 300.0
+#: Launchers whose ranks can meet through MPI when MASTER_ADDR/MASTER_PORT are unset.
+MPI_LAUNCHERS = ("openmpi", "hydra", "pmix")
+
+# Set by _import_torch, so that importing this module needs no torch.
+torch = None
+dist = None
+_OPS: dict = {}                 # np.ufunc -> torch.distributed.ReduceOp
+_all_gather_flat = None         # (output, input): gather into one flat tensor
+_reduce_scatter_flat = None     # (output, input, op=): reduce-scatter from one flat tensor
+
+
+def _import_torch():
+    """Import torch and torch.distributed once, or raise BackendUnavailable with the fix."""
+    global torch, dist, _all_gather_flat, _reduce_scatter_flat
+    if dist is None:
+        try:
+            import torch as _torch
+            import torch.distributed as _dist
+        except ImportError:
+            raise BackendUnavailable("backend gloo needs PyTorch",
+                                     "pip install 'ddlcomm[torch]' (torch==2.13.0 here)") from None
+        if not _dist.is_available() or not _dist.is_gloo_available():
+            raise BackendUnavailable(f"backend gloo: this PyTorch ({_torch.__version__}) "
+                                     "was built without torch.distributed or Gloo",
+                                     "pip install 'ddlcomm[torch]' (torch==2.13.0 here)")
+        _OPS.update({np.add: _dist.ReduceOp.SUM, np.multiply: _dist.ReduceOp.PRODUCT,
+                     np.minimum: _dist.ReduceOp.MIN, np.maximum: _dist.ReduceOp.MAX})
+        # torch 2.13 renamed the flat forms *_single; older torch has *_tensor only.
+        _all_gather_flat = (getattr(_dist, "all_gather_single", None)
+                            or _dist.all_gather_into_tensor)
+        _reduce_scatter_flat = (getattr(_dist, "reduce_scatter_single", None)
+                                or _dist.reduce_scatter_tensor)
+        torch, dist = _torch, _dist
+    return torch, dist
+
+
+def _tensor(array: np.ndarray):
+    """A flat tensor viewing ``array``'s memory (no copy)."""
+    if array.ndim != 1:
+        array = array.reshape(-1)
+    if array.flags.writeable:
+        return torch.from_numpy(array)
+    # Read-only arrays (pickled objects' bytes) are only ever sent: silence
+    # torch's warning that it cannot mark the tensor read-only.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(array)
+
+
+# ------------------------------------------------------------------ rendezvous
+def init_process_group(info: LaunchInfo, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
+    """Join this rank to the default Gloo process group; return how the ranks met.
+
+    (a) ``MASTER_ADDR`` and ``MASTER_PORT`` set (torchrun, ddlcomm's own
+    spawner): ``env://`` with rank and size from ``info``.  (b) Started by an
+    MPI launcher with mpi4py importable: rank 0 opens a TCP store on a port
+    the OS picks (127.0.0.1 when every rank is on its host, else its host's
+    address) and sends ``tcp://ADDR:PORT`` to the others by MPI broadcast.
+    (c) Otherwise :class:`BackendUnavailable`.
+    """
+    _import_torch()
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
+        dist.init_process_group("gloo", init_method="env://", rank=info.rank,
+                                world_size=info.size, timeout=timeout)
+        return f"env://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    if info.launcher in MPI_LAUNCHERS and _has_mpi4py():
+        store, url = _store_through_mpi(info, timeout)
+        dist.init_process_group("gloo", store=store, rank=info.rank, world_size=info.size,
+                                timeout=timeout)
+        return url
+    raise BackendUnavailable(
+        f"backend gloo cannot find its peers (started by {info.launcher}, "
+        "no MASTER_ADDR/MASTER_PORT)",
+        "set MASTER_ADDR and MASTER_PORT, or start the ranks under torchrun or mpirun "
+        "(with mpi4py installed)")
+
+
+def _has_mpi4py() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("mpi4py") is not None
+
+
+def _store_through_mpi(info: LaunchInfo, timeout: datetime.timedelta):
+    """Rank 0 opens a TCPStore on a free port; its address reaches the others by MPI."""
+    from .mpi import _import_mpi
+    comm = _import_mpi().COMM_WORLD
+    hosts = comm.allgather(socket.gethostname())
+    store, url = None, None
+    if comm.Get_rank() == 0:
+        try:
+            addr = "127.0.0.1" if len(set(hosts)) == 1 else _host_address()
+            # Port 0: the OS picks a free one while the store holds it (no race).
+            store = dist.TCPStore(addr, 0, info.size, True, timeout=timeout,
+                                  wait_for_workers=False)
+            url = f"tcp://{addr}:{store.port}"
+        except Exception as exc:  # noqa: BLE001 - every rank must hear of it, not hang
+            url = f"error: {type(exc).__name__}: {exc}"
+    url = comm.bcast(url, root=0)
+    if url.startswith("error: "):
+        raise BackendUnavailable(f"backend gloo: rank 0 could not open its rendezvous store "
+                                 f"({url[7:]})",
+                                 "set MASTER_ADDR (an address of rank 0's host the others "
+                                 "can reach) and MASTER_PORT")
+    if store is None:
+        addr, _, port = url[len("tcp://"):].rpartition(":")
+        store = dist.TCPStore(addr, int(port), info.size, False, timeout=timeout)
+    return store, url
+
+
+def _host_address() -> str:
+    """An address of this host that other hosts can reach (not loopback)."""
+    name = socket.gethostname()
+    for *_, sockaddr in socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM):
+        if not sockaddr[0].startswith("127."):
+            return sockaddr[0]
+    raise OSError(f"host name {name!r} resolves only to loopback addresses")
+
+
+# ------------------------------------------------------------------ communicator
+class GlooCommunicator(Communicator):
+    """Communicator over torch.distributed's default process group, Gloo backend."""
+
+    name = "gloo"
+    dtypes = ("float16", "float32", "float64", "int32", "int64", "uint8")
+    unsupported: dict[str, str] = {}
+
+    def __init__(self, local_rank: Optional[int] = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        _import_torch()
+        info = detect()
+        if info is None:
+            raise BackendUnavailable(
+                "backend gloo needs a launcher to start its ranks (torchrun, mpirun, srun)",
+                "or let ddlcomm start them: ddlcomm bench --backend gloo --ranks N")
+        #: how the ranks met (a URL), or None when the caller's process group was reused
+        self.rendezvous: Optional[str] = None
+        if not dist.is_initialized():
+            self.rendezvous = init_process_group(info, timeout_s)
+        self.rank = dist.get_rank()
+        self.size = dist.get_world_size()
+        self.local_rank = info.local_rank if local_rank is None else local_rank
+        self._closed = False
+
+    # ------------------------------------------------------------ identity
+    @property
+    def library(self) -> str:
+        return "Gloo"
+
+    @property
+    def library_version(self) -> str:
+        return f"torch {torch.__version__}"
+
+    def describe_dtype(self, dtype: DType) -> str:
+        return "native Gloo type (torch.from_numpy view)"
+
+    def abort(self, code: int = 1) -> None:
+        """Exit this rank at once; the launcher (torchrun, mpirun, ddlcomm) ends the others."""
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+    def close(self) -> None:
+        # A process group the caller set up before us is theirs to destroy.
+        if not self._closed and self.rendezvous is not None and dist.is_initialized():
+            dist.destroy_process_group()
+        self._closed = True
+
+    def _bind(self, collective, sendbuf, recvbuf, op, root):
+        """Tensors, views, op and scratch built once: a bound call is one torch call (+ copy)."""
+        s = _tensor(sendbuf)
+        r = _tensor(recvbuf) if recvbuf is not None else None
+        rop = _OPS[op.ufunc] if op is not None else None
+        partial = functools.partial
+        if collective == "broadcast":
+            return partial(dist.broadcast, s, root)
+        if collective in ("allreduce", "reduce"):
+            fn = partial(dist.all_reduce, op=rop) if collective == "allreduce" \
+                else partial(dist.reduce, dst=root, op=rop)
+            if r is s:
+                return partial(fn, s)
+            target = r if r is not None else s.clone()     # non-root reduce: scratch
+
+            def copy_and_reduce() -> None:
+                target.copy_(s)
+                fn(target)
+            return copy_and_reduce
+        if collective == "gather":
+            views = list(r.view(self.size, s.numel()).unbind(0)) if r is not None else None
+            return partial(dist.gather, s, views, dst=root)
+        if collective == "allgather":
+            return partial(_all_gather_flat, r, s)
+        if collective == "alltoall":
+            return partial(dist.all_to_all_single, r, s)
+        if collective == "reduce_scatter":
+            return partial(_reduce_scatter_flat, r, s, op=rop)
+        return super()._bind(collective, sendbuf, recvbuf, op, root)
+
+    # ------------------------------------------------------------ primitives
+    def _barrier(self) -> None:
+        dist.barrier()
+
+    def _send(self, buf, dest, tag):
+        dist.send(_tensor(buf), dest, tag=tag)
+
+    def _recv(self, buf, source, tag):
+        dist.recv(_tensor(buf), source, tag=tag)
+
+    def _recv_any(self, buf, tag):
+        # Gloo's any-source receive sleeps on a condition variable: no core spins.
+        return dist.recv(_tensor(buf), None, tag=tag)
+
+    def _broadcast(self, buf, root):
+        dist.broadcast(_tensor(buf), root)
+
+    def _gather(self, sendbuf, recvbuf, root):
+        views = None
+        if recvbuf is not None:
+            views = list(_tensor(recvbuf).view(self.size, sendbuf.size).unbind(0))
+        dist.gather(_tensor(sendbuf), views, dst=root)
+
+    def _allgather(self, sendbuf, recvbuf):
+        _all_gather_flat(_tensor(recvbuf), _tensor(sendbuf))
+
+    def _reduce(self, sendbuf, recvbuf, op, root):
+        if recvbuf is None:
+            buf = sendbuf.copy()              # Gloo writes partial sums into non-roots' tensors
+        else:
+            buf = recvbuf
+            if recvbuf is not sendbuf:
+                np.copyto(recvbuf, sendbuf)   # torch.distributed reduces in place
+        dist.reduce(_tensor(buf), dst=root, op=_OPS[op.ufunc])
+
+    def _allreduce(self, sendbuf, recvbuf, op):
+        if recvbuf is not sendbuf:
+            np.copyto(recvbuf, sendbuf)       # torch.distributed reduces in place
+        dist.all_reduce(_tensor(recvbuf), op=_OPS[op.ufunc])
+
+    def _reduce_scatter(self, sendbuf, recvbuf, op):
+        _reduce_scatter_flat(_tensor(recvbuf), _tensor(sendbuf), op=_OPS[op.ufunc])
+
+    def _alltoall(self, sendbuf, recvbuf):
+        dist.all_to_all_single(_tensor(recvbuf), _tensor(sendbuf))
+

@@ -1,0 +1,82 @@
+"""Starting ranks without MPI: N local processes with torchrun's environment.
+
+Each process gets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``,
+``MASTER_PORT`` and ``TORCHELASTIC_RUN_ID``, as torchrun would give it, so
+backends that rendezvous through ``env://`` (gloo) start as under torchrun.
+Their output streams through.  When one rank exits non-zero the others are
+ended (as torchrun and mpirun do), so a failed rank never leaves the rest
+waiting forever.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from typing import Mapping, Sequence
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def rank_env(base: Mapping[str, str], rank: int, size: int, port: int,
+             run_id: str = "ddlcomm") -> dict[str, str]:
+    """The environment of rank ``rank`` of ``size`` (pure)."""
+    env = dict(base)
+    env.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank),
+               LOCAL_WORLD_SIZE=str(size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               TORCHELASTIC_RUN_ID=run_id)
+    return env
+
+
+def run(nranks: int, program: Sequence[str], env: Mapping[str, str],
+        grace_s: float = 10.0, poll_s: float = 0.05) -> int:
+    """Start ``nranks`` copies of ``program``; return the first non-zero exit code, else 0.
+
+    Ctrl-C is passed on; ranks that outlive a failed one by ``grace_s`` seconds
+    are killed.  Returns 130 when interrupted.
+    """
+    port = free_port()
+    procs = [subprocess.Popen(list(program), env=rank_env(env, r, nranks, port),
+                              start_new_session=True) for r in range(nranks)]
+    failed_at, code = None, 0
+    try:
+        while any(p.poll() is None for p in procs):
+            bad = [p.returncode for p in procs if p.returncode not in (None, 0)]
+            if bad and failed_at is None:
+                code, failed_at = bad[0], time.monotonic()
+                _signal_all(procs, signal.SIGTERM)
+            if failed_at is not None and time.monotonic() - failed_at > grace_s:
+                _signal_all(procs, signal.SIGKILL)
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        _signal_all(procs, signal.SIGINT)
+        _wait_or_kill(procs, grace_s)
+        return 130
+    if code == 0:
+        code = next((p.returncode for p in procs if p.returncode != 0), 0)
+    return code
+
+
+def _signal_all(procs, sig) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def _wait_or_kill(procs, grace_s: float) -> None:
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_all([p], signal.SIGKILL)
+            p.wait()

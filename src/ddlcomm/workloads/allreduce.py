@@ -1,0 +1,71 @@
+"""Workload ``allreduce``: every worker averages its gradients with all others.
+
+One step: all-reduce (average, in place) of every gradient message, in
+back-propagation order, then each worker applies the averaged gradient to its
+parameters (``params -= grad``).  Phases: allreduce, apply, step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..collectives import COLLECTIVES, fill
+from ..bench.records import agree_all
+from . import base
+from .paths import get_path
+
+PHASES = ("allreduce", "apply", "step")
+
+
+@dataclass(frozen=True)
+class AllreduceWorkload:
+    name: str = "allreduce"
+    min_ranks: int = 1
+
+    def measure(self, comm, plan, spec) -> list[dict]:
+        dtype, counts = base.counts(plan, spec.nbytes)
+        alloc = get_path(plan.path).alloc
+        grads = [alloc(n, dtype.numpy) for n in counts]
+        params = [alloc(n, dtype.numpy) for n in counts]
+        calls = [comm.bind("allreduce", g, g, op="avg") for g in grads]
+        clock = base.clock
+
+        def step():
+            t0 = clock()
+            for call in calls:
+                call()
+            t1 = clock()
+            for p, g in zip(params, grads):
+                np.subtract(p, g, out=p)
+            t2 = clock()
+            return t1 - t0, t2 - t1, t2 - t0
+
+        check = "skipped"
+        if plan.check:
+            for g, p, n in zip(grads, params, counts):
+                g[:] = fill(dtype, n, comm.rank, None)
+                p[:] = 0
+            comm.barrier()
+            step()
+            ok = True
+            for g, p, n in zip(grads, params, counts):
+                mean = np.mean([fill(dtype, n, r, None).astype(np.float64) for r in range(comm.size)],
+                               axis=0) if n else np.zeros(0)
+                ok = ok and base.close(g, mean) and base.close(p, -mean)
+            check = "passed" if agree_all(comm, ok) else "failed"
+
+        times, iterations, warmup = base.calibrated_phases(comm, plan, step, len(PHASES))
+        gathered = comm.gather(times.reshape(-1), root=0)
+        if comm.rank != 0:
+            return []
+        table = gathered.reshape(comm.size, iterations, len(PHASES))
+        factor = COLLECTIVES["allreduce"].busbw_factor(comm.size)
+        return [base.phase_record(comm, plan, spec, phase, table[:, :, k], op="avg",
+                                  iterations=iterations, warmup=warmup, check=check,
+                                  nmessages=len(counts), algbw_bytes=spec.nbytes,
+                                  busbw_factor=factor if phase == "allreduce" else 1.0)
+                for k, phase in enumerate(PHASES)]
+
+
+ALLREDUCE = AllreduceWorkload()

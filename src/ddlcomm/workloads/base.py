@@ -1,0 +1,96 @@
+"""What every workload shares: its messages, its timed loop, its records.
+
+A workload's size is a list of messages: one of ``--sizes`` bytes, or a
+model's gradients (per layer, or fused into ``--fusion`` buckets) in the order
+back-propagation produces them.  Sync workloads time whole steps under the
+collectives' protocol (barrier before each step) with a time per phase.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from ..bench import stats
+from ..bench.records import agree_max, make_record
+from ..dtypes import DType, get_dtype
+from ..errors import UsageError
+from . import models
+
+
+def message_bytes(plan, nbytes: int) -> list[int]:
+    """The messages of one step: the model's gradients, or one message of ``nbytes``."""
+    if plan.model is None:
+        return [nbytes]
+    itemsize = get_dtype(plan.dtype).itemsize
+    if plan.fusion:
+        return models.fuse([b for _, b in models.gradient_sizes(plan.model, itemsize)], plan.fusion)
+    return [b for _, b in models.per_layer(plan.model, itemsize)]
+
+
+def model_bytes(model: str, dtype: str) -> int:
+    """Total gradient bytes of ``model`` in ``dtype``."""
+    return models.total_parameters(model) * get_dtype(dtype).itemsize
+
+
+def check_request(plan) -> None:
+    """Workloads aggregate gradients: a float dtype, host data, enough ranks."""
+    if not get_dtype(plan.dtype).is_float:
+        raise UsageError(f"workloads aggregate gradients: --dtype {plan.dtype} is not a float type",
+                         "use float32 (or float16, float64)")
+
+
+def counts(plan, nbytes: int) -> tuple[DType, list[int]]:
+    dtype = get_dtype(plan.dtype)
+    return dtype, [b // dtype.itemsize for b in message_bytes(plan, nbytes)]
+
+
+def close(result: np.ndarray, expected: np.ndarray) -> bool:
+    """``result`` equals ``expected`` (float64) up to a few roundings of its dtype."""
+    eps = float(np.finfo(result.dtype).eps)
+    scale = float(np.max(np.abs(expected))) if expected.size else 0.0
+    return bool(np.allclose(result.astype(np.float64), expected, rtol=8 * eps, atol=8 * eps * scale))
+
+
+def phase_loop(comm, step: Callable[[], Sequence[float]], iterations: int, nphases: int) -> np.ndarray:
+    """(iterations x nphases) phase durations, a barrier before every step."""
+    out = np.empty((iterations, nphases), np.float64)
+    for i in range(iterations):
+        comm.barrier()
+        out[i] = step()
+    return out
+
+
+def calibrated_phases(comm, plan, step, nphases: int, probe: int = 2):
+    """Probe, choose iterations (``--steps``/``--iters``/budget) and warm-up, then time."""
+    t_probe = phase_loop(comm, step, probe, nphases)[:, -1]
+    t_step = agree_max(comm, float(np.median(t_probe)))
+    iterations = plan.steps or plan.iters or stats.choose_iterations(t_step, plan.budget_s)
+    warmup = plan.warmup if plan.warmup is not None else stats.choose_warmup(iterations)
+    phase_loop(comm, step, max(0, warmup - probe), nphases)
+    return phase_loop(comm, step, iterations, nphases), iterations, max(warmup, probe)
+
+
+def extra_fields(plan, workload: str, phase: str, nmessages: int, **more) -> dict:
+    extra = {"workload": workload, "phase": phase, "path": plan.path, "messages": nmessages}
+    if plan.model is not None:
+        extra.update(model=plan.model, fusion=plan.fusion or 0)
+    extra.update(more)
+    return extra
+
+
+def phase_record(comm, plan, spec, phase: str, times: np.ndarray, *, op: Optional[str],
+                 iterations: int, warmup: int, check: str, nmessages: int,
+                 algbw_bytes: int, busbw_factor: float, **more) -> dict:
+    """The stored record of one phase of a workload (times: ranks x iterations, seconds)."""
+    dtype = get_dtype(plan.dtype)
+    return make_record(
+        comm, collective=spec.name, form="buffer", dtype=dtype.name, op=op,
+        nbytes=spec.nbytes, count=spec.nbytes // dtype.itemsize, root=0, in_place=True,
+        iterations=iterations, warmup=warmup, times=times, algbw_bytes=algbw_bytes,
+        busbw_factor=busbw_factor, check=check,
+        extra=extra_fields(plan, spec.name, phase, nmessages, **more))
+
+
+clock = time.perf_counter

@@ -1,0 +1,201 @@
+"""Parameter-server workloads: rank 0 is the server, ranks 1..p-1 the workers.
+
+``ps-sync`` — one step: the server broadcasts every parameter message; every
+message of gradients is gathered to the server; the server applies the
+workers' average (``params -= mean(grads)``).  Phases: broadcast, gather,
+apply (the server's time), step.
+
+``ps-async`` — each worker, on its own schedule, pushes its gradients with the
+version of the parameters they came from and pulls the parameters back; the
+server applies each push as it arrives (``params -= grad``) and answers with
+the new parameters.  Point-to-point only; the server waits with ``recv_any``,
+which does not spin a core while idle.  Reports each worker's step time, the
+server's apply time and pushes/s, and staleness (how many updates the
+parameters a push came from were behind).  The check is exact: the server's
+final parameters must equal minus the sum of every push, which holds only if
+every push was applied exactly once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..collectives import COLLECTIVES, fill
+from ..bench.records import agree_all
+from ..errors import UsageError
+from . import base
+from .paths import get_path
+
+SYNC_PHASES = ("broadcast", "gather", "apply", "step")
+PUSH, PULL = 11, 12
+DEFAULT_ASYNC_STEPS = 100
+
+
+def _need_workers(name: str, comm) -> None:
+    if comm.size < 2:
+        raise UsageError(f"{name} needs a server and at least one worker", "use --ranks 2 or more")
+
+
+@dataclass(frozen=True)
+class PSSync:
+    name: str = "ps-sync"
+    min_ranks: int = 2
+
+    def measure(self, comm, plan, spec) -> list[dict]:
+        _need_workers(self.name, comm)
+        dtype, counts = base.counts(plan, spec.nbytes)
+        alloc = get_path(plan.path).alloc
+        p, server = comm.size, comm.rank == 0
+        params = [alloc(n, dtype.numpy) for n in counts]
+        grads = [alloc(n, dtype.numpy) for n in counts]
+        tables = [alloc(n * p, dtype.numpy) if server else None for n in counts]
+        sums = [alloc(n, dtype.numpy) if server else None for n in counts]
+        bcasts = [comm.bind("broadcast", x, root=0) for x in params]
+        gathers = [comm.bind("gather", g, t, root=0) for g, t in zip(grads, tables)]
+        scale = dtype.numpy.type(1.0 / (p - 1))
+        clock = base.clock
+
+        def apply():
+            for x, t, acc, n in zip(params, tables, sums, counts):
+                np.sum(t.reshape(p, n)[1:], axis=0, out=acc)
+                np.multiply(acc, scale, out=acc)
+                np.subtract(x, acc, out=x)
+
+        def step():
+            t0 = clock()
+            for call in bcasts:
+                call()
+            t1 = clock()
+            for call in gathers:
+                call()
+            t2 = clock()
+            if server:
+                apply()
+            t3 = clock()
+            return t1 - t0, t2 - t1, t3 - t2, t3 - t0
+
+        check = "skipped"
+        if plan.check:
+            for x, g, n in zip(params, grads, counts):
+                x[:] = fill(dtype, n, 0, None) if server else 0
+                g[:] = fill(dtype, n, comm.rank, None)
+            comm.barrier()
+            step()
+            ok = True
+            for x, n in zip(params, counts):
+                start = fill(dtype, n, 0, None).astype(np.float64)
+                if server:
+                    mean = np.mean([fill(dtype, n, w, None).astype(np.float64) for w in range(1, p)],
+                                   axis=0) if n else np.zeros(0)
+                    ok = ok and base.close(x, start - mean)
+                else:
+                    ok = ok and base.close(x, start)
+            check = "passed" if agree_all(comm, ok) else "failed"
+
+        times, iterations, warmup = base.calibrated_phases(comm, plan, step, len(SYNC_PHASES))
+        gathered = comm.gather(times.reshape(-1), root=0)
+        if not server:
+            return []
+        table = gathered.reshape(p, iterations, len(SYNC_PHASES))
+        records = []
+        for k, phase in enumerate(SYNC_PHASES):
+            rows = table[:1, :, k] if phase == "apply" else table[:, :, k]
+            coll = COLLECTIVES.get(phase)
+            records.append(base.phase_record(
+                comm, plan, spec, phase, rows, op=None,
+                iterations=iterations, warmup=warmup, check=check, nmessages=len(counts),
+                algbw_bytes=coll.algbw_bytes(spec.nbytes, p) if coll else spec.nbytes,
+                busbw_factor=coll.busbw_factor(p) if coll else 1.0))
+        return records
+
+
+@dataclass(frozen=True)
+class PSAsync:
+    name: str = "ps-async"
+    min_ranks: int = 2
+
+    def measure(self, comm, plan, spec) -> list[dict]:
+        _need_workers(self.name, comm)
+        dtype, counts = base.counts(plan, spec.nbytes)
+        alloc = get_path(plan.path).alloc
+        p, steps = comm.size, plan.steps or plan.iters or DEFAULT_ASYNC_STEPS
+        # Two gradient patterns of 0s and 1s: sums stay exact (float16 up to 2048 pushes).
+        patterns = [[(np.arange(n) + k) % 2 for n in counts] for k in (0, 1)]
+        patterns = [[a.astype(dtype.numpy) for a in pat] for pat in patterns]
+        params = [alloc(n, dtype.numpy) for n in counts]
+        header = np.zeros(1, np.int64)
+        comm.barrier()
+        if comm.rank == 0:
+            result = self._serve(comm, params, counts, dtype, steps * (p - 1), alloc, header)
+        else:
+            result = self._work(comm, params, patterns, steps, header)
+        reports = comm.gather_object(result, root=0)
+        comm.barrier()
+        if comm.rank != 0:
+            return []
+        server = reports[0]
+        n_even = sum(1 for w in range(1, p) for s in range(steps) if (w + s) % 2 == 0)
+        n_odd = steps * (p - 1) - n_even
+        ok = all(base.close(x, -(n_even * pat0.astype(np.float64) + n_odd * pat1.astype(np.float64)))
+                 for x, pat0, pat1 in zip(params, patterns[0], patterns[1]))
+        check = "passed" if ok and server["pushes"] == steps * (p - 1) else "failed"
+        worker_times = np.array([reports[w]["step_s"] for w in range(1, p)])
+        staleness = np.array(server["staleness"])
+        more = {"pushes_per_s": server["pushes"] / server["elapsed_s"],
+                "staleness_mean": float(staleness.mean()), "staleness_max": int(staleness.max()),
+                "steps_per_worker": steps, "workers": p - 1}
+        common = dict(op=None, iterations=steps, warmup=0, check=check, nmessages=len(counts),
+                      busbw_factor=1.0, **more)
+        return [
+            base.phase_record(comm, plan, spec, "step", worker_times,
+                              algbw_bytes=2 * spec.nbytes, **common),
+            base.phase_record(comm, plan, spec, "apply", np.array([server["apply_s"]]),
+                              algbw_bytes=spec.nbytes, **common),
+        ]
+
+    @staticmethod
+    def _serve(comm, params, counts, dtype, total, alloc, header):
+        grads = [alloc(n, dtype.numpy) for n in counts]
+        version, apply_s, staleness = 0, [], []
+        reply = np.zeros(1, np.int64)
+        clock = base.clock
+        start = clock()
+        for _ in range(total):
+            source = comm.recv_any(header, PUSH)
+            for g in grads:
+                comm.recv(g, source, PUSH)
+            t0 = clock()
+            for x, g in zip(params, grads):
+                np.subtract(x, g, out=x)
+            apply_s.append(clock() - t0)
+            staleness.append(version - int(header[0]))
+            version += 1
+            reply[0] = version
+            comm.send(reply, source, PULL)
+            for x in params:
+                comm.send(x, source, PULL)
+        return {"pushes": total, "elapsed_s": clock() - start, "apply_s": apply_s,
+                "staleness": staleness}
+
+    @staticmethod
+    def _work(comm, params, patterns, steps, header):
+        clock = base.clock
+        step_s = []
+        version = 0
+        for s in range(steps):
+            t0 = clock()
+            header[0] = version
+            comm.send(header, 0, PUSH)
+            for g in patterns[(comm.rank + s) % 2]:
+                comm.send(g, 0, PUSH)
+            comm.recv(header, 0, PULL)
+            for x in params:
+                comm.recv(x, 0, PULL)
+            version = int(header[0])
+            step_s.append(clock() - t0)
+        return {"step_s": step_s}
+
+
+PS_SYNC = PSSync()
+PS_ASYNC = PSAsync()

@@ -6,18 +6,21 @@ Buffers stay NumPy arrays at the interface; each call wraps them with
 included (Gloo reduces half floats itself), and so is every op but ``avg``,
 which is ``sum`` followed by the base class's division.
 
-Costs that belong to this backend, not to ddlcomm (checked on torch 2.13):
+Costs that belong to this backend, not to ddlcomm:
 
 * ``torch.distributed``'s reductions and broadcast work in place, so an
   out-of-place ``allreduce`` or ``reduce`` first copies ``sendbuf`` into
   ``recvbuf``, and a non-root's ``reduce`` copies ``sendbuf`` into a scratch
-  buffer, because Gloo writes partial results into the non-roots' tensors.
-* Gloo's ``reduce_scatter`` is an allreduce of the whole buffer of which each
-  rank keeps its block (``ProcessGroupGloo``, torch >= 2.3): it moves about
-  twice the bytes of a real reduce-scatter.
-* ``gather`` lands in a flat buffer inside Gloo and is copied into the
-  per-rank views of ``recvbuf``; ``allgather`` and ``alltoall`` write into
-  ``recvbuf`` directly.
+  buffer, because Gloo writes partial results into the non-roots' tensors
+  (seen on torch 2.13).
+* Inside ``ProcessGroupGloo`` (its source, torch >= 2.3): ``reduce_scatter``
+  clones the input, allreduces all of it and copies out this rank's block,
+  so it moves about twice the bytes of a real reduce-scatter; ``gather`` and
+  ``allgather`` receive into a flat temporary that is then copied into
+  ``recvbuf`` (passed as per-rank views: no copy of ddlcomm's own);
+  ``alltoall`` writes into ``recvbuf`` directly.
+* Each collective is handed to a Gloo worker thread and waited for, which adds
+  latency that MPI's direct calls do not have.
 
 Ranks meet in :func:`init_process_group`: through ``MASTER_ADDR`` and
 ``MASTER_PORT`` (torchrun, ``ddlcomm bench --ranks N``) or, under mpirun,
@@ -171,19 +174,30 @@ class GlooCommunicator(Communicator):
 
     def __init__(self, local_rank: Optional[int] = None,
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        """Join (or reuse) the default process group.
+
+        ``timeout_s`` bounds the start-up and each collective (Gloo's timeout).
+        """
         _import_torch()
         info = detect()
-        if info is None:
+        #: how the ranks met (a URL), or None when the caller's process group was reused
+        self.rendezvous: Optional[str] = None
+        if dist.is_initialized():
+            backend = dist.get_backend()
+            if backend != "gloo":
+                raise BackendUnavailable(f"torch.distributed is already running backend {backend}",
+                                         "destroy that process group first, or keep using it")
+        elif info is None:
             raise BackendUnavailable(
                 "backend gloo needs a launcher to start its ranks (torchrun, mpirun, srun)",
                 "or let ddlcomm start them: ddlcomm bench --backend gloo --ranks N")
-        #: how the ranks met (a URL), or None when the caller's process group was reused
-        self.rendezvous: Optional[str] = None
-        if not dist.is_initialized():
+        else:
             self.rendezvous = init_process_group(info, timeout_s)
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
-        self.local_rank = info.local_rank if local_rank is None else local_rank
+        if local_rank is None:
+            local_rank = info.local_rank if info is not None else 0
+        self.local_rank = local_rank
         self._closed = False
 
     # ------------------------------------------------------------ identity

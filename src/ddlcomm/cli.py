@@ -65,8 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--collective",
                    help="comma list of: broadcast, gather, allgather, reduce, allreduce, "
                         "reduce_scatter, alltoall, barrier (default: broadcast,gather,allreduce)")
-    b.add_argument("--workload", help="a data-parallel workload instead of collectives: "
-                                      "ps-sync, ps-async, allreduce")
+    b.add_argument("--workload", help="data-parallel workloads instead of collectives, a comma "
+                                      "list measured side by side: ps-sync, ps-async, allreduce")
     b.add_argument("--sizes",
                    help="LO:HI[xF] sweep (powers of F, default x2) or a comma list, "
                         "per-rank message bytes (default: 4B:64MiB)")
@@ -142,7 +142,8 @@ def bench_plan(args: argparse.Namespace, default_ranks: Optional[int]):
     op = get_op(args.op)
     ranks = parse_positive_int(args.ranks, "--ranks") if args.ranks is not None else default_ranks
     collectives: list[str] = []
-    if args.workload is None:
+    workloads = _comma_list(args.workload, "--workload") if args.workload is not None else []
+    if not workloads:
         for flag in ("model", "fusion", "steps"):
             if getattr(args, flag) is not None:
                 raise UsageError(f"--{flag} applies to --workload runs")
@@ -163,7 +164,7 @@ def bench_plan(args: argparse.Namespace, default_ranks: Optional[int]):
         raise UsageError("--fusion applies to --model runs")
     plan = BenchPlan(
         backends=backends, collectives=collectives, sizes=sizes,
-        workload=args.workload, model=args.model,
+        workloads=workloads, model=args.model,
         fusion=parse_size(args.fusion) if args.fusion is not None else None,
         steps=parse_positive_int(args.steps, "--steps") if args.steps is not None else None,
         path=args.path,
@@ -176,21 +177,22 @@ def bench_plan(args: argparse.Namespace, default_ranks: Optional[int]):
         root=parse_positive_int(args.root, "--root", 0))
     if ranks is not None and plan.root >= ranks:
         raise UsageError(f"--root {plan.root} is not one of the {ranks} ranks")
-    if plan.workload is not None:
-        _check_workload(plan)
+    if plan.workloads:
+        _check_workloads(plan)
     return plan
 
 
-def _check_workload(plan) -> None:
+def _check_workloads(plan) -> None:
     from .workloads import get_workload
     from .workloads.base import check_request
     from .workloads.paths import get_path
-    workload = get_workload(plan.workload)
     check_request(plan)
     get_path(plan.path)
-    if plan.ranks is not None and plan.ranks < workload.min_ranks:
-        raise UsageError(f"{plan.workload} needs at least {workload.min_ranks} ranks "
-                         "(a server and a worker)", f"use --ranks {workload.min_ranks} or more")
+    for name in plan.workloads:
+        workload = get_workload(name)
+        if plan.ranks is not None and plan.ranks < workload.min_ranks:
+            raise UsageError(f"{name} needs at least {workload.min_ranks} ranks "
+                             "(a server and a worker)", f"use --ranks {workload.min_ranks} or more")
 
 
 def _comma_list(text: str, flag: str) -> list[str]:
@@ -226,7 +228,7 @@ def cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
         # A workload holds what a gather holds at its server (ps-sync) or less.
         for name in plan.collectives or ["gather"]:
             check_memory(get_collective(name), max(plan.sizes), plan.ranks,
-                         "object" in plan.forms and not plan.workload, available)
+                         "object" in plan.forms and not plan.workloads, available)
         return session.launch(plan, argv, db, _report_dir(args, db))
     return session.rank_main(plan, argv, info, db, _report_dir(args, db))
 

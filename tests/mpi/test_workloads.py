@@ -46,3 +46,12 @@ def test_allreduce_model_fused(mpi, tmp_path):
     assert {p["messages"] for p in points} == {5}           # ResNet-50 in 25 MiB buckets
     assert {p["bytes"] for p in points} == {25_557_032 * 4}
     assert {p["check"] for p in points} == {"passed"}
+
+
+def test_workloads_and_backends_side_by_side(mpi, tmp_path):
+    _, points = bench(mpi, tmp_path / "w.db", "--workload", "ps-sync,allreduce",
+                      "--backend", "mpi,gloo", "--ranks", "3", "--sizes", "64KiB", "--steps", "3")
+    step = {(p["collective"], p["backend"]) for p in points if p["phase"] == "step"}
+    assert step == {(w, b) for w in ("ps-sync", "allreduce") for b in ("mpi", "gloo")}
+    assert {p["library"] for p in points} == {"Gloo", "Open MPI" if mpi.name == "openmpi" else "MPICH"}
+    assert {p["check"] for p in points} == {"passed"}

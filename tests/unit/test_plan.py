@@ -40,10 +40,12 @@ def test_backends_alternate_at_each_size():
 
 def test_barrier_is_measured_once_and_workloads_per_size():
     assert _keys(plan(collectives=["barrier"], forms=["buffer"]).points()) == [("barrier", 4, "mpi", "buffer")]
-    points = plan(workload="ps-sync", collectives=[], backends=["mpi", "gloo"]).points()
+    points = plan(workloads=["ps-sync"], collectives=[], backends=["mpi", "gloo"]).points()
     assert all(p.kind == "workload" and p.form == "buffer" for p in points)
     assert _keys(points) == [("ps-sync", 4, "mpi", "buffer"), ("ps-sync", 4, "gloo", "buffer"),
                              ("ps-sync", 8, "mpi", "buffer"), ("ps-sync", 8, "gloo", "buffer")]
+    both = plan(workloads=["ps-sync", "allreduce"], collectives=[], sizes=[4]).points()
+    assert _keys(both) == [("ps-sync", 4, "mpi", "buffer"), ("allreduce", 4, "mpi", "buffer")]
 
 
 def test_point_label_names_backend_only_when_asked():

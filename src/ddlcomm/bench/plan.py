@@ -36,7 +36,7 @@ class BenchPlan:
     dtype: str
     op: str
     forms: list[str]
-    workload: Optional[str] = None
+    workloads: list[str] = field(default_factory=list)
     model: Optional[str] = None
     fusion: Optional[int] = None
     steps: Optional[int] = None
@@ -54,12 +54,13 @@ class BenchPlan:
     def points(self) -> list[PointSpec]:
         """What is measured, in order: per collective, per size, every backend in turn.
 
-        Backends alternate at each size, so drift of the machine hits them alike.
+        Backends (and workloads) alternate at each size, so drift of the
+        machine hits them alike.
         A barrier moves no data, so it is measured once, not once per size.
         """
-        if self.workload is not None:
-            return [PointSpec("workload", self.workload, s, "buffer", b)
-                    for s in self.sizes for b in self.backends]
+        if self.workloads:
+            return [PointSpec("workload", w, s, "buffer", b)
+                    for s in self.sizes for w in self.workloads for b in self.backends]
         return [PointSpec("collective", c, s, f, b) for c in self.collectives
                 for s in (self.sizes[:1] if c == "barrier" else self.sizes)
                 for b in self.backends for f in self.forms]

@@ -82,8 +82,21 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--dtype", default="float32",
                    help="float16, float32, float64, int32, int64, uint8 (default: float32)")
     b.add_argument("--op", default="sum", help="sum, prod, min, max, avg (default: sum)")
-    b.add_argument("--form", default="both", choices=["buffer", "object", "both"],
+    b.add_argument("--form", choices=["buffer", "object", "both"],
                    help="buffer calls (NumPy arrays), pickled-object calls, or both (default)")
+    b.add_argument("--impl", help="implementations side by side, a comma list of c (the C "
+                                  "reference, same protocol and buffers), buffer, object; "
+                                  "instead of --form")
+    b.add_argument("--memory", help="memory kind of the benchmark buffers: pageable, hugepage, "
+                                    "numa:N, hbw, shared, pinned, device (default: NumPy's "
+                                    "allocator, recorded as numpy)")
+    b.add_argument("--hbw-fallback", choices=["dram"],
+                   help="with --memory hbw on a machine without high-bandwidth memory: "
+                        "use DRAM instead of failing (recorded with every point)")
+    b.add_argument("--containers", help="split the ranks into K containers made of Linux "
+                                        "namespaces (network, IPC, mount, UTS; needs root)")
+    b.add_argument("--bind", default="none", choices=["none", "core", "numa"],
+                   help="bind ranks (and containers) to cores or NUMA nodes (default: none)")
     b.add_argument("--in-place", action="store_true", help="reduce in place where the collective can (allreduce, reduce; the "
                         "others run out of place, and each point records which)")
     b.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
@@ -97,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds one point may take before every rank is ended (default 120)")
     b.add_argument("--root", default="0", help="root rank of rooted collectives (default 0)")
     _add_db(b)
+    b.add_argument("--tag", help="a label stored with the run (recipes find their runs by it)")
     b.add_argument("--report-dir", metavar="DIR",
                    help="where run-N/index.html goes (default: reports/ beside the database)")
     b.add_argument("--no-report", action="store_true", help="do not write the HTML/PNG report")
@@ -119,6 +133,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_b")
     _add_db(p)
 
+    rp = sub.add_parser("reproduce", help="run a named published experiment (woo2020, choi2021)",
+                        description="Run a named experiment as a series of `ddlcomm bench` runs in "
+                                    "one database and write its report, laid out like the paper's "
+                                    "figures. Defaults are scaled to finish in minutes here.")
+    rp.add_argument("name", help="woo2020 or choi2021")
+    rp.add_argument("--full", action="store_true", help="the paper's sizes and 1000 repetitions")
+    rp.add_argument("--out", metavar="DIR", help="report folder (default: reports/NAME-TAG beside the database)")
+    _add_db(rp)
+
     rep = sub.add_parser("report", help="(re)write the HTML/PNG report of a stored run")
     rep.add_argument("run", help="run id")
     rep.add_argument("--out", metavar="DIR", help="output folder (default: reports/run-N beside the database)")
@@ -129,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------- bench
 def bench_plan(args: argparse.Namespace, default_ranks: Optional[int]):
     """Check every bench option and return the plan (raises UsageError)."""
-    from .bench.plan import BenchPlan, parse_forms
+    from .bench.plan import BenchPlan
     from .collectives import check_in_place, get_collective
     from .comm import registry
     from .dtypes import get_dtype, get_op
@@ -168,18 +191,54 @@ def bench_plan(args: argparse.Namespace, default_ranks: Optional[int]):
         fusion=parse_size(args.fusion) if args.fusion is not None else None,
         steps=parse_positive_int(args.steps, "--steps") if args.steps is not None else None,
         path=args.path,
-        dtype=dtype.name, op=op.name, forms=parse_forms(args.form), in_place=args.in_place,
+        dtype=dtype.name, op=op.name, forms=_forms(args), in_place=args.in_place,
+        memory=args.memory, hbw_fallback=args.hbw_fallback, bind=args.bind,
+        containers=parse_positive_int(args.containers, "--containers") if args.containers else 0,
         check=args.check, ranks=ranks,
         iters=parse_positive_int(args.iters, "--iters") if args.iters else None,
         warmup=parse_positive_int(args.warmup, "--warmup", 0) if args.warmup is not None else None,
         budget_s=parse_seconds(args.budget, "--budget"),
         timeout_s=parse_seconds(args.timeout, "--timeout"),
-        root=parse_positive_int(args.root, "--root", 0))
+        root=parse_positive_int(args.root, "--root", 0),
+        extra={"tag": args.tag} if args.tag else {})
     if ranks is not None and plan.root >= ranks:
         raise UsageError(f"--root {plan.root} is not one of the {ranks} ranks")
     if plan.workloads:
         _check_workloads(plan)
+    _check_placement(plan)
     return plan
+
+
+def _forms(args: argparse.Namespace) -> list[str]:
+    from .bench.plan import parse_forms, parse_impls
+    if args.impl is not None and args.form is not None:
+        raise UsageError("give --form or --impl, not both", "--impl c,buffer,object covers both")
+    return parse_impls(args.impl) if args.impl is not None else parse_forms(args.form or "both")
+
+
+def _check_placement(plan) -> None:
+    """Memory kinds, C reference and containers: refuse now what cannot run here."""
+    if plan.memory is not None:
+        if plan.workloads:
+            raise UsageError("--memory applies to collectives, not workloads")
+        from . import memory
+        memory.check(plan.memory, plan.hbw_fallback)
+    elif plan.hbw_fallback is not None:
+        raise UsageError("--hbw-fallback applies to --memory hbw")
+    if "c" in plan.forms:
+        if plan.backends != ["mpi"]:
+            raise UsageError("--impl c needs --backend mpi (the C reference calls MPI)")
+        if plan.op != "sum" or plan.dtype not in ("float32", "int32", "float64", "int64", "uint8"):
+            raise UsageError("--impl c times sum reductions of float32, float64, int32, int64 "
+                             "or uint8", "change --op/--dtype or leave c out of --impl")
+        bad = [c for c in plan.collectives if c not in ("broadcast", "gather", "allreduce")]
+        if bad:
+            raise UsageError(f"--impl c has no {', '.join(bad)}",
+                             "the C reference times broadcast, gather and allreduce")
+    if plan.containers:
+        if plan.ranks is not None and plan.containers > plan.ranks:
+            raise UsageError(f"--containers {plan.containers} needs at least as many ranks",
+                             f"use --ranks {plan.containers} or more")
 
 
 def _check_workloads(plan) -> None:
@@ -224,6 +283,9 @@ def cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
     for name in plan.backends:
         registry.check(name)
     if info is None:
+        if plan.containers:
+            from .launch.containers import check_available
+            check_available()
         available = mem_available()
         # A workload holds what a gather holds at its server (ps-sync) or less.
         for name in plan.collectives or ["gather"]:
@@ -276,6 +338,39 @@ def cmd_results(args: argparse.Namespace, argv: list[str]) -> int:
             rows = compare.compare(store.points(a), store.points(b))
             print(tables.render_compare(rows, run_a, run_b))
     return 0
+
+
+@command("reproduce")
+def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
+    from .recipes import get_recipe
+    from .recipes.base import new_tag, require_ok, run_steps
+    from .results import Store
+
+    recipe = get_recipe(args.name)
+    db = _db_path(args)
+    tag = new_tag(recipe.name)
+    out = Path(args.out).expanduser().resolve() if args.out else \
+        db.parent / "reports" / tag.replace(":", "-")
+    out.mkdir(parents=True, exist_ok=True)
+    steps = recipe.steps(args.full)
+    log = out / "runs.log"
+    print(f"{recipe.title}: {len(steps)} runs, tag {tag}, log {log}", flush=True)
+    for variant, reason in recipe.unavailable():
+        print(f"  not available here: {variant}: {reason}")
+    results = run_steps(steps, db, tag, log)
+    require_ok(results)
+    with Store(db) as store:
+        runs = [r for r in store.runs() if (r.get("config") or {}).get("extra", {}).get("tag") == tag]
+        points = [p for r in sorted(runs, key=lambda r: r["id"]) for p in store.points(r["id"])]
+    page = recipe.report(recipe, points, out)
+    failed = [s.label for s, rc, _ in results if rc != 0]
+    print(f"{len(results) - len(failed)} of {len(results)} runs completed, {len(points)} points, "
+          f"{sum(p['check'] == 'failed' for p in points)} failed checks")
+    for label in failed:
+        print(f"  FAILED: {label}")
+    print(f"database: {db}")
+    print(f"report:   {page}")
+    return 1 if failed or any(p["check"] == "failed" for p in points) else 0
 
 
 @command("report")

@@ -48,9 +48,19 @@ def fill(dtype: DType, count: int, rank: int, op: Optional[ReduceOp]) -> np.ndar
     return values.astype(dtype.numpy)
 
 
-def cleared(dtype: DType, count: int) -> np.ndarray:
+#: Allocates a benchmark buffer: (dtype, count) -> array.  The harness passes
+#: one that takes memory of the kind asked for (ddlcomm.memory).
+Alloc = Callable[[DType, int], np.ndarray]
+
+
+def numpy_alloc(dtype: DType, count: int) -> np.ndarray:
+    """NumPy's own allocator (which asks the kernel for THP on large arrays)."""
+    return np.empty(count, dtype=dtype.numpy)
+
+
+def cleared(dtype: DType, count: int, alloc: Alloc = numpy_alloc) -> np.ndarray:
     """An output buffer holding the sentinel pattern (NaN for floats)."""
-    out = np.empty(count, dtype=dtype.numpy)
+    out = alloc(dtype, count)
     out.view(np.uint8)[:] = SENTINEL_BYTE
     return out
 
@@ -145,13 +155,27 @@ class Collective:
         return _matches(as_flat(result, dtype), expected, dtype)
 
     # ------------------------------------------------------------ calls
+    def buffers(self, dtype: DType, count: int, rank: int, nranks: int, op: Optional[ReduceOp],
+                root: int, in_place: bool, alloc: Alloc = numpy_alloc):
+        """(send, recv) of one rank: the input filled, the output cleared (None if none)."""
+        send = alloc(dtype, count)
+        send[:] = fill(dtype, count, rank, op)
+        if self.name in ("broadcast", "barrier") or (self.rooted and rank != root):
+            return send, None
+        if in_place:
+            return send, send
+        return send, cleared(dtype, self.recv_count(count, nranks), alloc)
+
     def prepare(self, comm: Any, form: str, dtype: DType, count: int, op: Optional[ReduceOp],
-                root: int, in_place: bool) -> "Prepared":
+                root: int, in_place: bool, alloc: Alloc = numpy_alloc) -> "Prepared":
         """Allocate inputs/outputs and return the call to time and the result getter."""
         rank, nranks = comm.rank, comm.size
-        send = fill(dtype, count, rank, op)
+        send, recv = self.buffers(dtype, count, rank, nranks, op, root,
+                                  in_place and form == "buffer", alloc)
+        if self.name == "broadcast" and rank != root:
+            send.view(np.uint8)[:] = SENTINEL_BYTE     # only the root's data may arrive
         build = _BUFFER_CALLS[self.name] if form == "buffer" else _OBJECT_CALLS[self.name]
-        return build(comm, send, dtype, count, op, root, in_place, rank, nranks)
+        return build(comm, send, recv, dtype, count, op, root, in_place, rank, nranks)
 
 
 @dataclass
@@ -167,8 +191,8 @@ def _no_reset() -> None:
     return None
 
 
-def _buffer_broadcast(comm, send, dtype, count, op, root, in_place, rank, p):
-    buf = send if rank == root else cleared(dtype, count)
+def _buffer_broadcast(comm, send, recv, dtype, count, op, root, in_place, rank, p):
+    buf = send
 
     def reset():
         if rank != root:
@@ -177,12 +201,8 @@ def _buffer_broadcast(comm, send, dtype, count, op, root, in_place, rank, p):
 
 
 def _rooted_recv(self_name):
-    def build(comm, send, dtype, count, op, root, in_place, rank, p):
-        coll = COLLECTIVES[self_name]
-        is_root = rank == root or not coll.rooted
-        recv = cleared(dtype, coll.recv_count(count, p)) if is_root else None
-        if in_place and is_root:
-            recv = send
+    def build(comm, send, recv, dtype, count, op, root, in_place, rank, p):
+        in_place = recv is send
         # Checked once, bound to these buffers: the timed call adds no work of its own.
         run = comm.bind(self_name, send, recv, op=op, root=root)
 
@@ -195,20 +215,21 @@ def _rooted_recv(self_name):
     return build
 
 
-def _barrier(comm, send, dtype, count, op, root, in_place, rank, p):
+def _barrier(comm, send, recv, dtype, count, op, root, in_place, rank, p):
     return Prepared(comm.barrier, lambda: None, _no_reset)
 
 
-def _object_broadcast(comm, send, dtype, count, op, root, in_place, rank, p):
+def _object_broadcast(comm, send, recv, dtype, count, op, root, in_place, rank, p):
     box = {"out": None}
+    obj = send if rank == root else None
 
     def run():
-        box["out"] = comm.broadcast_object(send if rank == root else None, root)
+        box["out"] = comm.broadcast_object(obj, root)
     return Prepared(run, lambda: box["out"], _no_reset)
 
 
 def _object_call(name, *, split):
-    def build(comm, send, dtype, count, op, root, in_place, rank, p):
+    def build(comm, send, recv, dtype, count, op, root, in_place, rank, p):
         coll = COLLECTIVES[name]
         obj = list(np.split(send, p)) if split else send
         call = getattr(comm, name + "_object")

@@ -8,7 +8,14 @@ use with the active environment's ``mpicc`` and cached under
 ``$XDG_CACHE_HOME/ddlcomm/cref/<key>/``, where the key hashes the source, the
 compiler flags, the ``mpicc`` path and its version text.
 
-This module imports no MPI.  From the command line::
+The same source, built with ``-DDDLCOMM_CREF_LIB -shared -fPIC``, is
+``libddlcomm_cref.so`` (:func:`build_library`, same cache).  :class:`CReference`
+loads it into a running ddlcomm rank and calls its timing loop through ctypes
+on the rank's own communicator and NumPy buffers, so C and Python calls are
+timed side by side in one job, on the same memory, with the same protocol.
+
+This module imports no MPI at import time (:class:`CReference` uses the
+communicator's mpi4py).  From the command line::
 
     python -m ddlcomm.bench.cref --ranks 2 --collective allreduce --bytes 4 \\
         --iters 20000 --warmup 2000
@@ -16,6 +23,8 @@ This module imports no MPI.  From the command line::
 from __future__ import annotations
 
 import argparse
+import ctypes
+import fcntl
 import hashlib
 import json
 import os
@@ -24,15 +33,22 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 import numpy as np
 
-from ..errors import BackendUnavailable, DdlcommError, RankFailure, UsageError
+from ..errors import (BackendUnavailable, DdlcommError, RankFailure, UnsupportedError,
+                      UsageError)
+
+if TYPE_CHECKING:
+    from ..comm.mpi import MPICommunicator
 
 SOURCE_NAME = "ddlcomm_cref.c"
 EXE_NAME = "ddlcomm_cref"
+LIB_NAME = "libddlcomm_cref.so"
 CFLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra")
+#: Added to CFLAGS for the shared library: no main, position-independent.
+LIB_FLAGS = ("-shared", "-fPIC", "-DDDLCOMM_CREF_LIB")
 COLLECTIVES = ("allreduce", "broadcast", "gather")
 DTYPES = ("float32", "int32")
 MEMORY_KINDS = ("pageable", "hugepage")
@@ -84,42 +100,233 @@ def _cache_root() -> Path:
     return Path(base) / "ddlcomm" / "cref"
 
 
+def _compile(name: str, flags: Sequence[str], mpicc: Optional[str], force: bool) -> Path:
+    """Compile the source into the cache as ``name`` with ``flags`` (once) and return its path.
+
+    The cache key hashes the source, the flags, the ``mpicc`` path and its
+    version text.  Safe under concurrent first use (several ranks, several
+    jobs): one process compiles under a lock on the cache folder while the
+    others wait, then find the result; the file appears by atomic rename.
+    """
+    cc = find_mpicc(mpicc)
+    src = source_path()
+    key = hashlib.sha256()
+    for part in (src.read_bytes(), " ".join(flags).encode(), str(cc).encode(),
+                 _version_text(cc).encode()):
+        key.update(part)
+        key.update(b"\0")
+    outdir = _cache_root() / key.hexdigest()[:16]
+    target = outdir / name
+    if target.is_file() and not force:
+        return target
+    outdir.mkdir(parents=True, exist_ok=True)
+    with open(outdir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)       # released when the file closes
+        if target.is_file() and not force:
+            return target                      # another process built it meanwhile
+        fd, tmp = tempfile.mkstemp(prefix=name + ".", dir=outdir)
+        os.close(fd)
+        try:
+            out = subprocess.run([str(cc), *flags, "-o", tmp, str(src)],
+                                 capture_output=True, text=True, timeout=300)
+            if out.returncode != 0:
+                tail = "\n".join((out.stderr or out.stdout).strip().splitlines()[-15:])
+                raise BackendUnavailable(f"compiling {src.name} with {cc} failed:\n{tail}",
+                                         "check that the MPI's mpicc and a C compiler work")
+            os.chmod(tmp, 0o755)
+            os.replace(tmp, target)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BackendUnavailable(f"cannot run {cc}: {exc}", _INSTALL_HINT) from None
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return target
+
+
 def build(mpicc: Optional[str] = None, force: bool = False) -> Path:
-    """Compile the C reference with ``mpicc`` (once) and return the executable's path.
+    """Compile the C reference program with ``mpicc`` (once) and return the executable's path.
 
     The binary is cached; ``force`` rebuilds it.  Raises
     :class:`~ddlcomm.errors.BackendUnavailable` when no ``mpicc`` is found or
     the compile fails (with the compiler's last lines).
     """
-    cc = find_mpicc(mpicc)
-    src = source_path()
-    key = hashlib.sha256()
-    for part in (src.read_bytes(), " ".join(CFLAGS).encode(), str(cc).encode(),
-                 _version_text(cc).encode()):
-        key.update(part)
-        key.update(b"\0")
-    outdir = _cache_root() / key.hexdigest()[:16]
-    exe = outdir / EXE_NAME
-    if exe.is_file() and not force:
-        return exe
-    outdir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=EXE_NAME + ".", dir=outdir)   # atomic under concurrency
-    os.close(fd)
-    try:
-        out = subprocess.run([str(cc), *CFLAGS, "-o", tmp, str(src)],
-                             capture_output=True, text=True, timeout=300)
-        if out.returncode != 0:
-            tail = "\n".join((out.stderr or out.stdout).strip().splitlines()[-15:])
-            raise BackendUnavailable(f"compiling {src.name} with {cc} failed:\n{tail}",
-                                     "check that the MPI's mpicc and a C compiler work")
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, exe)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BackendUnavailable(f"cannot run {cc}: {exc}", _INSTALL_HINT) from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return exe
+    return _compile(EXE_NAME, CFLAGS, mpicc, force)
+
+
+def build_library(mpicc: Optional[str] = None, force: bool = False) -> Path:
+    """Compile ``libddlcomm_cref.so`` (the timing loop, no ``main``) once; return its path.
+
+    Same cache, errors and concurrency as :func:`build`; the flags add
+    ``-shared -fPIC -DDDLCOMM_CREF_LIB``.
+    """
+    return _compile(LIB_NAME, CFLAGS + LIB_FLAGS, mpicc, force)
+
+
+# ------------------------------------------------------------------ in-rank
+#: Codes of ddlcomm_cref_time()'s ``collective`` and ``dtype`` (enum coll / enum dtype in the C).
+_COLLECTIVE_CODES = {"broadcast": 0, "gather": 1, "allreduce": 2}
+_DTYPE_CODES = {np.dtype(np.float32): 0, np.dtype(np.int32): 1, np.dtype(np.float64): 2,
+                np.dtype(np.int64): 3, np.dtype(np.uint8): 4}
+
+
+def _first_line(text: str) -> str:
+    """First line of an MPI version text (Open MPI's, via mpi4py, may hold a NUL byte)."""
+    lines = text.replace("\0", " ").strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
+class CReference:
+    """The C timing loop inside a ddlcomm rank, on its communicator and buffers.
+
+    ``time`` runs ``warmup`` untimed calls, then ``iters`` timed iterations of
+    ``MPI_Barrier; t0 = MPI_Wtime(); collective; t1`` entirely in C, and
+    returns this rank's per-call times in seconds.  The caller owns the
+    buffers: it fills them before and checks them after (the last call's
+    outputs are in them).  Every rank of the communicator must call
+    ``__init__`` and ``time`` together: both are collective.
+
+    The library is built on first use: the first rank of each node compiles
+    it while the others wait, then every rank loads it; a failure on any rank
+    raises on every rank (no rank is left waiting).
+    """
+
+    collectives = tuple(_COLLECTIVE_CODES)
+    dtypes = tuple(d.name for d in _DTYPE_CODES)
+
+    def __init__(self, comm: "MPICommunicator", mpicc: Optional[str] = None) -> None:
+        mcomm = getattr(comm, "_comm", None)
+        if mcomm is None or getattr(comm, "name", None) != "mpi":
+            raise UnsupportedError(
+                f"the C reference runs on backend mpi only, not {getattr(comm, 'name', comm)!r}",
+                "init ddlcomm with backend mpi to time C calls")
+        from mpi4py import MPI
+        self._MPI = MPI
+        self.comm = comm
+        path, lib, error = None, None, None
+        if comm.local_rank == 0:                 # one compile per node ...
+            path, error = self._try(build_library, mpicc)
+        self._agree(error, "building libddlcomm_cref.so")
+        if path is None:                         # ... then the others find it in the cache
+            path, error = self._try(build_library, mpicc)
+        if error is None:
+            lib, error = self._try(self._load, path)
+        self._agree(error, "loading libddlcomm_cref.so")
+        self.path = path
+        self._lib = lib
+
+    # ------------------------------------------------------------ set-up
+    @staticmethod
+    def _try(fn, *args):
+        try:
+            return fn(*args), None
+        except DdlcommError as exc:
+            return None, exc
+
+    def _agree(self, error: Optional[DdlcommError], what: str) -> None:
+        """Raise ``error`` here, or a RankFailure on ranks where all went well, if any rank failed."""
+        bad = self.comm._comm.allreduce(0 if error is None else 1, op=self._MPI.SUM)
+        if error is not None:
+            raise error
+        if bad:
+            raise RankFailure(f"{bad} rank(s) failed {what}", "see those ranks' errors")
+
+    def _load(self, path: Path) -> ctypes.CDLL:
+        """Load the library, check it matches mpi4py's MPI, set the function's C signature."""
+        MPI = self._MPI
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot load {path}: {exc}",
+                                     "rebuild it: ddlcomm.bench.cref.build_library(force=True)") from None
+        text = ctypes.create_string_buffer(MPI.MAX_LIBRARY_VERSION_STRING + 1)
+        lib.ddlcomm_cref_library_version(text, len(text))
+        built = _first_line(text.value.decode(errors="replace"))
+        running = _first_line(MPI.Get_library_version())
+        if built != running:
+            raise BackendUnavailable(
+                f"{path.name} uses another MPI ({built or '?'}) than mpi4py ({running or '?'})",
+                "build it with the mpicc of the MPI that mpi4py loads (mpicc=PATH)")
+        size = MPI._sizeof(MPI.Comm)
+        if lib.ddlcomm_cref_sizeof_comm() != size:
+            raise BackendUnavailable(f"MPI_Comm is {lib.ddlcomm_cref_sizeof_comm()} bytes in "
+                                     f"{path.name} but {size} in mpi4py")
+        # MPICH's MPI_Comm is an int; Open MPI's a pointer.
+        self._comm_type = ctypes.c_int if size == ctypes.sizeof(ctypes.c_int) else ctypes.c_void_p
+        fn = lib.ddlcomm_cref_time
+        fn.restype = ctypes.c_int
+        fn.argtypes = [self._comm_type, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                       ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
+        self._time = fn
+        return lib
+
+    def _handle(self):
+        mcomm = self.comm._comm
+        if mcomm is None:
+            raise UsageError("the communicator is closed", "time before comm.close()")
+        handle = self._MPI._handleof(mcomm)
+        if self._comm_type is ctypes.c_int:
+            return ctypes.c_int(handle).value      # e.g. 0x84000002: to a signed int
+        return handle
+
+    # ------------------------------------------------------------ timing
+    def time(self, collective: str, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray],
+             root: int, iters: int, warmup: int) -> np.ndarray:
+        """This rank's per-call times (s) of ``iters`` C calls of ``collective``, after ``warmup``.
+
+        ``sendbuf``: this rank's input (broadcast: the buffer, in place).
+        ``recvbuf``: allreduce: the output, same dtype and size, not
+        overlapping ``sendbuf`` (op sum); gather: the root's output of
+        ``size * sendbuf.size`` elements (ignored elsewhere, may be None);
+        broadcast: None or ``sendbuf``.
+        """
+        code = _COLLECTIVE_CODES.get(collective)
+        if code is None:
+            raise UnsupportedError(f"the C reference has no collective {collective!r}",
+                                   f"choose one of {', '.join(self.collectives)}")
+        send = self._array(sendbuf, "sendbuf", writable=collective == "broadcast")
+        dcode = _DTYPE_CODES.get(send.dtype)
+        if dcode is None:
+            raise UnsupportedError(f"the C reference has no dtype {send.dtype.name}",
+                                   f"choose one of {', '.join(self.dtypes)}")
+        p, rank = self.comm.size, self.comm.rank
+        for n, what, low in ((root, "root", 0), (iters, "iterations", 1), (warmup, "warm-up calls", 0)):
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < low:
+                raise UsageError(f"{what} must be a whole number >= {low}, got {n!r}")
+        if root >= p:
+            raise UsageError(f"root {root} is not a rank of this {p}-rank communicator")
+        count = send.size
+        recv_ptr = None
+        if collective == "broadcast":
+            if recvbuf is not None and recvbuf is not sendbuf:
+                raise UsageError("broadcast is in place: pass recvbuf=None (or sendbuf)")
+        elif collective == "allreduce" or rank == root:
+            recv = self._array(recvbuf, "recvbuf", writable=True)
+            want = count * (p if collective == "gather" else 1)
+            if recv.dtype != send.dtype or recv.size != want:
+                raise UsageError(f"{collective} recvbuf must hold {want} {send.dtype.name}, "
+                                 f"got {recv.size} {recv.dtype.name}")
+            if collective == "allreduce" and np.may_share_memory(send, recv):
+                raise UnsupportedError("the C reference's allreduce is not in place",
+                                       "give recvbuf its own memory")
+            recv_ptr = recv.ctypes.data
+        times = np.empty(int(iters), np.float64)
+        rc = self._time(self._handle(), code, dcode, send.ctypes.data, recv_ptr, count, int(root),
+                        int(iters), int(warmup), times.ctypes.data_as(ctypes.POINTER(ctypes.c_double)))
+        if rc != 0:
+            raise RankFailure(f"C reference {collective} failed on rank {rank}: MPI error {rc} "
+                              f"({self._MPI.Get_error_string(rc)})")
+        return times
+
+    @staticmethod
+    def _array(buf, what: str, writable: bool) -> np.ndarray:
+        if not isinstance(buf, np.ndarray):
+            raise UsageError(f"{what} must be a NumPy array, got {type(buf).__name__}")
+        if not buf.flags.c_contiguous:
+            raise UsageError(f"{what} must be C-contiguous", "np.ascontiguousarray(...)")
+        if writable and not buf.flags.writeable:
+            raise UsageError(f"{what} must be writable")
+        return buf
 
 
 # ------------------------------------------------------------------ run
@@ -182,13 +389,13 @@ def summarize(rec: dict) -> dict:
     ``t_min_us``/``t_avg_us``/``t_max_us``: min/mean/max over ranks of each
     rank's mean time; ``t_p50_us``/``t_p99_us``: percentiles (linear) over
     iterations of the slowest rank's time.  The identifying fields are kept;
-    the per-iteration list is not.
+    the per-rank and per-iteration lists are not.
     """
     rank_avg = np.asarray(rec.get("rank_avg_us", []), dtype=float)
     iter_max = np.asarray(rec.get("iter_max_us", []), dtype=float)
     if rank_avg.size == 0 or iter_max.size == 0:
         raise ValueError("C reference record has no rank_avg_us or iter_max_us times")
-    out = {k: v for k, v in rec.items() if k not in ("rank_avg_us", "iter_max_us")}
+    out = {k: v for k, v in rec.items() if k not in ("rank_avg_us", "rank_p50_us", "iter_max_us")}
     out.update(t_min_us=float(rank_avg.min()), t_avg_us=float(rank_avg.mean()),
                t_max_us=float(rank_avg.max()),
                t_p50_us=float(np.percentile(iter_max, 50)),

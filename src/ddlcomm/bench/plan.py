@@ -9,6 +9,8 @@ from ..errors import UsageError
 from ..units import format_size
 
 FORMS = ("buffer", "object")
+#: Implementations ``--impl`` accepts: the two Python forms and the C reference.
+IMPLS = ("c", "buffer", "object")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,10 @@ class BenchPlan:
     fusion: Optional[int] = None
     steps: Optional[int] = None
     path: str = "host"
+    memory: Optional[str] = None          # None: NumPy's allocator; else a ddlcomm.memory kind
+    hbw_fallback: Optional[str] = None
+    containers: int = 0                   # 0: ranks on the host, no containers
+    bind: str = "none"
     in_place: bool = False
     check: bool = True
     ranks: Optional[int] = None
@@ -61,7 +67,7 @@ class BenchPlan:
         if self.workloads:
             return [PointSpec("workload", w, s, "buffer", b)
                     for s in self.sizes for w in self.workloads for b in self.backends]
-        return [PointSpec("collective", c, s, f, b) for c in self.collectives
+        return [PointSpec("c" if f == "c" else "collective", c, s, f, b) for c in self.collectives
                 for s in (self.sizes[:1] if c == "barrier" else self.sizes)
                 for b in self.backends for f in self.forms]
 
@@ -76,6 +82,15 @@ def parse_forms(text: str) -> list[str]:
     if text not in FORMS:
         raise UsageError(f"unknown form {text!r}", "choose buffer, object or both")
     return [text]
+
+
+def parse_impls(text: str) -> list[str]:
+    """``--impl``: a comma list of c, buffer, object (kept in the order given)."""
+    impls = [part.strip() for part in text.split(",") if part.strip()]
+    bad = [i for i in impls if i not in IMPLS]
+    if bad or not impls or len(set(impls)) != len(impls):
+        raise UsageError(f"bad --impl {text!r}", f"a comma list of {', '.join(IMPLS)}, each once")
+    return impls
 
 
 def memory_needed(coll: Collective, nbytes: int, ranks: int, object_form: bool) -> int:

@@ -19,6 +19,8 @@ from ..collectives import get_collective
 from ..dtypes import get_dtype, get_op
 from ..errors import DdlcommError, RankFailure, UnsupportedError
 from . import stats
+from .buffers import PointBuffers
+from .cimpl import measure_c
 from .plan import BenchPlan, PointSpec
 from .records import agree_all, agree_max, make_record, timing_loop
 from .watchdog import Watchdog
@@ -46,17 +48,19 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     op = get_op(plan.op) if coll.reduces else None
     count = coll.count_for(spec.nbytes, dtype, comm.size)
     in_place = plan.in_place and coll.in_place_ok
-    prepared = coll.prepare(comm, spec.form, dtype, count, op, plan.root, in_place)
-
-    check = "skipped"
-    if plan.check:
-        prepared.reset()
-        comm.barrier()
-        prepared.run()
-        expected = coll.expected(dtype, count, comm.rank, comm.size, op, plan.root)
-        check = "passed" if agree_all(comm, coll.verify(prepared.result(), expected, dtype)) else "failed"
-
-    times, iterations, warmup = calibrated_loop(comm, plan, prepared.run)
+    with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:
+        prepared = coll.prepare(comm, spec.form, dtype, count, op, plan.root, in_place, bufs.alloc)
+        check = "skipped"
+        if plan.check:
+            prepared.reset()
+            comm.barrier()
+            prepared.run()
+            expected = coll.expected(dtype, count, comm.rank, comm.size, op, plan.root)
+            ok = coll.verify(prepared.result(), expected, dtype)
+            check = "passed" if agree_all(comm, ok) else "failed"
+        times, iterations, warmup = calibrated_loop(comm, plan, prepared.run)
+        pages = bufs.placement()
+        del prepared                      # its views die with the buffers
     gathered = comm.gather(times, root=0)
     if comm.rank != 0:
         return []
@@ -67,7 +71,7 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
         in_place=in_place, iterations=iterations, warmup=warmup,
         times=gathered.reshape(comm.size, iterations),
         algbw_bytes=coll.algbw_bytes(moved, comm.size),
-        busbw_factor=coll.busbw_factor(comm.size), check=check)]
+        busbw_factor=coll.busbw_factor(comm.size), check=check, extra={"pages": pages})]
 
 
 def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
@@ -76,7 +80,24 @@ def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
 
 
 #: How each kind of point is measured.
-MEASURES = {"collective": measure_collective, "workload": measure_workload}
+MEASURES = {"collective": measure_collective, "workload": measure_workload, "c": measure_c}
+
+
+def placement_fields(plan: BenchPlan, nranks: int) -> dict:
+    """Where the ranks and buffers were: stored with every point of the run.
+
+    ``transport`` names, for each pair of ranks, the path their MPI takes as
+    inferred from the placement (shared memory within a container or on the
+    host, TCP between containers): the libraries do not report it per pair.
+    """
+    from ..launch.containers import split_ranks, transport
+    groups = split_ranks(nranks, plan.containers or 1)
+    where = {r: i for i, g in enumerate(groups) for r in g}
+    pairs = {f"{a}-{b}": transport(where[a], where[b])
+             for a in range(nranks) for b in range(a + 1, nranks)}
+    return {"memory": plan.memory or "numpy", "containers": plan.containers,
+            "ranks_per_container": [len(g) for g in groups] if plan.containers else [],
+            "bind": plan.bind, "transport": pairs}
 
 
 def check_plan(comms: dict, plan: BenchPlan) -> None:
@@ -120,6 +141,7 @@ def run_sweep(comms: dict, plan: BenchPlan, watchdog: Watchdog, store: Any,
                         desc=f"{','.join(plan.backends)} {first.size} ranks", dynamic_ncols=not plain,
                         mininterval=5.0 if plain else 0.1, ncols=100 if plain else None)
     failed = 0
+    common = placement_fields(plan, first.size)
     try:
         for spec in points:
             label = spec.label(len(plan.backends) > 1)
@@ -128,6 +150,7 @@ def run_sweep(comms: dict, plan: BenchPlan, watchdog: Watchdog, store: Any,
             with watchdog.guard(label):
                 records = MEASURES[spec.kind](comms[spec.backend], plan, spec)
             for record in records:
+                record["extra"] = {**common, **record["extra"]}
                 failed += record["check"] == "failed"
                 store.add_point(run_id, record)
             if progress is not None:

@@ -9,6 +9,7 @@ the run marked failed.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -40,14 +41,29 @@ def _program(argv: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "ddlcomm", *argv]
 
 
+def _containers(plan: BenchPlan):
+    """The run's containers (removed on exit, also on failure), or none."""
+    if not plan.containers:
+        return contextlib.nullcontext(None)
+    from ..launch.containers import ContainerSet
+    return ContainerSet(plan.containers, plan.ranks or 2, plan.bind)
+
+
 def _start_with_mpirun(plan: BenchPlan, argv: Sequence[str], env: dict) -> int:
+    from ..launch import placement
     launcher = mpirun.find()
-    cmd = launcher.command(plan.ranks or 2, _program(argv))
-    return mpirun.run(cmd, launcher.environment(env))
+    with _containers(plan) as cset:
+        cmd, extra = placement.mpirun_command(launcher, cset, plan.ranks or 2, _program(argv),
+                                              plan.bind)
+        return mpirun.run(cmd, launcher.environment({**env, **extra}))
 
 
 def _start_with_spawn(plan: BenchPlan, argv: Sequence[str], env: dict) -> int:
-    return spawn.run(plan.ranks or 2, _program(argv), env)
+    from ..launch import placement
+    nranks = plan.ranks or 2
+    with _containers(plan) as cset:
+        return spawn.run(nranks, _program(argv), env, prefixes=placement.spawn_prefixes(cset, nranks),
+                         master_addr=placement.master_addr(cset))
 
 
 #: How to start ranks, by the launcher kinds backends name (see comm.registry).

@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -25,24 +25,29 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def rank_env(base: Mapping[str, str], rank: int, size: int, port: int,
-             run_id: str = "ddlcomm") -> dict[str, str]:
+             run_id: str = "ddlcomm", master_addr: str = "127.0.0.1") -> dict[str, str]:
     """The environment of rank ``rank`` of ``size`` (pure)."""
     env = dict(base)
     env.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank),
-               LOCAL_WORLD_SIZE=str(size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               LOCAL_WORLD_SIZE=str(size), MASTER_ADDR=master_addr, MASTER_PORT=str(port),
                TORCHELASTIC_RUN_ID=run_id)
     return env
 
 
 def run(nranks: int, program: Sequence[str], env: Mapping[str, str],
-        grace_s: float = 10.0, poll_s: float = 0.05) -> int:
+        grace_s: float = 10.0, poll_s: float = 0.05,
+        prefixes: Optional[Sequence[Sequence[str]]] = None, master_addr: str = "127.0.0.1") -> int:
     """Start ``nranks`` copies of ``program``; return the first non-zero exit code, else 0.
 
-    Ctrl-C is passed on; ranks that outlive a failed one by ``grace_s`` seconds
-    are killed.  Returns 130 when interrupted.
+    ``prefixes[r]`` (e.g. entering a container, binding to cores) goes before
+    rank r's command; ``master_addr`` is where rank 0 listens.  Ctrl-C is
+    passed on; ranks that outlive a failed one by ``grace_s`` seconds are
+    killed.  Returns 130 when interrupted.
     """
     port = free_port()
-    procs = [subprocess.Popen(list(program), env=rank_env(env, r, nranks, port),
+    prefixes = prefixes or [[] for _ in range(nranks)]
+    procs = [subprocess.Popen([*prefixes[r], *program],
+                              env=rank_env(env, r, nranks, port, master_addr=master_addr),
                               start_new_session=True) for r in range(nranks)]
     failed_at, code = None, 0
     try:

@@ -8,7 +8,8 @@
  *   call, verify; then `warmup` untimed calls, each after MPI_Barrier; then
  *   `iters` timed iterations: MPI_Barrier; t0 = MPI_Wtime(); collective;
  *   t1 = MPI_Wtime(); keep t1 - t0.  Rank 0 gathers every rank's times and
- *   prints one JSON line (times in microseconds).
+ *   prints one JSON line (times in microseconds): each rank's mean and median
+ *   (rank_avg_us, rank_p50_us) and each iteration's slowest rank (iter_max_us).
  *
  * Conventions shared with ddlcomm (src/ddlcomm/collectives.py): root 0;
  * `bytes` is the per-rank message, count = bytes / itemsize (rounded down);
@@ -22,6 +23,14 @@
  * madvise(MADV_NOHUGEPAGE), so no transparent huge pages; "hugepage" = an
  * anonymous mmap aligned to 2 MiB + madvise(MADV_HUGEPAGE), as NumPy asks for
  * large arrays.  Buffers are touched (filled) before timing.
+ *
+ * One file, two builds.  The timing loop is the library function
+ * ddlcomm_cref_time() below; compiled with -DDDLCOMM_CREF_LIB -shared -fPIC it
+ * is libddlcomm_cref.so, which ddlcomm's ranks call through ctypes on their own
+ * communicator and NumPy buffers (ddlcomm.bench.cref.CReference), so C and
+ * Python calls are timed side by side in one job on the same memory.  Without
+ * DDLCOMM_CREF_LIB the file is also the standalone program (main, below),
+ * whose own buffers, fill and check wrap the same function.
  *
  * Usage: ddlcomm_cref --collective allreduce|broadcast|gather
  *          --dtype float32|int32 --bytes N [--bytes M ...] --iters N
@@ -41,14 +50,129 @@
 
 #include <mpi.h>
 
+/* ============================================================ library
+ * The timing loop, shared by the program and libddlcomm_cref.so.
+ */
+
+/* Codes of ddlcomm_cref_time()'s `collective` and `dtype` arguments. */
+enum coll { C_BROADCAST = 0, C_GATHER = 1, C_ALLREDUCE = 2 };
+enum dtype { D_FLOAT32 = 0, D_INT32 = 1, D_FLOAT64 = 2, D_INT64 = 3, D_UINT8 = 4 };
+
+int ddlcomm_cref_time(MPI_Comm comm, int collective, int dtype, void *sendbuf, void *recvbuf,
+                      long long count, int root, int iters, int warmup, double *times_out);
+int ddlcomm_cref_sizeof_comm(void);
+int ddlcomm_cref_library_version(char *out, int outlen);
+
+/* What the caller checks before handing over a communicator: the size of an
+ * MPI_Comm handle and the MPI library this was built against. */
+int ddlcomm_cref_sizeof_comm(void) { return (int)sizeof(MPI_Comm); }
+
+/* MPI_Get_library_version's text into out (NUL-terminated, cut to outlen). */
+int ddlcomm_cref_library_version(char *out, int outlen)
+{
+    char text[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    int rc = MPI_Get_library_version(text, &len);
+    if (rc != MPI_SUCCESS || outlen < 1)
+        return rc != MPI_SUCCESS ? rc : MPI_ERR_ARG;
+    if (len > outlen - 1)
+        len = outlen - 1;
+    memcpy(out, text, (size_t)len);
+    out[len] = '\0';
+    return MPI_SUCCESS;
+}
+
+/* The MPI datatype of a dtype code (as ddlcomm's mpi backend maps it), or MPI_DATATYPE_NULL. */
+static MPI_Datatype mpi_type(int dtype)
+{
+    switch (dtype) {
+    case D_FLOAT32: return MPI_FLOAT;
+    case D_INT32: return MPI_INT32_T;
+    case D_FLOAT64: return MPI_DOUBLE;
+    case D_INT64: return MPI_INT64_T;
+    case D_UINT8: return MPI_UINT8_T;
+    }
+    return MPI_DATATYPE_NULL;
+}
+
+/* One collective call, as ddlcomm's mpi backend makes it. */
+static inline int call_once(int coll, void *send, void *recv, int count, MPI_Datatype type,
+                            int root, MPI_Comm comm)
+{
+    switch (coll) {
+    case C_BROADCAST:
+        return MPI_Bcast(send, count, type, root, comm);
+    case C_GATHER:
+        return MPI_Gather(send, count, type, recv, count, type, root, comm);
+    case C_ALLREDUCE:
+        return MPI_Allreduce(send, recv, count, type, MPI_SUM, comm);
+    }
+    return MPI_ERR_ARG;
+}
+
+/*
+ * Time `iters` calls of one collective on `comm`, this rank's side.
+ *
+ * collective: 0 broadcast (sendbuf is the buffer, in place; recvbuf unused),
+ * 1 gather (recvbuf: count * size elements, significant at the root only),
+ * 2 allreduce (not in place, MPI_SUM).  dtype: 0 float32, 1 int32, 2 float64,
+ * 3 int64, 4 uint8.  count: elements per rank.
+ *
+ * Runs `warmup` untimed calls, each after MPI_Barrier, then per timed
+ * iteration: MPI_Barrier; t0 = MPI_Wtime(); collective; t1 = MPI_Wtime();
+ * times_out[i] = t1 - t0 (seconds).  Nothing is filled or checked here: the
+ * caller owns the buffers.  Returns MPI_SUCCESS, MPI_ERR_ARG / MPI_ERR_TYPE /
+ * MPI_ERR_COUNT / MPI_ERR_ROOT for bad arguments (before any communication),
+ * or the error code of a failed MPI call (when the communicator's error
+ * handler returns errors, as mpi4py's does).
+ */
+int ddlcomm_cref_time(MPI_Comm comm, int collective, int dtype, void *sendbuf, void *recvbuf,
+                      long long count, int root, int iters, int warmup, double *times_out)
+{
+    MPI_Datatype type = mpi_type(dtype);
+    int size = 0, rc;
+    if (collective < C_BROADCAST || collective > C_ALLREDUCE)
+        return MPI_ERR_ARG;
+    if (type == MPI_DATATYPE_NULL)
+        return MPI_ERR_TYPE;
+    if (count < 0 || count > INT_MAX)
+        return MPI_ERR_COUNT;
+    if (iters < 0 || warmup < 0 || (iters > 0 && times_out == NULL))
+        return MPI_ERR_ARG;
+    if ((rc = MPI_Comm_size(comm, &size)) != MPI_SUCCESS)
+        return rc;
+    if (root < 0 || root >= size)
+        return MPI_ERR_ROOT;
+    int n = (int)count;
+
+    for (int w = 0; w < warmup; w++) {
+        if ((rc = MPI_Barrier(comm)) != MPI_SUCCESS)
+            return rc;
+        if ((rc = call_once(collective, sendbuf, recvbuf, n, type, root, comm)) != MPI_SUCCESS)
+            return rc;
+    }
+    for (int it = 0; it < iters; it++) {
+        if ((rc = MPI_Barrier(comm)) != MPI_SUCCESS)
+            return rc;
+        double t0 = MPI_Wtime();
+        rc = call_once(collective, sendbuf, recvbuf, n, type, root, comm);
+        double t1 = MPI_Wtime();
+        if (rc != MPI_SUCCESS)
+            return rc;
+        times_out[it] = t1 - t0;
+    }
+    return MPI_SUCCESS;
+}
+
+#ifndef DDLCOMM_CREF_LIB
+/* ============================================================ program */
+
 #define MAX_SIZES 256
 #define HUGE_ALIGN ((size_t)2 << 20)
 #define SENTINEL 0xFF
 
-enum coll { C_ALLREDUCE, C_BROADCAST, C_GATHER };
-static const char *const COLL_NAMES[] = {"allreduce", "broadcast", "gather"};
-
-enum dtype { D_FLOAT32, D_INT32 };
+/* Indexed by enum coll and enum dtype (the program offers the first two dtypes). */
+static const char *const COLL_NAMES[] = {"broadcast", "gather", "allreduce"};
 static const char *const DTYPE_NAMES[] = {"float32", "int32"};
 
 enum memory { M_PAGEABLE, M_HUGEPAGE };
@@ -171,6 +295,8 @@ static void parse_args(int argc, char **argv, struct options *o)
         bad_arg("missing --warmup", NULL);
     if (o->iters > INT_MAX)
         bad_arg("--iters is too large (at most INT_MAX)", NULL);
+    if (o->warmup > INT_MAX)
+        bad_arg("--warmup is too large (at most INT_MAX)", NULL);
     for (int i = 0; i < o->nsizes; i++)
         if (o->sizes[i] / 4 > INT_MAX)
             bad_arg("--bytes gives more than INT_MAX elements", NULL);
@@ -280,28 +406,19 @@ static int verify(enum coll c, const void *recv, enum dtype dt, size_t count, in
 
 /* ------------------------------------------------------------ one point */
 
-struct point {
-    enum coll coll;
-    MPI_Datatype type;
-    int count;
-    void *send;
-    void *recv;   /* broadcast: same as send; gather: NULL off the root */
-    MPI_Comm comm;
-};
-
-static void call(const struct point *pt)
+static int by_value(const void *a, const void *b)
 {
-    switch (pt->coll) {
-    case C_BROADCAST:
-        MPI_Bcast(pt->send, pt->count, pt->type, 0, pt->comm);
-        break;
-    case C_GATHER:
-        MPI_Gather(pt->send, pt->count, pt->type, pt->recv, pt->count, pt->type, 0, pt->comm);
-        break;
-    case C_ALLREDUCE:
-        MPI_Allreduce(pt->send, pt->recv, pt->count, pt->type, MPI_SUM, pt->comm);
-        break;
-    }
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of v[0..n) (n >= 1), as NumPy's 50th percentile (the middle two averaged);
+ * sorts a copy in scratch. */
+static double median(const double *v, int n, double *scratch)
+{
+    memcpy(scratch, v, (size_t)n * sizeof *scratch);
+    qsort(scratch, (size_t)n, sizeof *scratch, by_value);
+    return n % 2 ? scratch[n / 2] : 0.5 * (scratch[n / 2 - 1] + scratch[n / 2]);
 }
 
 static void print_us_list(const double *v, long long n)
@@ -334,59 +451,55 @@ static void run_point(const struct options *o, long long nbytes, MPI_Comm comm, 
     size_t count = (size_t)(nbytes / (long long)item);
     size_t msg = count * item;
     int iters = (int)o->iters;
-    struct point pt = {o->coll, o->dtype == D_FLOAT32 ? MPI_FLOAT : MPI_INT, (int)count,
-                       NULL, NULL, comm};
+    void *send = NULL, *recv = NULL;  /* recv: broadcast: same as send; gather: NULL off the root */
 
     struct buffer sendb = alloc_buffer(msg, o->memory);
     struct buffer recvb = {NULL, NULL, 0, o->memory};
-    pt.send = sendb.data;
+    send = sendb.data;
     size_t recv_bytes = 0;
     if (o->coll == C_ALLREDUCE)
         recv_bytes = msg;
     else if (o->coll == C_GATHER && rank == 0)
         recv_bytes = msg * (size_t)p;
     if (o->coll == C_BROADCAST) {
-        pt.recv = pt.send;
+        recv = send;
     } else if (o->coll == C_ALLREDUCE || rank == 0) {
         recvb = alloc_buffer(recv_bytes, o->memory);
-        pt.recv = recvb.data;
-    }
-
-    /* fill and clear (touches every page before timing), one checked call */
-    if (o->coll == C_BROADCAST && rank != 0)
-        memset(pt.send, SENTINEL, msg);
-    else
-        fill(pt.send, o->dtype, count, rank);
-    if (recvb.data)
-        memset(pt.recv, SENTINEL, recv_bytes);
-    MPI_Barrier(comm);
-    call(&pt);
-    int ok = verify(o->coll, pt.recv, o->dtype, count, rank, p), all_ok = 0;
-    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
-
-    for (long long w = 0; w < o->warmup; w++) {
-        MPI_Barrier(comm);
-        call(&pt);
+        recv = recvb.data;
     }
 
     double *times = malloc((size_t)iters * sizeof *times);
     double *all = rank == 0 ? malloc((size_t)iters * (size_t)p * sizeof *all) : NULL;
     if (!times || (rank == 0 && !all))
         die("out of memory for the timings");
-    for (int it = 0; it < iters; it++) {
-        MPI_Barrier(comm);
-        double t0 = MPI_Wtime();
-        call(&pt);
-        double t1 = MPI_Wtime();
-        times[it] = t1 - t0;
-    }
+
+    /* fill and clear (touches every page before timing), one checked call
+     * (barrier first, as every call), then warm-up and timed calls */
+    if (o->coll == C_BROADCAST && rank != 0)
+        memset(send, SENTINEL, msg);
+    else
+        fill(send, o->dtype, count, rank);
+    if (recvb.data)
+        memset(recv, SENTINEL, recv_bytes);
+    if (ddlcomm_cref_time(comm, o->coll, o->dtype, send, recv, (long long)count, 0, 1, 0,
+                          times) != MPI_SUCCESS)
+        die("the checked call failed");
+    int ok = verify(o->coll, recv, o->dtype, count, rank, p), all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+
+    if (ddlcomm_cref_time(comm, o->coll, o->dtype, send, recv, (long long)count, 0, iters,
+                          (int)o->warmup, times) != MPI_SUCCESS)
+        die("the timed calls failed");
     MPI_Gather(times, iters, MPI_DOUBLE, all, iters, MPI_DOUBLE, 0, comm);
 
     if (rank == 0) {
         double *rank_avg = malloc((size_t)p * sizeof *rank_avg);
+        double *rank_p50 = malloc((size_t)p * sizeof *rank_p50);
         double *iter_max = malloc((size_t)iters * sizeof *iter_max);
-        if (!rank_avg || !iter_max)
+        if (!rank_avg || !rank_p50 || !iter_max)
             die("out of memory for the summary");
+        for (int r = 0; r < p; r++)
+            rank_p50[r] = median(all + (size_t)r * iters, iters, iter_max); /* as scratch */
         for (int r = 0; r < p; r++) {
             double s = 0.0;
             for (int it = 0; it < iters; it++)
@@ -408,11 +521,14 @@ static void run_point(const struct options *o, long long nbytes, MPI_Comm comm, 
         json_string(library);
         printf(",\"check\":\"%s\",\"rank_avg_us\":", all_ok ? "passed" : "failed");
         print_us_list(rank_avg, p);
+        printf(",\"rank_p50_us\":");
+        print_us_list(rank_p50, p);
         printf(",\"iter_max_us\":");
         print_us_list(iter_max, iters);
         printf("}\n");
         fflush(stdout);
         free(rank_avg);
+        free(rank_p50);
         free(iter_max);
     }
     free(times);
@@ -452,3 +568,4 @@ int main(int argc, char **argv)
     MPI_Finalize();
     return 0;
 }
+#endif /* !DDLCOMM_CREF_LIB */

@@ -1,0 +1,79 @@
+"""Points of ``--impl c``: the C reference's timing loop, called inside the ranks.
+
+The C loop (``bench/c/ddlcomm_cref.c``, loaded through ctypes) runs on the
+same communicator, buffers and memory kind as the Python forms, and follows
+the same protocol, so ``--impl c,buffer,object`` compares like with like in
+one run, interleaved per size.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..collectives import get_collective
+from ..dtypes import get_dtype, get_op
+from ..errors import UnsupportedError
+from . import stats
+from .buffers import PointBuffers
+from .plan import BenchPlan, PointSpec
+from .records import agree_all, agree_max, make_record
+
+PROBE_CALLS = 2
+_REFERENCES: dict[int, object] = {}
+
+
+def reference(comm):
+    """The C reference bound to ``comm`` (built and loaded on first use)."""
+    if comm.name != "mpi":
+        raise UnsupportedError(f"--impl c needs the mpi backend, not {comm.name}",
+                               "run the C reference with --backend mpi")
+    ref = _REFERENCES.get(id(comm))
+    if ref is None:
+        from .cref import CReference
+        ref = _REFERENCES[id(comm)] = CReference(comm)
+    return ref
+
+
+def measure_c(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
+    """Check, calibrate and time one collective through the C loop; rank 0 returns its record."""
+    coll = get_collective(spec.name)
+    dtype = get_dtype(plan.dtype)
+    ref = reference(comm)
+    if spec.name not in ref.collectives:
+        raise UnsupportedError(f"the C reference has no {spec.name}",
+                               f"--impl c covers {', '.join(ref.collectives)}")
+    if coll.reduces and plan.op != "sum":
+        raise UnsupportedError(f"the C reference reduces with sum only, not {plan.op}")
+    op = get_op("sum") if coll.reduces else None
+    count = coll.count_for(spec.nbytes, dtype, comm.size)
+    with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:
+        send, recv = coll.buffers(dtype, count, comm.rank, comm.size, op, plan.root, False,
+                                  bufs.alloc)
+        if spec.name == "broadcast" and comm.rank != plan.root:
+            send[:] = 0
+
+        def time(iters: int, warmup: int) -> np.ndarray:
+            return ref.time(spec.name, send, recv, plan.root, iters, warmup)
+
+        check = "skipped"
+        if plan.check:
+            time(1, 0)
+            result = send if spec.name == "broadcast" else recv
+            expected = coll.expected(dtype, count, comm.rank, comm.size, op, plan.root)
+            check = "passed" if agree_all(comm, coll.verify(result, expected, dtype)) else "failed"
+        t_call = agree_max(comm, float(np.median(time(PROBE_CALLS, 0))))
+        iterations = plan.iters or stats.choose_iterations(t_call, plan.budget_s)
+        warmup = plan.warmup if plan.warmup is not None else stats.choose_warmup(iterations)
+        times = time(iterations, max(0, warmup - PROBE_CALLS))
+        pages = bufs.placement()
+    gathered = comm.gather(times, root=0)
+    if comm.rank != 0:
+        return []
+    moved = count * dtype.itemsize
+    return [make_record(
+        comm, collective=spec.name, form="c", dtype=dtype.name,
+        op=op.name if op else None, nbytes=moved, count=count, root=plan.root,
+        in_place=False, iterations=iterations, warmup=max(warmup, PROBE_CALLS),
+        times=gathered.reshape(comm.size, iterations),
+        algbw_bytes=coll.algbw_bytes(moved, comm.size),
+        busbw_factor=coll.busbw_factor(comm.size), check=check,
+        extra={"pages": pages})]

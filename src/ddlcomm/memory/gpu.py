@@ -1,0 +1,61 @@
+"""GPU kinds through torch: ``pinned`` (page-locked host memory) and ``device`` (GPU memory).
+
+Both need ``torch`` with CUDA and a visible GPU (``torch.cuda.is_available()``);
+torch is imported only when one of these kinds is asked for.  ``pinned`` is
+``torch.empty(nbytes, uint8, pin_memory=True)``, seen by NumPy through
+``.numpy()`` (``Buffer.tensor`` holds the tensor); ``device`` is a uint8 CUDA
+tensor on the current device, in ``Buffer.tensor`` (``Buffer.array`` refuses:
+use ``Buffer.tensor_view``).  Freeing drops the tensor: torch's caching
+allocators keep the memory for reuse rather than returning it to the driver.
+"""
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from ..errors import UnsupportedError
+from .base import Buffer
+
+_HOST_KINDS = "pageable, hugepage, numa:N, shared"
+
+
+def cuda_torch(kind: str) -> Any:
+    """The torch module, if it can use a GPU; else :class:`UnsupportedError` saying why."""
+    if importlib.util.find_spec("torch") is None:
+        raise UnsupportedError(f"memory kind {kind} needs a GPU and torch with CUDA; torch is not installed",
+                               f"pip install torch (a CUDA build) on a GPU machine, or use {_HOST_KINDS}")
+    import torch
+    if not torch.cuda.is_available():
+        built = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU only"
+        raise UnsupportedError(f"memory kind {kind} needs a GPU: no GPU found "
+                               f"(torch.cuda.is_available() is False; torch {torch.__version__}, {built})",
+                               f"run on a machine with a CUDA GPU, or use {_HOST_KINDS}")
+    return torch
+
+
+class GpuKind:
+    """``pinned`` or ``device``: the same check, two allocations."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def check(self, arg: str | None, hbw_fallback: str | None) -> None:
+        cuda_torch(self.name)
+
+    def allocate(self, spec: str, arg: str | None, nbytes: int, hbw_fallback: str | None) -> Buffer:
+        torch = cuda_torch(self.name)
+        if self.name == "pinned":
+            tensor = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+            raw = tensor.numpy()
+            return Buffer("pinned", spec, nbytes, raw=raw, tensor=tensor, exclusive=False,
+                          span=(tensor.data_ptr(), tensor.data_ptr() + nbytes) if nbytes else None,
+                          info={"method": "cudaHostAlloc", "pinned": bool(tensor.is_pinned())})
+        device = torch.device("cuda", torch.cuda.current_device())
+        tensor = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        return Buffer("device", spec, nbytes, tensor=tensor,
+                      info={"method": "cudaMalloc", "device": str(device),
+                            "device_name": torch.cuda.get_device_name(device)})
+
+
+PINNED = GpuKind("pinned")
+DEVICE = GpuKind("device")

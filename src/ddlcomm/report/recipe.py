@@ -1,0 +1,109 @@
+"""Reports of named experiments, laid out like the papers' figures.
+
+One figure per group (e.g. per collective), one panel per environment (host,
+N containers; or per MPI library), one line per implementation or library,
+time per call against the varied quantity (ranks, workers).  The page is
+self-contained like a run's report, with PNG copies beside it.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from html import escape
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from . import plots
+from .html import _CSS, _inline_svg, _safe_name
+from .tables import format_check, format_us
+
+Point = dict
+Key = Callable[[Point], Any]
+
+
+def _groups(points: Sequence[Point], key: Key) -> dict[Any, list[Point]]:
+    out: dict[Any, list[Point]] = defaultdict(list)
+    for p in points:
+        out[key(p)].append(p)
+    return out
+
+
+def _figure(points: Sequence[Point], title: str, panel_of: Key, x_of: Key, line_of: Key,
+            x_label: str, panel_order: Sequence[Any]):
+    plt = plots._pyplot()
+    panels = [p for p in panel_order if any(panel_of(q) == p for q in points)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), sharey=True,
+                             squeeze=False, layout="constrained")
+    lines = sorted({line_of(p) for p in points}, key=str)
+    colors = {name: f"C{i % 10}" for i, name in enumerate(lines)}
+    for ax, panel in zip(axes[0], panels):
+        for name in lines:
+            ps = sorted((p for p in points if panel_of(p) == panel and line_of(p) == name),
+                        key=x_of)
+            if ps:
+                ax.plot([x_of(p) for p in ps], [p["t_avg_us"] / 1e3 for p in ps], marker="o",
+                        color=colors[name], label=str(name))
+                bad = [p for p in ps if p.get("check") == "failed"]
+                ax.scatter([x_of(p) for p in bad], [p["t_avg_us"] / 1e3 for p in bad],
+                           marker="x", color="red", s=60, zorder=5)
+        ax.set_title(str(panel))
+        ax.set_xlabel(x_label)
+        ax.set_xticks(sorted({x_of(p) for p in points if panel_of(p) == panel}))
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("avg time per call (ms)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for ax in axes[0][1:]:
+        h, lab = ax.get_legend_handles_labels()
+        handles += [x for x, y in zip(h, lab) if y not in labels]
+        labels += [y for y in lab if y not in labels]
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(4, len(labels)), fontsize=8)
+    fig.suptitle(title)
+    return fig
+
+
+def write_recipe_report(title: str, points: Sequence[Point], out_dir: str | Path, *,
+                        figure_of: Key, panel_of: Key, x_of: Key, line_of: Key, x_label: str,
+                        panel_order: Sequence[Any], notes: Sequence[str] = (),
+                        unavailable: Sequence[tuple[str, str]] = ()) -> Path:
+    """Write ``out_dir/index.html`` and one PNG/SVG per figure; return the page's path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    body = [f"<h1>{escape(title)}</h1>"]
+    body += [f"<p>{escape(n)}</p>" for n in notes]
+    if unavailable:
+        items = "".join(f"<li><b>{escape(v)}</b>: {escape(r)}</li>" for v, r in unavailable)
+        body.append(f"<h2>Not available on this machine</h2><ul>{items}</ul>")
+    for name, group in _groups(points, figure_of).items():
+        fig = _figure(group, str(name), panel_of, x_of, line_of, x_label, panel_order)
+        files = plots.save(fig, out / _safe_name(str(name)))
+        body.append(f"<h2>{escape(str(name))}</h2><figure>{_inline_svg(files['svg'])}</figure>")
+    rows = sorted(points, key=lambda p: (str(figure_of(p)), str(panel_of(p)), str(line_of(p)), x_of(p)))
+    head = "".join(f"<th>{h}</th>" for h in ("figure", "panel", "line", x_label, "avg_us",
+                                            "p50_us", "p99_us", "check", "run"))
+    trs = "".join(
+        f"<tr class=\"{'failed' if p.get('check') == 'failed' else ''}\">"
+        f"<td>{escape(str(figure_of(p)))}</td><td>{escape(str(panel_of(p)))}</td>"
+        f"<td>{escape(str(line_of(p)))}</td><td class=num>{escape(str(x_of(p)))}</td>"
+        f"<td class=num>{format_us(p['t_avg_us'])}</td><td class=num>{format_us(p['t_p50_us'])}</td>"
+        f"<td class=num>{format_us(p['t_p99_us'])}</td><td>{format_check(p['check'])}</td>"
+        f"<td class=num>{p.get('run_id', '')}</td></tr>" for p in rows)
+    body.append(f"<h2>All points</h2><table><tr>{head}</tr>{trs}</table>")
+    page = out / "index.html"
+    page.write_text(f"<!doctype html><html><head><meta charset=utf-8><title>{escape(title)}"
+                    f"</title><style>{_CSS}</style></head><body>{''.join(body)}</body></html>",
+                    encoding="utf-8")
+    return page
+
+
+def text_table(points: Sequence[Point], *, figure_of: Key, panel_of: Key, x_of: Key,
+               line_of: Key, x_label: str) -> str:
+    """The same points as a terminal table, grouped by figure."""
+    from .tables import format_table
+    out = []
+    for name, group in _groups(points, figure_of).items():
+        rows = [[str(panel_of(p)), str(line_of(p)), str(x_of(p)), format_us(p["t_avg_us"]),
+                 format_us(p["t_p50_us"]), format_check(p["check"])]
+                for p in sorted(group, key=lambda p: (str(panel_of(p)), str(line_of(p)), x_of(p)))]
+        out.append(f"# {name}\n" + format_table(["panel", "line", x_label, "avg_us", "p50_us", "check"],
+                                                rows, [False, False, True, True, True, False]))
+    return "\n\n".join(out)

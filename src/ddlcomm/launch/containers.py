@@ -23,9 +23,17 @@ of one container share ``/dev/shm`` and System V IPC, and ranks in different
 containers share neither memory nor loopback: MPI must use its network path
 (TCP over veth and bridge) between them, as between Docker containers.
 
+Binding (``bind="core"`` or ``"numa"``) gives each container a cpuset cgroup
+(``<cpuset hierarchy>/ddlc-<id>-c<i>``), as Docker's ``--cpuset-cpus`` and
+``--cpuset-mems`` do: its processes cannot leave those cpus, and hwloc inside
+(MPI's own ``--bind-to``) sees only them, because each container's fresh
+``/sys`` gets the cgroup hierarchies mounted again.  Without a cpuset
+controller, ``taskset`` binds instead (noted in ``ContainerSet.notes``).
+
 Everything a set creates carries its id ``<owner pid>-<seq>``: the netns names
 (``ddlc-<id>-c<i>``), the state directory, and the alias of every link
-(``ddlcomm owner=<pid> set=<id>``).  The set removes it all on exit, also on an
+(``ddlcomm owner=<pid> set=<id>``); the cgroups are named like the netns.
+The set removes it all on exit, also on an
 exception, on SIGTERM/SIGHUP (turned into SystemExit while the set is open) and
 at interpreter exit (atexit); processes still inside its namespaces are ended
 first.  A set whose owner was killed outright is removed by
@@ -48,7 +56,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 

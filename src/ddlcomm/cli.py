@@ -139,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "figures. Defaults are scaled to finish in minutes here.")
     rp.add_argument("name", help="woo2020 or choi2021")
     rp.add_argument("--full", action="store_true", help="the paper's sizes and 1000 repetitions")
+    rp.add_argument("--report-only", metavar="TAG",
+                    help="run nothing: rewrite the report of an earlier session (its tag, "
+                         "e.g. woo2020:2685bee5, printed when it ran)")
     rp.add_argument("--out", metavar="DIR", help="report folder (default: reports/NAME-TAG beside the database)")
     _add_db(rp)
 
@@ -345,27 +348,38 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
     from .recipes import get_recipe
     from .recipes.base import new_tag, require_ok, run_steps
     from .results import Store
+    from .results.export import point_record
 
     recipe = get_recipe(args.name)
     db = _db_path(args)
-    tag = new_tag(recipe.name)
+    tag = args.report_only or new_tag(recipe.name)
+    if not tag.startswith(recipe.name + ":"):
+        raise UsageError(f"tag {tag!r} is not a {recipe.name} session")
     out = Path(args.out).expanduser().resolve() if args.out else \
         db.parent / "reports" / tag.replace(":", "-")
     out.mkdir(parents=True, exist_ok=True)
-    steps = recipe.steps(args.full)
-    log = out / "runs.log"
-    print(f"{recipe.title}: {len(steps)} runs, tag {tag}, log {log}", flush=True)
-    for variant, reason in recipe.unavailable():
-        print(f"  not available here: {variant}: {reason}")
-    results = run_steps(steps, db, tag, log)
-    require_ok(results)
+    results = []
+    if args.report_only is None:
+        steps = recipe.steps(args.full)
+        log = out / "runs.log"
+        print(f"{recipe.title}: {len(steps)} runs, tag {tag}, log {log}", flush=True)
+        for variant, reason in recipe.unavailable():
+            print(f"  not available here: {variant}: {reason}")
+        results = run_steps(steps, db, tag, log)
+        require_ok(results)
+    elif not db.exists():
+        raise UsageError(f"no results database at {db}", "pass the --db the session used")
     with Store(db) as store:
         runs = [r for r in store.runs() if (r.get("config") or {}).get("extra", {}).get("tag") == tag]
-        points = [p for r in sorted(runs, key=lambda r: r["id"]) for p in store.points(r["id"])]
+        points = [point_record(p) for r in sorted(runs, key=lambda r: r["id"])
+                  for p in store.points(r["id"])]
+    if not points:
+        raise UsageError(f"no points of session {tag} in {db}")
     page = recipe.report(recipe, points, out)
     failed = [s.label for s, rc, _ in results if rc != 0]
-    print(f"{len(results) - len(failed)} of {len(results)} runs completed, {len(points)} points, "
-          f"{sum(p['check'] == 'failed' for p in points)} failed checks")
+    if results:
+        print(f"{len(results) - len(failed)} of {len(results)} runs completed", end=", ")
+    print(f"{len(points)} points, {sum(p['check'] == 'failed' for p in points)} failed checks")
     for label in failed:
         print(f"  FAILED: {label}")
     print(f"database: {db}")

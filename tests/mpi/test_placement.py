@@ -1,0 +1,67 @@
+"""Placement and memory kinds through `ddlcomm bench`, end to end."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run
+
+pytestmark = pytest.mark.mpi
+
+
+def bench(mpi, db, *args, timeout=300, expect=0):
+    res = run([mpi.ddlcomm, "bench", "--db", db, "--no-report", *args], mpi.env(), timeout)
+    assert res.returncode == expect, res.stdout + res.stderr
+    if expect:
+        return res, []
+    out = run([mpi.ddlcomm, "results", "export", "--all", "--db", db], mpi.env(), 60)
+    return res, json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def namespaces():
+    from ddlcomm.errors import UnsupportedError
+    from ddlcomm.launch.containers import check_available
+    try:
+        check_available()
+    except UnsupportedError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.mark.parametrize("backend, containers", [("mpi", 2), ("mpi", 4), ("gloo", 2)])
+def test_allreduce_in_containers(mpi, tmp_path, namespaces, backend, containers):
+    _, points = bench(mpi, tmp_path / "p.db", "--backend", backend, "--collective", "allreduce",
+                      "--ranks", "4", "--containers", str(containers), "--sizes", "64KiB,1MiB",
+                      "--form", "buffer", "--iters", "3")
+    assert len(points) == 2 and {p["check"] for p in points} == {"passed"}
+    for p in points:
+        assert p["containers"] == containers
+        assert p["ranks_per_container"] == [4 // containers] * containers
+        assert p["transport"]["0-3"] == "tcp"
+        assert p["transport"]["0-1"] == ("shared memory" if containers == 2 else "tcp")
+
+
+def test_c_buffer_object_in_hugepages(mpi, tmp_path):
+    _, points = bench(mpi, tmp_path / "m.db", "--impl", "c,buffer,object", "--memory", "hugepage",
+                      "--collective", "broadcast,gather,allreduce", "--sizes", "4MiB",
+                      "--dtype", "int32", "--ranks", "2", "--iters", "3")
+    assert {(p["collective"], p["form"]) for p in points} == {
+        (c, f) for c in ("broadcast", "gather", "allreduce") for f in ("c", "buffer", "object")}
+    assert {p["check"] for p in points} == {"passed"}
+    assert all(p["memory"] == "hugepage" and p["pages"]["huge_kb"] > 0 for p in points)
+
+
+def test_hbw_refused_or_fallback(mpi, tmp_path):
+    from ddlcomm import memory
+    try:
+        memory.check("hbw")
+        pytest.skip("this machine has high-bandwidth memory")
+    except Exception:
+        pass
+    res, _ = bench(mpi, tmp_path / "h.db", "--memory", "hbw", "--sizes", "4KiB", expect=2)
+    assert len(res.stderr.strip().splitlines()) == 1 and "hbw" in res.stderr
+    _, points = bench(mpi, tmp_path / "h.db", "--memory", "hbw", "--hbw-fallback", "dram",
+                      "--collective", "allreduce", "--sizes", "4KiB", "--form", "buffer",
+                      "--ranks", "2", "--iters", "3")
+    assert points[0]["pages"]["fallback"] == "dram" and points[0]["check"] == "passed"

@@ -1,0 +1,58 @@
+"""Recipes: every step is a valid bench command line; reports lay points out by panel."""
+from __future__ import annotations
+
+import pytest
+
+from ddlcomm.cli import bench_plan, build_parser
+from ddlcomm.errors import UsageError
+from ddlcomm.recipes import RECIPES, get_recipe
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+@pytest.mark.parametrize("full", [False, True])
+def test_every_step_parses(name, full):
+    recipe = get_recipe(name)
+    steps = recipe.steps(full)
+    assert steps and len({s.label for s in steps}) == len(steps)
+    for step in steps:
+        args = build_parser().parse_args(["bench", *step.args])
+        plan = bench_plan(args, default_ranks=None)
+        assert plan.ranks is not None
+
+
+def test_woo2020_matrix():
+    steps = get_recipe("woo2020").steps(False)
+    args = [" ".join(s.args) for s in steps]
+    assert all("--impl c,buffer,object" in a and "--dtype int32" in a for a in args)
+    assert any("--containers 4" in a for a in args) and any("--containers" not in a for a in args)
+    assert all("--bind numa" in a for a in args if "--containers" in a)
+    full = " ".join(" ".join(s.args) for s in get_recipe("woo2020").steps(True))
+    assert f"--sizes {256 << 20}B" in full and "--iters 1000" in full
+
+
+def test_choi2021_runs_both_mpis_and_lists_gpu_variants():
+    recipe = get_recipe("choi2021")
+    assert {s.env for s in recipe.steps(False)} == {"openmpi", "mpich"}
+    variants = [v for v, _ in recipe.unavailable()]
+    assert "NCCL" in variants and "CUDA-aware Open MPI" in variants
+
+
+def test_unknown_recipe():
+    with pytest.raises(UsageError, match="woo2020"):
+        get_recipe("smith1999")
+
+
+def test_recipe_report_panels(tmp_path):
+    from ddlcomm.report.recipe import write_recipe_report
+    points = [dict(collective="allreduce", bytes=1 << 20, ranks=r, form=f, memory="pageable",
+                   containers=k, t_avg_us=100.0 * r, t_p50_us=90.0, t_p99_us=200.0,
+                   check="passed", run_id=1)
+              for r in (2, 4) for f in ("c", "buffer") for k in (0, 2)]
+    page = write_recipe_report("t", points, tmp_path, figure_of=lambda p: p["collective"],
+                               panel_of=lambda p: "host" if not p["containers"] else "2 containers",
+                               x_of=lambda p: p["ranks"], line_of=lambda p: p["form"],
+                               x_label="processes", panel_order=["host", "2 containers"],
+                               unavailable=[("hbw", "no high-bandwidth memory")])
+    html = page.read_text()
+    assert "<svg" in html and "no high-bandwidth memory" in html and "2 containers" in html
+    assert (tmp_path / "allreduce.png").read_bytes()[:4] == b"\x89PNG"

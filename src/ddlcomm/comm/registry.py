@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 
 from ..errors import BackendUnavailable, UsageError
+from ..lazy import load
 from .base import Communicator
 
 
@@ -87,7 +88,4 @@ def common_launcher(names: list[str]) -> str:
 
 def create(name: str, **kwargs) -> Communicator:
     """Start backend ``name`` in this rank and return its communicator."""
-    spec = check(name)
-    module_name, _, cls_name = spec.target.partition(":")
-    cls = getattr(importlib.import_module(module_name), cls_name)
-    return cls(**kwargs)
+    return load(check(name).target)(**kwargs)

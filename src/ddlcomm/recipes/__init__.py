@@ -5,9 +5,7 @@ options) and how its report is laid out; it adds no mechanism of its own.
 """
 from __future__ import annotations
 
-import importlib
-
-from ..errors import UsageError
+from ..lazy import lookup
 
 RECIPES = {
     "woo2020": "ddlcomm.recipes.woo2020:RECIPE",
@@ -16,9 +14,5 @@ RECIPES = {
 
 
 def get_recipe(name: str):
-    try:
-        target = RECIPES[name]
-    except KeyError:
-        raise UsageError(f"unknown recipe {name!r}", f"choose from {', '.join(RECIPES)}") from None
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    """The recipe registered as ``name`` (UsageError naming the choices)."""
+    return lookup(RECIPES, name, "recipe")

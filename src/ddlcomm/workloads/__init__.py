@@ -4,9 +4,7 @@ Each workload registers itself by name; ``get_workload`` loads it on demand.
 """
 from __future__ import annotations
 
-import importlib
-
-from ..errors import UsageError
+from ..lazy import lookup
 
 #: workload name -> "module:object" (imported when first asked for)
 WORKLOADS = {
@@ -18,9 +16,4 @@ WORKLOADS = {
 
 def get_workload(name: str):
     """The workload registered as ``name`` (UsageError naming the choices)."""
-    try:
-        target = WORKLOADS[name]
-    except KeyError:
-        raise UsageError(f"unknown workload {name!r}", f"choose from {', '.join(WORKLOADS)}") from None
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return lookup(WORKLOADS, name, "workload")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -78,8 +79,19 @@ def launch(plan: BenchPlan, argv: Sequence[str], db_path: Path,
         run_id = store.create_run(_run_info(argv, plan))
     env = dict(os.environ, **{RUN_ID_ENV: str(run_id), "DDLCOMM_DB": str(db_path),
                               PROGRESS_ENV: "tty" if sys.stderr.isatty() else "plain"})
-    rc = STARTERS[launcher](plan, argv, env)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        rc = STARTERS[launcher](plan, argv, env)
+    except (KeyboardInterrupt, SystemExit):
+        rc = 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return finish(db_path, run_id, rc, report_dir, plan)
+
+
+def _terminate(signum, frame):
+    """SIGTERM to the owner: end the ranks and mark the run, as Ctrl-C does."""
+    raise SystemExit(128 + signum)
 
 
 def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path],

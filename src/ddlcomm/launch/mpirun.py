@@ -71,14 +71,15 @@ def find(bin_dir: Optional[Path] = None) -> MPILauncher:
 def run(cmd: Sequence[str], env: Mapping[str, str], grace_s: float = 10.0) -> int:
     """Run the launcher with our stdout/stderr (its output streams through).
 
-    Ctrl-C reaches the launcher too (same process group); if it has not ended
-    ``grace_s`` seconds later it is killed.  Returns its exit code, 130 when
-    interrupted.
+    Ctrl-C reaches the launcher too (same process group); on Ctrl-C or
+    SIGTERM (see :func:`ddlcomm.bench.session.launch`) the launcher is sent
+    SIGINT and, if it has not ended ``grace_s`` seconds later, killed.
+    Returns its exit code, 130 when interrupted.
     """
     proc = subprocess.Popen(list(cmd), env=dict(env), start_new_session=False)
     try:
         return proc.wait()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):     # Ctrl-C, or SIGTERM turned into SystemExit
         try:
             proc.send_signal(signal.SIGINT)
             proc.wait(timeout=grace_s)

@@ -59,7 +59,7 @@ def run(nranks: int, program: Sequence[str], env: Mapping[str, str],
             if failed_at is not None and time.monotonic() - failed_at > grace_s:
                 _signal_all(procs, signal.SIGKILL)
             time.sleep(poll_s)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):     # Ctrl-C, or SIGTERM turned into SystemExit
         _signal_all(procs, signal.SIGINT)
         _wait_or_kill(procs, grace_s)
         return 130

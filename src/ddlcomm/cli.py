@@ -84,6 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--op", default="sum", help="sum, prod, min, max, avg (default: sum)")
     b.add_argument("--form", choices=["buffer", "object", "both"],
                    help="buffer calls (NumPy arrays), pickled-object calls, or both (default)")
+    b.add_argument("--algorithm", default="library",
+                   help="comma list of algorithms measured side by side: library (the backend's "
+                        "own collective), auto, or ddlcomm's own (ring, rhd, binomial, linear, ...; "
+                        "buffer form); default library")
     b.add_argument("--impl", help="implementations side by side, a comma list of c (the C "
                                   "reference, same protocol and buffers), buffer, object; "
                                   "instead of --form")
@@ -196,6 +200,7 @@ def bench_plan(args: argparse.Namespace, default_ranks: Optional[int]):
         path=args.path,
         dtype=dtype.name, op=op.name, forms=_forms(args), in_place=args.in_place,
         memory=args.memory, hbw_fallback=args.hbw_fallback, bind=args.bind,
+        algorithms=_comma_list(args.algorithm, "--algorithm"),
         containers=parse_positive_int(args.containers, "--containers") if args.containers else 0,
         check=args.check, ranks=ranks,
         iters=parse_positive_int(args.iters, "--iters") if args.iters else None,
@@ -209,7 +214,22 @@ def bench_plan(args: argparse.Namespace, default_ranks: Optional[int]):
     if plan.workloads:
         _check_workloads(plan)
     _check_placement(plan)
+    _check_algorithms(plan)
     return plan
+
+
+def _check_algorithms(plan) -> None:
+    if plan.algorithms == ["library"]:
+        return
+    from .comm.native import algorithms_for
+    for name in plan.collectives:
+        known = ["library", *algorithms_for(name)]
+        bad = [a for a in plan.algorithms if a not in known]
+        if bad:
+            raise UsageError(f"no algorithm {', '.join(bad)} for {name}",
+                             f"{name} has: {', '.join(known)}")
+    if plan.workloads:
+        raise UsageError("--algorithm applies to collectives (workloads use the library's)")
 
 
 def _forms(args: argparse.Namespace) -> list[str]:

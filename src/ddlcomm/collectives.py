@@ -167,13 +167,22 @@ class Collective:
         return send, cleared(dtype, self.recv_count(count, nranks), alloc)
 
     def prepare(self, comm: Any, form: str, dtype: DType, count: int, op: Optional[ReduceOp],
-                root: int, in_place: bool, alloc: Alloc = numpy_alloc) -> "Prepared":
-        """Allocate inputs/outputs and return the call to time and the result getter."""
+                root: int, in_place: bool, alloc: Alloc = numpy_alloc,
+                algorithm: str = "library") -> "Prepared":
+        """Allocate inputs/outputs and return the call to time and the result getter.
+
+        ``algorithm`` "library" calls the backend's own collective; any other
+        name runs ddlcomm's own algorithm of that name (buffer form only).
+        """
         rank, nranks = comm.rank, comm.size
         send, recv = self.buffers(dtype, count, rank, nranks, op, root,
                                   in_place and form == "buffer", alloc)
         if self.name == "broadcast" and rank != root:
             send.view(np.uint8)[:] = SENTINEL_BYTE     # only the root's data may arrive
+        if algorithm != "library":
+            return Prepared(bind_algorithm(comm, self.name, algorithm, send, recv, op, root),
+                            lambda: send if self.name == "broadcast" else recv,
+                            _reset_outputs(self, send, recv, dtype, count, rank, op, root))
         build = _BUFFER_CALLS[self.name] if form == "buffer" else _OBJECT_CALLS[self.name]
         return build(comm, send, recv, dtype, count, op, root, in_place, rank, nranks)
 
@@ -189,6 +198,24 @@ class Prepared:
 
 def _no_reset() -> None:
     return None
+
+
+def bind_algorithm(comm, collective: str, algorithm: str, send, recv, op, root) -> Callable[[], None]:
+    """ddlcomm's own ``algorithm`` for ``collective`` bound to these buffers."""
+    from .comm import native
+    return native.bind(comm, collective, algorithm, send, recv, op, root)
+
+
+def _reset_outputs(coll, send, recv, dtype, count, rank, op, root):
+    def reset():
+        if coll.name == "broadcast":
+            if rank != root:
+                send.view(np.uint8)[:] = SENTINEL_BYTE
+        elif recv is send:
+            send[:] = fill(dtype, count, rank, op)
+        elif recv is not None:
+            recv.view(np.uint8)[:] = SENTINEL_BYTE
+    return reset
 
 
 def _buffer_broadcast(comm, send, recv, dtype, count, op, root, in_place, rank, p):

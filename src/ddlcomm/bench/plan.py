@@ -17,15 +17,17 @@ IMPLS = ("c", "buffer", "object")
 class PointSpec:
     """One thing to measure: a collective or a workload, at one size, on one backend."""
 
-    kind: str        # "collective" | "workload"
+    kind: str        # "collective" | "workload" | "c"
     name: str        # the collective's or the workload's name
     nbytes: int      # message bytes (for a model: the total of its gradients)
     form: str
     backend: str
+    algorithm: str = "library"
 
     def label(self, with_backend: bool) -> str:
         where = f"{self.backend}, " if with_backend else ""
-        return f"{self.name} ({where}{self.form}, {format_size(self.nbytes)})"
+        how = "" if self.algorithm == "library" else f"{self.algorithm}, "
+        return f"{self.name} ({where}{how}{self.form}, {format_size(self.nbytes)})"
 
 
 @dataclass
@@ -43,6 +45,7 @@ class BenchPlan:
     fusion: Optional[int] = None
     steps: Optional[int] = None
     path: str = "host"
+    algorithms: list[str] = field(default_factory=lambda: ["library"])
     memory: Optional[str] = None          # None: NumPy's allocator; else a ddlcomm.memory kind
     hbw_fallback: Optional[str] = None
     containers: int = 0                   # 0: ranks on the host, no containers
@@ -67,9 +70,11 @@ class BenchPlan:
         if self.workloads:
             return [PointSpec("workload", w, s, "buffer", b)
                     for s in self.sizes for w in self.workloads for b in self.backends]
-        return [PointSpec("c" if f == "c" else "collective", c, s, f, b) for c in self.collectives
+        return [PointSpec("c" if f == "c" else "collective", c, s, f, b, a)
+                for c in self.collectives
                 for s in (self.sizes[:1] if c == "barrier" else self.sizes)
-                for b in self.backends for f in self.forms]
+                for b in self.backends for a in self.algorithms for f in self.forms
+                if a == "library" or f == "buffer"]
 
     def as_config(self) -> dict:
         """A JSON-able record of the plan for the run row."""

@@ -49,7 +49,8 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     count = coll.count_for(spec.nbytes, dtype, comm.size)
     in_place = plan.in_place and coll.in_place_ok
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:
-        prepared = coll.prepare(comm, spec.form, dtype, count, op, plan.root, in_place, bufs.alloc)
+        prepared = coll.prepare(comm, spec.form, dtype, count, op, plan.root, in_place, bufs.alloc,
+                                algorithm=spec.algorithm)
         check = "skipped"
         if plan.check:
             prepared.reset()
@@ -71,7 +72,8 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
         in_place=in_place, iterations=iterations, warmup=warmup,
         times=gathered.reshape(comm.size, iterations),
         algbw_bytes=coll.algbw_bytes(moved, comm.size),
-        busbw_factor=coll.busbw_factor(comm.size), check=check, extra={"pages": pages})]
+        busbw_factor=coll.busbw_factor(comm.size), check=check, algorithm=spec.algorithm,
+        extra={"pages": pages})]
 
 
 def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:

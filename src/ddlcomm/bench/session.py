@@ -128,9 +128,9 @@ def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path],
 
 def _where_it_ended(plan: BenchPlan, points: list) -> str:
     """Points run in plan order, so the first one not stored is where the ranks ended."""
-    done = {(p["collective"], p["backend"], p["form"], p["bytes"]) for p in points}
+    done = {(p["collective"], p["backend"], p["algorithm"], p["form"], p["bytes"]) for p in points}
     for spec in plan.points():
-        if (spec.name, spec.backend, spec.form, spec.nbytes) not in done:
+        if (spec.name, spec.backend, spec.algorithm, spec.form, spec.nbytes) not in done:
             return f" during {spec.label(len(plan.backends) > 1)}"
     return ""
 

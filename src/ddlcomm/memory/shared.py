@@ -23,6 +23,20 @@ from .base import Buffer, from_mapping, require_linux
 
 SHM_DIR = "/dev/shm"
 _counter = itertools.count()
+#: Segments this process created and still maps: first address -> (name, bytes).
+_live: dict[int, tuple[str, int]] = {}
+
+
+def segment_of(array) -> tuple[str, int] | None:
+    """(name, byte offset) of the live segment holding ``array``'s data, or None.
+
+    Lets the shared-memory collectives map another rank's buffer by name.
+    """
+    address = array.__array_interface__["data"][0]
+    for start, (name, nbytes) in _live.items():
+        if start <= address and address + array.nbytes <= start + nbytes:
+            return name, address - start
+    return None
 
 
 def check(arg: str | None, hbw_fallback: str | None) -> None:
@@ -51,12 +65,21 @@ def allocate(spec: str, arg: str | None, nbytes: int, hbw_fallback: str | None) 
                 f"{SHM_DIR} cannot hold {nbytes} bytes ({errno.errorcode.get(exc.errno or 0, exc.errno)}; "
                 f"{free.f_bavail * free.f_frsize} bytes free)",
                 "enlarge /dev/shm (docker run --shm-size=...), or use a smaller buffer") from None
-        return _map(name, fd, nbytes, {"method": "shm"}, lambda: _unlink(path))
+        buf = _map(name, fd, nbytes, {"method": "shm"}, lambda: _forget(path))
+        _live[buf.address] = (name, nbytes)
+        return buf
     except BaseException:
         _unlink(path)
         raise
     finally:
         os.close(fd)  # the mapping keeps the segment
+
+
+def _forget(path: str) -> None:
+    name = os.path.basename(path)
+    for start in [a for a, (n, _) in _live.items() if n == name]:
+        del _live[start]
+    _unlink(path)
 
 
 def _unlink(path: str) -> None:

@@ -83,7 +83,8 @@ def _zero_copy(comm, sendbuf, recvbuf, op, reduce, lo, hi):
             buf = attach(name)
             maps.append(buf)
             out.append(buf.array(np.uint8, off + n * dtype.itemsize)[off:].view(dtype))
-    parts = [x[lo:hi] for x in sends]
+    # Own slice first: in place, the output aliases it, and the fold must read it before writing.
+    parts = [sends[comm.rank][lo:hi]] + [x[lo:hi] for q, x in enumerate(sends) if q != comm.rank]
     mine = recvbuf[lo:hi]
     others = [x[lo:hi] for q, x in enumerate(recvs) if q != comm.rank]
     barrier = comm.barrier

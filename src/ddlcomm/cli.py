@@ -221,9 +221,9 @@ def bench_plan(args: argparse.Namespace, default_ranks: Optional[int]):
 def _check_algorithms(plan) -> None:
     if plan.algorithms == ["library"]:
         return
-    from .comm.native import algorithms_for
+    from .comm.algorithms import names
     for name in plan.collectives:
-        known = ["library", *algorithms_for(name)]
+        known = names(name)
         bad = [a for a in plan.algorithms if a not in known]
         if bad:
             raise UsageError(f"no algorithm {', '.join(bad)} for {name}",

@@ -69,7 +69,7 @@ def _matches(result: np.ndarray, expected: np.ndarray, dtype: DType) -> bool:
     if result.shape != expected.shape:
         return False
     if dtype.is_float:
-        return bool(np.allclose(result, expected, rtol=4 * np.finfo(dtype.numpy).eps, atol=0))
+        return bool(np.allclose(result, expected, rtol=4 * dtype.eps, atol=0))
     return bool(np.array_equal(result, expected))
 
 
@@ -202,8 +202,8 @@ def _no_reset() -> None:
 
 def bind_algorithm(comm, collective: str, algorithm: str, send, recv, op, root) -> Callable[[], None]:
     """ddlcomm's own ``algorithm`` for ``collective`` bound to these buffers."""
-    from .comm import native
-    return native.bind(comm, collective, algorithm, send, recv, op, root)
+    from .comm import algorithms
+    return algorithms.bind(comm, collective, algorithm, send, recv, op, root)
 
 
 def _reset_outputs(coll, send, recv, dtype, count, rank, op, root):

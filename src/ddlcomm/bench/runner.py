@@ -48,9 +48,13 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     op = get_op(plan.op) if coll.reduces else None
     count = coll.count_for(spec.nbytes, dtype, comm.size)
     in_place = plan.in_place and coll.in_place_ok
+    algorithm = spec.algorithm
+    if algorithm != "library":
+        from ..comm.algorithms import resolve
+        algorithm = resolve(comm, spec.name, algorithm, count * dtype.itemsize)
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:
         prepared = coll.prepare(comm, spec.form, dtype, count, op, plan.root, in_place, bufs.alloc,
-                                algorithm=spec.algorithm)
+                                algorithm=algorithm)
         check = "skipped"
         if plan.check:
             prepared.reset()
@@ -73,7 +77,7 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
         times=gathered.reshape(comm.size, iterations),
         algbw_bytes=coll.algbw_bytes(moved, comm.size),
         busbw_factor=coll.busbw_factor(comm.size), check=check, algorithm=spec.algorithm,
-        extra={"pages": pages})]
+        extra={"pages": pages, "algorithm_run": algorithm})]
 
 
 def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:

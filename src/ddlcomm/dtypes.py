@@ -12,6 +12,11 @@ import numpy as np
 
 from .errors import UsageError
 
+try:        # NumPy has no bfloat16; ml_dtypes adds one (without it, ddlcomm has no bfloat16)
+    import ml_dtypes
+except ImportError:
+    ml_dtypes = None
+
 
 @dataclass(frozen=True)
 class DType:
@@ -25,11 +30,17 @@ class DType:
     def itemsize(self) -> int:
         return self.numpy.itemsize
 
+    @property
+    def eps(self) -> float:
+        """Machine epsilon of a float type (``np.finfo`` cannot see bfloat16; ml_dtypes' can)."""
+        return float((ml_dtypes.finfo if ml_dtypes is not None else np.finfo)(self.numpy).eps)
+
 
 DTYPES: dict[str, DType] = {
     d.name: d
     for d in (
         DType("float16", np.dtype(np.float16), True),
+        *([DType("bfloat16", np.dtype(ml_dtypes.bfloat16), True)] if ml_dtypes is not None else []),
         DType("float32", np.dtype(np.float32), True),
         DType("float64", np.dtype(np.float64), True),
         DType("int32", np.dtype(np.int32), False),

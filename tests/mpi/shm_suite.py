@@ -36,7 +36,7 @@ def main() -> int:
                     call()
                     got = recv.astype(np.float64) if dt.is_float else recv
                     exp = want.astype(np.float64) if dt.is_float else want
-                    ok = np.allclose(got, exp, rtol=8 * np.finfo(dt.numpy).eps, atol=0) \
+                    ok = np.allclose(got, exp, rtol=8 * dt.eps, atol=0) \
                         if dt.is_float else np.array_equal(got, exp)
                     if not ok:
                         failures.append(f"rank {comm.rank} {variant} {dname} {opname} n={n}")

@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import abc
 import functools
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
 from ..dtypes import DTYPES, OPS, DType, ReduceOp, dtype_of, get_op
 from ..errors import UnsupportedError, UsageError
 from . import objects
+
+
+class Request(Protocol):
+    """A non-blocking send or receive in flight (from ``isend``/``irecv``)."""
+
+    def wait(self) -> object:
+        """Block until the operation is complete (its buffer may then be reused or read)."""
 
 
 class Communicator(abc.ABC):
@@ -125,6 +132,33 @@ class Communicator(abc.ABC):
         """
         self._dtype(buf)
         return self._recv_any(buf, tag)
+
+    def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
+                 tag: int = 0) -> np.ndarray:
+        """Send ``sendbuf`` to ``dest`` while receiving ``recvbuf`` from ``source``; returns ``recvbuf``.
+
+        Both happen at once, so two ranks that exchange with each other (or a
+        ring of ranks that each send right and receive from the left) cannot
+        deadlock, whatever the message size.  ``dest`` and ``source`` may differ.
+        """
+        self._dtype(sendbuf)
+        self._dtype(recvbuf)
+        self._sendrecv(sendbuf, self._root(dest), recvbuf, self._root(source), tag)
+        return recvbuf
+
+    def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> "Request":
+        """Start sending ``buf`` to ``dest``; returns a request to ``wait()`` on.
+
+        ``buf`` must stay unchanged until the request is waited for.  Messages
+        between two ranks with one tag arrive in the order they were sent.
+        """
+        self._dtype(buf)
+        return self._isend(buf, self._root(dest), tag)
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> "Request":
+        """Start receiving into ``buf`` from ``source``; ``buf`` is filled once ``wait()`` returns."""
+        self._dtype(buf)
+        return self._irecv(buf, self._root(source), tag)
 
     def broadcast(self, buf: np.ndarray, root: int = 0) -> np.ndarray:
         """Copy the root's ``buf`` into every rank's ``buf`` (in place)."""
@@ -315,6 +349,17 @@ class Communicator(abc.ABC):
 
     @abc.abstractmethod
     def _recv_any(self, buf: np.ndarray, tag: int) -> int: ...
+
+    @abc.abstractmethod
+    def _sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
+                  tag: int) -> None:
+        """Send and receive at once (never deadlocks against a peer doing the same)."""
+
+    @abc.abstractmethod
+    def _isend(self, buf: np.ndarray, dest: int, tag: int) -> "Request": ...
+
+    @abc.abstractmethod
+    def _irecv(self, buf: np.ndarray, source: int, tag: int) -> "Request": ...
 
     @abc.abstractmethod
     def _broadcast(self, buf: np.ndarray, root: int) -> None: ...

@@ -4,9 +4,10 @@ MPI is initialised at ``MPI_THREAD_FUNNELED``: ddlcomm calls MPI from the main
 thread only (its watchdog thread never touches MPI), and mpi4py's default of
 ``MPI_THREAD_MULTIPLE`` makes some MPIs markedly slower on small messages.
 
-float16 is carried as an opaque 2-byte MPI datatype and reduced by ddlcomm's
-own user-defined MPI operations (NumPy ufuncs on the raw bytes), so it works
-whether or not the MPI library knows half floats.
+float16 and bfloat16 are carried as an opaque 2-byte MPI datatype and reduced
+by ddlcomm's own user-defined MPI operations (the compiled SIMD kernel of
+:mod:`ddlcomm.kernels` on the raw bytes, NumPy where it is not built), so they
+work whether or not the MPI library knows half floats.
 """
 from __future__ import annotations
 
@@ -17,13 +18,16 @@ from typing import Optional
 
 import numpy as np
 
-from ..dtypes import DType
+from .. import kernels
+from ..dtypes import DTYPES, DType
 from ..errors import BackendUnavailable
 from .base import Communicator
 
 THREAD_LEVEL = "funneled"
 #: How long recv_any polls without sleeping before it starts to sleep between polls.
 SPIN_S = 1e-4
+#: Dtypes that travel as opaque 2-byte MPI data and are reduced by ddlcomm's user operations.
+OPAQUE_DTYPES = tuple(DTYPES[n] for n in ("float16", "bfloat16") if n in DTYPES)
 
 
 def _import_mpi():
@@ -81,17 +85,21 @@ class MPICommunicator(Communicator):
             np.dtype(np.int32): MPI.INT32_T,
             np.dtype(np.int64): MPI.INT64_T,
             np.dtype(np.uint8): MPI.UINT8_T,
-            np.dtype(np.float16): half,
         }
+        self._types.update((d.numpy, half) for d in OPAQUE_DTYPES)
         native = {"add": MPI.SUM, "multiply": MPI.PROD, "minimum": MPI.MIN, "maximum": MPI.MAX}
-        self._half_ops = [MPI.Op.Create(_numpy_op(getattr(np, name), np.float16), commute=True)
-                          for name in native]
         self._half = half
         # (ufunc, numpy dtype) -> MPI op: one dict look-up per call.
         self._ops = {}
-        for (name, mop), hop in zip(native.items(), self._half_ops):
+        self._user_ops = []
+        for name, mop in native.items():
+            ufunc = getattr(np, name)
             for np_dtype in self._types:
-                self._ops[getattr(np, name), np_dtype] = hop if np_dtype == np.float16 else mop
+                self._ops[ufunc, np_dtype] = mop
+            for d in OPAQUE_DTYPES:
+                uop = MPI.Op.Create(_kernel_op(_KERNEL_OPS[name], d), commute=True)
+                self._user_ops.append(uop)
+                self._ops[ufunc, d.numpy] = uop
 
     # ------------------------------------------------------------ identity
     @property
@@ -107,8 +115,9 @@ class MPICommunicator(Communicator):
         return self._version_text
 
     def describe_dtype(self, dtype: DType) -> str:
-        if dtype.name == "float16":
-            return "opaque 2-byte MPI type, reduced by ddlcomm's user-defined MPI ops (NumPy)"
+        if dtype in OPAQUE_DTYPES:
+            return ("opaque 2-byte MPI type, reduced by ddlcomm's user-defined MPI ops "
+                    f"({kernels.describe(kernels.reducer('sum', dtype))})")
         return "native MPI type"
 
     def abort(self, code: int = 1) -> None:
@@ -116,7 +125,7 @@ class MPICommunicator(Communicator):
 
     def close(self) -> None:
         if self._comm is not None and not self._MPI.Is_finalized():
-            for op in self._half_ops:
+            for op in self._user_ops:
                 op.Free()
             self._half.Free()
             self._comm.Free()
@@ -155,6 +164,18 @@ class MPICommunicator(Communicator):
 
     def _recv(self, buf, source, tag):
         self._comm.Recv([buf, self._types[buf.dtype]], source, tag)
+
+    def _sendrecv(self, sendbuf, dest, recvbuf, source, tag):
+        types = self._types
+        self._comm.Sendrecv([sendbuf, types[sendbuf.dtype]], dest, tag,
+                            [recvbuf, types[recvbuf.dtype]], source, tag)
+
+    def _isend(self, buf, dest, tag):
+        # mpi4py's Request keeps buf alive until it completes; .wait() ends it.
+        return self._comm.Isend([buf, self._types[buf.dtype]], dest, tag)
+
+    def _irecv(self, buf, source, tag):
+        return self._comm.Irecv([buf, self._types[buf.dtype]], source, tag)
 
     def _recv_any(self, buf, tag):
         # MPI's blocking receive spins a core in most MPIs. Poll a non-blocking
@@ -206,11 +227,18 @@ class MPICommunicator(Communicator):
         self._comm.Alltoall([sendbuf, t], [recvbuf, t])
 
 
-def _numpy_op(ufunc: np.ufunc, dtype: np.dtype):
-    """An MPI user operation ``inout = in (op) inout`` over raw bytes of ``dtype``."""
-    def op(inbuf, inoutbuf, datatype):
-        a = np.frombuffer(inbuf, dtype=dtype)
-        b = np.frombuffer(inoutbuf, dtype=dtype)
-        ufunc(a, b, out=b)
-    return op
+_KERNEL_OPS = {"add": "sum", "multiply": "prod", "minimum": "min", "maximum": "max"}
+
+
+def _kernel_op(op: str, dtype: DType):
+    """An MPI user operation ``inout = in (op) inout`` over raw bytes of ``dtype``.
+
+    The reducer (compiled C where built) takes mpi4py's buffers as they are:
+    no NumPy array is made per call.
+    """
+    reduce = kernels.reducer(op, dtype)
+
+    def user_op(inbuf, inoutbuf, datatype):
+        reduce(inbuf, inoutbuf, inoutbuf)
+    return user_op
 

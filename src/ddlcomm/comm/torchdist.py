@@ -38,8 +38,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..dtypes import DType
-from ..errors import BackendUnavailable
+from ..dtypes import DTYPES, DType
+from ..errors import BackendUnavailable, UnsupportedError, UsageError
 from ..launch.env import LaunchInfo, detect
 from .base import Communicator
 
@@ -85,6 +85,8 @@ def _tensor(array: np.ndarray):
     """A flat tensor viewing ``array``'s memory (no copy)."""
     if array.ndim != 1:
         array = array.reshape(-1)
+    if array.dtype.name == "bfloat16":      # ml_dtypes' bfloat16: torch reads it through int16
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
     if array.flags.writeable:
         return torch.from_numpy(array)
     # Read-only arrays (pickled objects' bytes) are only ever sent: silence
@@ -169,7 +171,8 @@ class GlooCommunicator(Communicator):
     """Communicator over torch.distributed's default process group, Gloo backend."""
 
     name = "gloo"
-    dtypes = ("float16", "float32", "float64", "int32", "int64", "uint8")
+    dtypes = tuple(n for n in ("float16", "bfloat16", "float32", "float64", "int32", "int64", "uint8")
+                   if n in DTYPES)
     unsupported: dict[str, str] = {}
 
     def __init__(self, local_rank: Optional[int] = None,
@@ -266,6 +269,33 @@ class GlooCommunicator(Communicator):
 
     def _recv(self, buf, source, tag):
         dist.recv(_tensor(buf), source, tag=tag)
+
+    def _sendrecv(self, sendbuf, dest, recvbuf, source, tag):
+        if dest == source == self.rank:       # Gloo has no pair to itself: a local copy
+            if sendbuf.size != recvbuf.size:
+                raise UsageError(f"sendrecv with itself: {sendbuf.size} elements sent, "
+                                 f"{recvbuf.size} expected")
+            np.copyto(recvbuf, sendbuf.reshape(recvbuf.shape))
+            return
+        # Both posted before either is waited for: Gloo's transport threads move them together.
+        recv = dist.irecv(_tensor(recvbuf), source, tag=tag)
+        send = dist.isend(_tensor(sendbuf), dest, tag=tag)
+        recv.wait()
+        send.wait()
+
+    def _isend(self, buf, dest, tag):
+        self._not_self(dest)
+        # The returned Work holds the tensor (a view of buf) until it completes.
+        return dist.isend(_tensor(buf), dest, tag=tag)
+
+    def _irecv(self, buf, source, tag):
+        self._not_self(source)
+        return dist.irecv(_tensor(buf), source, tag=tag)
+
+    def _not_self(self, peer: int) -> None:
+        if peer == self.rank:
+            raise UnsupportedError(f"backend gloo cannot send a message from rank {peer} to itself",
+                                   "copy the buffer locally, or use sendrecv (which does)")
 
     def _recv_any(self, buf, tag):
         # Gloo's any-source receive sleeps on a condition variable: no core spins.

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..bench import stats
 from ..bench.records import agree_max, make_record
-from ..dtypes import DType, get_dtype
+from ..dtypes import DType, dtype_of, get_dtype
 from ..errors import UsageError
 from . import models
 
@@ -48,7 +48,7 @@ def counts(plan, nbytes: int) -> tuple[DType, list[int]]:
 
 def close(result: np.ndarray, expected: np.ndarray) -> bool:
     """``result`` equals ``expected`` (float64) up to a few roundings of its dtype."""
-    eps = float(np.finfo(result.dtype).eps)
+    eps = dtype_of(result).eps
     scale = float(np.max(np.abs(expected))) if expected.size else 0.0
     return bool(np.allclose(result.astype(np.float64), expected, rtol=8 * eps, atol=8 * eps * scale))
 

@@ -1,0 +1,124 @@
+"""Recursive halving and doubling all-reduce (Rabenseifner; MPICH's choice for large messages).
+
+On a power-of-two number of ranks: a reduce-scatter by recursive vector
+halving — in step k (distance d = p/2, p/4, … 1) each rank exchanges half of
+the part it is still responsible for with the rank d away and reduces the
+half it keeps — then an all-gather by recursive doubling, the same steps in
+reverse (d = 1, 2, … p/2), each doubling the part a rank holds.  After the
+halving rank i holds block i of the result.
+
+    time = 2·log2(p)·α + 2(p-1)/p·n·β + (p-1)/p·n·γ
+
+Other rank counts (the standard fold, as in MPICH and Gloo): with
+p' = 2^floor(log2 p) and r = p - p', each of the first 2r ranks with an even
+number sends its whole buffer to the next (odd) rank, which reduces it; the
+p' remaining ranks run the power-of-two algorithm; at the end each odd rank
+sends the result back to its even partner.  That adds 2 rounds, n·β and n·γ.
+
+The first exchange reads ``sendbuf`` and reduces into ``recvbuf``, so there is
+no initial copy, in place or not.  ``chunk_bytes`` pipelines the reductions
+(the fold and every halving step) in pieces, as in the ring.
+
+Model: ``gloo/allreduce_halving_doubling.h``; MPICH ``allreduce_intra_reduce_scatter_allgather``.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+import numpy as np
+
+from ...dtypes import ReduceOp
+from . import _common as c
+
+if TYPE_CHECKING:
+    from ..base import Communicator
+
+
+def allreduce(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
+              op: "str | ReduceOp" = "sum", *, reduce: Optional[c.Reducer] = None,
+              chunk_bytes: Optional[int] = None) -> np.ndarray:
+    """Every rank's ``sendbuf`` reduced with ``op``, into every rank's ``recvbuf`` (returned).
+
+    Same arguments as :func:`ddlcomm.comm.native.allreduce_ring.allreduce`.
+    """
+    send = c.check_buf(comm, sendbuf, "allreduce's send buffer")
+    rop = c.check_op(comm, op, sendbuf)
+    kernel = c.check_reduce(reduce, rop)
+    chunk = c.check_chunk(chunk_bytes, sendbuf.itemsize)
+    recvbuf = c.check_recv(comm, sendbuf, recvbuf, sendbuf.size, "allreduce's receive buffer")
+    recv = send if recvbuf is sendbuf else c.flat(recvbuf)    # in place: one view
+    run(comm, send, recv, kernel, chunk)
+    rop.finish(recv, comm.size)
+    return recvbuf
+
+
+def run(comm: "Communicator", send: np.ndarray, recv: np.ndarray, reduce: c.Reducer,
+        chunk: Optional[int]) -> None:
+    """The algorithm on checked flat buffers (no finish step)."""
+    p, r, n = comm.size, comm.rank, send.size
+    if p == 1 or n == 0:
+        if recv is not send:
+            recv[:] = send
+        return
+    core = c.floor_pow2(p)
+    rem = p - core
+    src = send                      # where this rank's current partial result lives
+
+    # Fold: even ranks below 2*rem hand their data to the next rank and wait.
+    if r < 2 * rem:
+        if r % 2 == 0:
+            c.send(comm, send, r + 1, chunk)
+            c.recv(comm, recv, r + 1, None)
+            return
+        c.exchange_reduce(comm, send[:0], r, send, recv, r - 1, reduce, chunk)
+        src = recv
+        me = r // 2
+    else:
+        me = r - rem
+
+    def real(v: int) -> int:                   # core rank -> communicator rank
+        return 2 * v + 1 if v < rem else v + rem
+
+    off = c.blocks(n, core)
+    lo, hi = 0, core                           # blocks this rank is responsible for
+    d = core // 2
+    while d:                                   # reduce-scatter: halve the part, distance halving
+        peer = real(me ^ d)
+        mid = (lo + hi) // 2
+        keep, give = ((mid, hi), (lo, mid)) if me & d else ((lo, mid), (mid, hi))
+        k0, k1 = off[keep[0]], off[keep[1]]
+        c.exchange_reduce(comm, src[off[give[0]]:off[give[1]]], peer,
+                          src[k0:k1], recv[k0:k1], peer, reduce, chunk)
+        src = recv
+        lo, hi = keep
+        d //= 2
+    d = 1
+    while d < core:                            # all-gather: double the part, distance doubling
+        peer = real(me ^ d)
+        size = hi - lo
+        theirs = (lo - size, lo) if me & d else (hi, hi + size)
+        c.exchange(comm, recv[off[lo]:off[hi]], peer, recv[off[theirs[0]]:off[theirs[1]]], peer)
+        lo, hi = min(lo, theirs[0]), max(hi, theirs[1])
+        d *= 2
+    if r < 2 * rem:                            # odd folded rank: result back to its partner
+        c.send(comm, recv, r - 1, None)
+
+
+def schedule(p: int, nbytes: float, chunk_bytes: Optional[int] = None) -> c.Schedule:
+    """Critical-path cost of one call on ``p`` ranks and ``nbytes`` per rank (chunking ignored)."""
+    p = c.check_p(p)
+    core = c.floor_pow2(p)
+    steps_core = 2 * (core.bit_length() - 1)
+    moved = 2 * (core - 1) / core * nbytes
+    reduced = (core - 1) / core * nbytes
+    if core != p:
+        return c.Schedule(steps_core + 2, moved + 2 * nbytes, reduced + nbytes)
+    return c.Schedule(steps_core, moved, reduced)
+
+
+def steps(p: int) -> int:
+    """Rounds of messages: 2·log2(p) on powers of two, 2 more otherwise."""
+    return schedule(p, 0).rounds
+
+
+rhd_steps = steps

@@ -1,0 +1,62 @@
+"""Linear gather: every rank sends its buffer straight to the root.
+
+The root posts a receive from every other rank into that rank's slot of
+``recvbuf`` at once and waits for them all, so the messages arrive in
+whatever order the senders are ready; its link carries all of them:
+
+    time = (p-1)·(α + n·β)   at the root
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+import numpy as np
+
+from . import _common as c
+
+if TYPE_CHECKING:
+    from ..base import Communicator
+
+
+def gather(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
+           root: int = 0) -> Optional[np.ndarray]:
+    """Every rank's ``sendbuf`` concatenated in rank order into the root's ``recvbuf``.
+
+    The root returns ``recvbuf`` (allocated when None), the others None.
+    """
+    send = c.check_buf(comm, sendbuf, "gather's send buffer")
+    root = comm._root(root)
+    if comm.rank != root:
+        run(comm, send, None, root)
+        return None
+    recvbuf = c.check_recv(comm, sendbuf, recvbuf, sendbuf.size * comm.size,
+                           "gather's receive buffer")
+    run(comm, send, c.flat(recvbuf), root)
+    return recvbuf
+
+
+def run(comm: "Communicator", send: np.ndarray, recv: Optional[np.ndarray], root: int) -> None:
+    n, r = send.size, comm.rank
+    if n == 0:
+        return
+    if r != root:
+        comm._send(send, root, c.TAG)
+        return
+    reqs = [comm._irecv(recv[i * n:(i + 1) * n], i, c.TAG) for i in range(comm.size) if i != r]
+    recv[r * n:(r + 1) * n] = send
+    for req in reqs:
+        req.wait()
+
+
+def schedule(p: int, nbytes: float) -> c.Schedule:
+    """Cost at the root: p-1 messages of n bytes."""
+    p = c.check_p(p)
+    return c.Schedule(p - 1, (p - 1) * nbytes)
+
+
+def steps(p: int) -> int:
+    """Messages into the root: p - 1."""
+    return c.check_p(p) - 1
+
+
+linear_steps = steps

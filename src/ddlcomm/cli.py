@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="workloads: data path, host (default) or the GPU paths host-staged, "
                         "direct, nccl-chief (need a GPU)")
     b.add_argument("--dtype", default="float32",
-                   help="float16, float32, float64, int32, int64, uint8 (default: float32)")
+                   help="float16, bfloat16, float32, float64, int32, int64, uint8 (default: float32)")
     b.add_argument("--op", default="sum", help="sum, prod, min, max, avg (default: sum)")
     b.add_argument("--form", choices=["buffer", "object", "both"],
                    help="buffer calls (NumPy arrays), pickled-object calls, or both (default)")

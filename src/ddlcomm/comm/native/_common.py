@@ -249,3 +249,50 @@ def nchunks(nbytes: float, chunk_bytes: Optional[int]) -> int:
     if chunk_bytes is None or nbytes <= chunk_bytes:
         return 1 if nbytes else 0
     return math.ceil(nbytes / chunk_bytes)
+
+
+# ---------------------------------------------------------------- entry points
+# Every algorithm of a collective checks its arguments the same way; each module
+# supplies only ``run`` on checked flat buffers and gets its public function here.
+def allreduce_entry(run: Callable) -> Callable:
+    """The public ``allreduce(comm, sendbuf, recvbuf, op, *, reduce, chunk_bytes)`` around ``run``."""
+    def allreduce(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
+                  op: "str | ReduceOp" = "sum", *, reduce: Optional[Reducer] = None,
+                  chunk_bytes: Optional[int] = None) -> np.ndarray:
+        """Every rank's ``sendbuf`` reduced with ``op``, into every rank's ``recvbuf`` (returned).
+
+        ``recvbuf is sendbuf`` reduces in place; ``recvbuf=None`` allocates it.
+        ``reduce(a, b, out)`` is the reduction kernel (default: ``op``'s NumPy
+        ufunc); ``chunk_bytes`` pipelines each reduce-scatter step in pieces of
+        that many bytes.  ``avg`` divides by the number of ranks at the end.
+        """
+        send = check_buf(comm, sendbuf, "allreduce's send buffer")
+        rop = check_op(comm, op, sendbuf)
+        kernel = check_reduce(reduce, rop)
+        chunk = check_chunk(chunk_bytes, sendbuf.itemsize)
+        recvbuf = check_recv(comm, sendbuf, recvbuf, sendbuf.size, "allreduce's receive buffer")
+        recv = send if recvbuf is sendbuf else flat(recvbuf)    # in place: one view
+        run(comm, send, recv, kernel, chunk)
+        rop.finish(recv, comm.size)
+        return recvbuf
+    return allreduce
+
+
+def gather_entry(run: Callable) -> Callable:
+    """The public ``gather(comm, sendbuf, recvbuf, root)`` around ``run``."""
+    def gather(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
+               root: int = 0) -> Optional[np.ndarray]:
+        """Every rank's ``sendbuf`` concatenated in rank order into the root's ``recvbuf``.
+
+        The root returns ``recvbuf`` (allocated when None), the others None.
+        """
+        send = check_buf(comm, sendbuf, "gather's send buffer")
+        root = comm._root(root)
+        if comm.rank != root:
+            run(comm, send, None, root)
+            return None
+        recvbuf = check_recv(comm, sendbuf, recvbuf, sendbuf.size * comm.size,
+                               "gather's receive buffer")
+        run(comm, send, flat(recvbuf), root)
+        return recvbuf
+    return gather

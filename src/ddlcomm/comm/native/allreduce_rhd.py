@@ -27,29 +27,10 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from ...dtypes import ReduceOp
 from . import _common as c
 
 if TYPE_CHECKING:
     from ..base import Communicator
-
-
-def allreduce(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
-              op: "str | ReduceOp" = "sum", *, reduce: Optional[c.Reducer] = None,
-              chunk_bytes: Optional[int] = None) -> np.ndarray:
-    """Every rank's ``sendbuf`` reduced with ``op``, into every rank's ``recvbuf`` (returned).
-
-    Same arguments as :func:`ddlcomm.comm.native.allreduce_ring.allreduce`.
-    """
-    send = c.check_buf(comm, sendbuf, "allreduce's send buffer")
-    rop = c.check_op(comm, op, sendbuf)
-    kernel = c.check_reduce(reduce, rop)
-    chunk = c.check_chunk(chunk_bytes, sendbuf.itemsize)
-    recvbuf = c.check_recv(comm, sendbuf, recvbuf, sendbuf.size, "allreduce's receive buffer")
-    recv = send if recvbuf is sendbuf else c.flat(recvbuf)    # in place: one view
-    run(comm, send, recv, kernel, chunk)
-    rop.finish(recv, comm.size)
-    return recvbuf
 
 
 def run(comm: "Communicator", send: np.ndarray, recv: np.ndarray, reduce: c.Reducer,
@@ -102,6 +83,9 @@ def run(comm: "Communicator", send: np.ndarray, recv: np.ndarray, reduce: c.Redu
         d *= 2
     if r < 2 * rem:                            # odd folded rank: result back to its partner
         c.send(comm, recv, r - 1, None)
+
+
+allreduce = c.allreduce_entry(run)
 
 
 def schedule(p: int, nbytes: float, chunk_bytes: Optional[int] = None) -> c.Schedule:

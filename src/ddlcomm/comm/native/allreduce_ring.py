@@ -23,32 +23,10 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from ...dtypes import ReduceOp
 from . import _common as c
 
 if TYPE_CHECKING:
     from ..base import Communicator
-
-
-def allreduce(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
-              op: "str | ReduceOp" = "sum", *, reduce: Optional[c.Reducer] = None,
-              chunk_bytes: Optional[int] = None) -> np.ndarray:
-    """Every rank's ``sendbuf`` reduced with ``op``, into every rank's ``recvbuf`` (returned).
-
-    ``recvbuf is sendbuf`` reduces in place; ``recvbuf=None`` allocates it.
-    ``reduce(a, b, out)`` is the reduction kernel (default: ``op``'s NumPy
-    ufunc); ``chunk_bytes`` pipelines each reduce-scatter step in pieces of
-    that many bytes.  ``avg`` divides by the number of ranks at the end.
-    """
-    send = c.check_buf(comm, sendbuf, "allreduce's send buffer")
-    rop = c.check_op(comm, op, sendbuf)
-    kernel = c.check_reduce(reduce, rop)
-    chunk = c.check_chunk(chunk_bytes, sendbuf.itemsize)
-    recvbuf = c.check_recv(comm, sendbuf, recvbuf, sendbuf.size, "allreduce's receive buffer")
-    recv = send if recvbuf is sendbuf else c.flat(recvbuf)    # in place: one view
-    run(comm, send, recv, kernel, chunk)
-    rop.finish(recv, comm.size)
-    return recvbuf
 
 
 def run(comm: "Communicator", send: np.ndarray, recv: np.ndarray, reduce: c.Reducer,
@@ -73,6 +51,9 @@ def run(comm: "Communicator", send: np.ndarray, recv: np.ndarray, reduce: c.Redu
     for s in range(p - 1):
         sb, rb = (r + 1 - s) % p, (r - s) % p
         c.exchange(comm, recv[off[sb]:off[sb + 1]], right, recv[off[rb]:off[rb + 1]], left)
+
+
+allreduce = c.allreduce_entry(run)
 
 
 def schedule(p: int, nbytes: float, chunk_bytes: Optional[int] = None) -> c.Schedule:

@@ -24,23 +24,6 @@ if TYPE_CHECKING:
     from ..base import Communicator
 
 
-def gather(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
-           root: int = 0) -> Optional[np.ndarray]:
-    """Every rank's ``sendbuf`` concatenated in rank order into the root's ``recvbuf``.
-
-    The root returns ``recvbuf`` (allocated when None), the others None.
-    """
-    send = c.check_buf(comm, sendbuf, "gather's send buffer")
-    root = comm._root(root)
-    if comm.rank != root:
-        run(comm, send, None, root)
-        return None
-    recvbuf = c.check_recv(comm, sendbuf, recvbuf, sendbuf.size * comm.size,
-                           "gather's receive buffer")
-    run(comm, send, c.flat(recvbuf), root)
-    return recvbuf
-
-
 def run(comm: "Communicator", send: np.ndarray, recv: Optional[np.ndarray], root: int) -> None:
     p, n, r = comm.size, send.size, comm.rank
     if n == 0:
@@ -80,6 +63,9 @@ def run(comm: "Communicator", send: np.ndarray, recv: Optional[np.ndarray], root
         head = (p - src) * n                   # ranks src … p-1, then 0 …
         recv[src * n:] = tmp[:head]
         recv[:tmp.size - head] = tmp[head:]
+
+
+gather = c.gather_entry(run)
 
 
 def schedule(p: int, nbytes: float) -> c.Schedule:

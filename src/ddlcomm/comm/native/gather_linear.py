@@ -18,23 +18,6 @@ if TYPE_CHECKING:
     from ..base import Communicator
 
 
-def gather(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
-           root: int = 0) -> Optional[np.ndarray]:
-    """Every rank's ``sendbuf`` concatenated in rank order into the root's ``recvbuf``.
-
-    The root returns ``recvbuf`` (allocated when None), the others None.
-    """
-    send = c.check_buf(comm, sendbuf, "gather's send buffer")
-    root = comm._root(root)
-    if comm.rank != root:
-        run(comm, send, None, root)
-        return None
-    recvbuf = c.check_recv(comm, sendbuf, recvbuf, sendbuf.size * comm.size,
-                           "gather's receive buffer")
-    run(comm, send, c.flat(recvbuf), root)
-    return recvbuf
-
-
 def run(comm: "Communicator", send: np.ndarray, recv: Optional[np.ndarray], root: int) -> None:
     n, r = send.size, comm.rank
     if n == 0:
@@ -46,6 +29,9 @@ def run(comm: "Communicator", send: np.ndarray, recv: Optional[np.ndarray], root
     recv[r * n:(r + 1) * n] = send
     for req in reqs:
         req.wait()
+
+
+gather = c.gather_entry(run)
 
 
 def schedule(p: int, nbytes: float) -> c.Schedule:

@@ -51,7 +51,7 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     algorithm = spec.algorithm
     if algorithm != "library":
         from ..comm.algorithms import resolve
-        algorithm = resolve(comm, spec.name, algorithm, count * dtype.itemsize)
+        algorithm = resolve(spec.name, algorithm, count * dtype.itemsize)
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:
         prepared = coll.prepare(comm, spec.form, dtype, count, op, plan.root, in_place, bufs.alloc,
                                 algorithm=algorithm)

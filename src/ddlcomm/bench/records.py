@@ -8,14 +8,14 @@ import numpy as np
 from . import stats
 
 
-def timing_loop(comm, run, iterations: int, barrier: bool = True) -> np.ndarray:
-    """Per-call times (s) of ``run``; with ``barrier``, every call starts together."""
+def timing_loop(comm, run, iterations: int) -> np.ndarray:
+    """Per-call times (s) of ``run``, a barrier before every call so all start together."""
     import time
     times = np.empty(iterations, np.float64)
-    sync = comm.barrier if barrier else (lambda: None)
+    barrier = comm.barrier
     clock = time.perf_counter
     for i in range(iterations):
-        sync()
+        barrier()
         t0 = clock()
         run()
         times[i] = clock() - t0

@@ -38,8 +38,8 @@ def steps(full: bool) -> list[Step]:
 
 
 def unavailable() -> list[tuple[str, str]]:
-    from ..workloads.paths import PATHS, _gpu_available
-    ok, why = _gpu_available()
+    from ..workloads.paths import PATHS, gpu_available
+    ok, why = gpu_available()
     reason = why if not ok else "GPU paths are not implemented yet"
     out = [("CUDA-aware Open MPI", reason), ("NCCL", reason)]
     out += [(f"path {p.name} ({p.description})", reason) for p in PATHS.values() if p.needs_gpu]

@@ -23,7 +23,7 @@ class DataPath:
     alloc: Optional[Callable[[int, np.dtype], np.ndarray]] = None
 
 
-def _gpu_available() -> tuple[bool, str]:
+def gpu_available() -> tuple[bool, str]:
     try:
         import torch
     except ImportError:
@@ -49,7 +49,7 @@ def get_path(name: str) -> DataPath:
     except KeyError:
         raise UsageError(f"unknown data path {name!r}", f"choose from {', '.join(PATHS)}") from None
     if path.needs_gpu:
-        ok, why = _gpu_available()
+        ok, why = gpu_available()
         reason = why if not ok else "the GPU paths are not implemented yet (a later issue)"
         raise UnsupportedError(f"data path {name} ({path.description}) cannot run here: {reason}",
                                "use --path host")

@@ -32,9 +32,12 @@ PUSH, PULL = 11, 12
 DEFAULT_ASYNC_STEPS = 100
 
 
-def _need_workers(name: str, comm) -> None:
+def _prepare(name: str, comm, plan, spec):
+    """A PS workload's dtype, message counts and allocator; refuses a job without workers."""
     if comm.size < 2:
         raise UsageError(f"{name} needs a server and at least one worker", "use --ranks 2 or more")
+    dtype, counts = base.counts(plan, spec.nbytes)
+    return dtype, counts, get_path(plan.path).alloc
 
 
 @dataclass(frozen=True)
@@ -43,9 +46,7 @@ class PSSync:
     min_ranks: int = 2
 
     def measure(self, comm, plan, spec) -> list[dict]:
-        _need_workers(self.name, comm)
-        dtype, counts = base.counts(plan, spec.nbytes)
-        alloc = get_path(plan.path).alloc
+        dtype, counts, alloc = _prepare(self.name, comm, plan, spec)
         p, server = comm.size, comm.rank == 0
         params = [alloc(n, dtype.numpy) for n in counts]
         grads = [alloc(n, dtype.numpy) for n in counts]
@@ -116,9 +117,7 @@ class PSAsync:
     min_ranks: int = 2
 
     def measure(self, comm, plan, spec) -> list[dict]:
-        _need_workers(self.name, comm)
-        dtype, counts = base.counts(plan, spec.nbytes)
-        alloc = get_path(plan.path).alloc
+        dtype, counts, alloc = _prepare(self.name, comm, plan, spec)
         p, steps = comm.size, plan.steps or plan.iters or DEFAULT_ASYNC_STEPS
         # Two gradient patterns of 0s and 1s: sums stay exact (float16 up to 2048 pushes).
         patterns = [[(np.arange(n) + k) % 2 for n in counts] for k in (0, 1)]

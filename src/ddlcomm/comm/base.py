@@ -26,6 +26,44 @@ class Request(Protocol):
         """Block until the operation is complete (its buffer may then be reused or read)."""
 
 
+def _done() -> None:
+    return None
+
+
+def _true() -> bool:
+    return True
+
+
+class CollectiveRequest:
+    """A non-blocking collective in flight (from :meth:`Communicator.iallreduce`).
+
+    ``wait()`` blocks until it is complete, applies the op's finish (the
+    division of ``avg``) once, and returns the receive buffer; ``test()``
+    returns whether it is complete (finishing it if so) without blocking.
+    """
+
+    __slots__ = ("_wait", "_test", "_finish", "buffer", "done")
+
+    def __init__(self, wait: Callable[[], object], test: Callable[[], bool],
+                 buffer: np.ndarray, finish: Optional[Callable[[], None]] = None) -> None:
+        self._wait, self._test, self._finish = wait, test, finish
+        self.buffer = buffer
+        self.done = False
+
+    def wait(self) -> np.ndarray:
+        if not self.done:
+            self._wait()
+            self.done = True
+            if self._finish is not None:
+                self._finish()
+        return self.buffer
+
+    def test(self) -> bool:
+        if not self.done and self._test():
+            self.wait()
+        return self.done
+
+
 class Communicator(abc.ABC):
     """A group of ranks that can run collectives together.
 
@@ -223,6 +261,29 @@ class Communicator(abc.ABC):
             rop.finish(recvbuf, self.size)
         return recvbuf
 
+    def iallreduce(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
+                   op: str | ReduceOp = "sum") -> "CollectiveRequest":
+        """Start an all-reduce and return at once; ``wait()`` on the request ends it.
+
+        Same arguments as :meth:`allreduce` (``recvbuf is sendbuf``: in place).
+        Neither buffer may be touched until ``wait()`` returns ``recvbuf``,
+        which then holds the result (averaged for ``avg``).  ``test()`` asks
+        whether it is done without blocking and, on backends that progress only
+        inside calls (MPI without a progress thread), moves it along: call it
+        now and then while computing to overlap communication with work.  Used
+        from one thread (MPI runs at ``THREAD_FUNNELED``).
+        """
+        dtype = self._dtype(sendbuf)
+        rop = self._op(op, dtype)
+        if recvbuf is None:
+            recvbuf = np.empty_like(sendbuf)
+        elif recvbuf.size != sendbuf.size or recvbuf.dtype != sendbuf.dtype:
+            self._check_len(recvbuf, sendbuf.size, "iallreduce's receive buffer")
+            raise UsageError(f"iallreduce's receive buffer is {recvbuf.dtype}, not {sendbuf.dtype}")
+        wait, test = self._iallreduce(sendbuf, recvbuf, rop)
+        finish = functools.partial(rop.finish, recvbuf, self.size) if rop.divide_by_ranks else None
+        return CollectiveRequest(wait, test, recvbuf, finish)
+
     def reduce_scatter(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
                        op: str | ReduceOp = "sum") -> np.ndarray:
         """Reduce ``sendbuf`` (p equal blocks); rank i gets the reduced block i."""
@@ -378,6 +439,17 @@ class Communicator(abc.ABC):
     @abc.abstractmethod
     def _allreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp) -> None:
         """In place when ``recvbuf is sendbuf``; ``op.finish`` is applied by the caller."""
+
+    def _iallreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray,
+                    op: ReduceOp) -> tuple[Callable[[], object], Callable[[], bool]]:
+        """Start an all-reduce (``op.ufunc`` only); return its ``(wait, test)`` functions.
+
+        This fallback runs the blocking ``_allreduce`` at once and returns a
+        request that is already complete; backends with non-blocking
+        collectives override it.
+        """
+        self._allreduce(sendbuf, recvbuf, op)
+        return _done, _true
 
     @abc.abstractmethod
     def _reduce_scatter(self, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp) -> None: ...

@@ -218,6 +218,15 @@ class MPICommunicator(Communicator):
         else:
             self._comm.Allreduce([sendbuf, t], [recvbuf, t], mop)
 
+    def _iallreduce(self, sendbuf, recvbuf, op):
+        # MPI_Iallreduce: without an asynchronous progress thread it advances
+        # inside MPI calls, so callers overlap by calling test() now and then.
+        t = self._types[sendbuf.dtype]
+        mop = self._ops[op.ufunc, sendbuf.dtype]
+        send = self._MPI.IN_PLACE if recvbuf is sendbuf else [sendbuf, t]
+        req = self._comm.Iallreduce(send, [recvbuf, t], mop)
+        return req.Wait, req.Test
+
     def _reduce_scatter(self, sendbuf, recvbuf, op):
         t = self._types[sendbuf.dtype]
         self._comm.Reduce_scatter_block([sendbuf, t], [recvbuf, t], self._ops[op.ufunc, sendbuf.dtype])

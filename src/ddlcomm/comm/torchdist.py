@@ -327,6 +327,13 @@ class GlooCommunicator(Communicator):
             np.copyto(recvbuf, sendbuf)       # torch.distributed reduces in place
         dist.all_reduce(_tensor(recvbuf), op=_OPS[op.ufunc])
 
+    def _iallreduce(self, sendbuf, recvbuf, op):
+        if recvbuf is not sendbuf:
+            np.copyto(recvbuf, sendbuf)       # torch.distributed reduces in place
+        # Gloo runs it on its own worker thread; the Work holds the tensor until done.
+        work = dist.all_reduce(_tensor(recvbuf), op=_OPS[op.ufunc], async_op=True)
+        return work.wait, work.is_completed
+
     def _reduce_scatter(self, sendbuf, recvbuf, op):
         _reduce_scatter_flat(_tensor(recvbuf), _tensor(sendbuf), op=_OPS[op.ufunc])
 

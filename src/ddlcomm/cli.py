@@ -153,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("run", help="run id")
     rep.add_argument("--out", metavar="DIR", help="output folder (default: reports/run-N beside the database)")
     _add_db(rep)
+    from .model.cli import add_parser as add_model_parser
+    add_model_parser(sub, _Parser)
     return parser
 
 
@@ -405,6 +407,12 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
     print(f"database: {db}")
     print(f"report:   {page}")
     return 1 if failed or any(p["check"] == "failed" for p in points) else 0
+
+
+@command("model")
+def cmd_model(args: argparse.Namespace, argv: list[str]) -> int:
+    from .model.cli import run
+    return run(args, argv)
 
 
 @command("report")

@@ -1,0 +1,10 @@
+"""Performance models: calibrated α-β-γ collective costs and the S-SGD iteration model.
+
+- :mod:`.costs`: the terms of every (collective, algorithm), :class:`~.costs.Params`, times
+- :mod:`.library`: the algorithm each library runs by default (sources in its docstring)
+- :mod:`.calibrate`: weighted least-squares fits from stored points, residuals, holdout
+- :mod:`.ssgd`: Shi and Chu's iteration model (no overlap, I/O prefetch, WFBP)
+- :mod:`.cli`: ``ddlcomm model calibrate|predict|ssgd|report``
+
+All pure: nothing here imports MPI or draws (``report/model.py`` draws).
+"""

@@ -1,0 +1,443 @@
+"""Fit α, β, γ (and the oversubscription terms) to stored points; report the error.
+
+Each stored point (a collective at one size and rank count) gives one
+equation: its measured time = the cost model's terms of the algorithm that
+ran (:mod:`ddlcomm.model.costs`; ``library`` resolved by
+:mod:`ddlcomm.model.library`) times the unknown parameters::
+
+    t = rounds·α + bytes·β + reduced·γ + over·(rounds·α_over + (bytes + reduced)·β_over)
+
+``over`` = (ranks on the node - cores) / cores when positive (the harness
+runs every rank on one host, so ranks on the node = ranks); the two
+``_over`` columns are left out when no point of a group is oversubscribed.
+
+**Weighting.** Weighted least squares with weight 1/t_measured on each
+equation, i.e. the fit minimises the sum of squared *relative* errors
+Σ ((model - t) / t)², so a 4-byte point at 1 µs counts as much as a 64 MiB
+point at 30 ms (unweighted least squares would fit the largest sizes only).
+Parameters are constrained to be >= 0 (Lawson-Hanson non-negative least
+squares), so none can go negative to buy a better fit.
+
+**Groups.** One parameter set per backend × library × placement × form ×
+algorithm × collective (``shared=True``: one set across collectives) ×
+size regime (``split``: sizes at which the fit starts a new set of
+parameters, e.g. where a library switches from eager to rendezvous
+messages).  Placement is ``host`` or ``containers=K``, with the memory kind
+and binding.
+
+**Holdout.** Points matching a holdout spec (``ranks=4``, ``bytes=1MiB:64MiB``,
+``run=7``) are left out of the fit and predicted afterwards; their errors are
+reported apart.  Errors are relative: (model - measured) / measured.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from ..errors import UsageError
+from ..units import format_size, parse_size
+from . import costs, library
+from .costs import Params, Setting
+
+FIT_FORMAT = "ddlcomm-model-fit"
+FIT_VERSION = 1
+#: Measured time each point contributes (µs), by --metric name.
+METRICS = {"avg": "t_avg_us", "p50": "t_p50_us", "min": "t_min_us", "max": "t_max_us"}
+#: Collectives the fit understands (the model's cost table).
+FITTED = ("allreduce", "broadcast", "gather", "reduce")
+COLUMNS = ("alpha", "beta", "gamma", "alpha_over", "beta_over")
+
+
+# ------------------------------------------------------------------ NNLS
+def nnls(a: np.ndarray, b: np.ndarray, max_iter: int = 200) -> np.ndarray:
+    """x >= 0 minimising ||a x - b|| (Lawson and Hanson's active-set method)."""
+    m, n = a.shape
+    x = np.zeros(n)
+    passive = np.zeros(n, bool)
+    w = a.T @ (b - a @ x)
+    tol = 10 * np.finfo(float).eps * max(1.0, float(np.abs(a).max(initial=0.0))) * max(m, n)
+    for _ in range(max_iter):
+        if passive.all() or w[~passive].max(initial=-1.0) <= tol:
+            break
+        j = int(np.argmax(np.where(passive, -np.inf, w)))
+        passive[j] = True
+        while True:
+            z = np.zeros(n)
+            idx = np.flatnonzero(passive)
+            z[idx] = np.linalg.lstsq(a[:, idx], b, rcond=None)[0]
+            if (z[idx] > 0).all():
+                x = z
+                break
+            neg = idx[z[idx] <= 0]
+            alpha = np.min(x[neg] / (x[neg] - z[neg]))
+            x = x + alpha * (z - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+        w = a.T @ (b - a @ x)
+    return x
+
+
+# ------------------------------------------------------------------ points
+def placement_of(point: Mapping[str, Any]) -> str:
+    """``host`` or ``containers=K``, plus the memory kind and binding when not defaults."""
+    parts = [f"containers={point['containers']}" if point.get("containers") else "host"]
+    if point.get("memory") not in (None, "numpy"):
+        parts.append(f"memory={point['memory']}")
+    if point.get("bind") not in (None, "none"):
+        parts.append(f"bind={point['bind']}")
+    return ",".join(parts)
+
+
+def algorithm_of(point: Mapping[str, Any]) -> str:
+    """The algorithm that ran (``auto`` resolved through ``algorithm_run``)."""
+    alg = point.get("algorithm") or "library"
+    return (point.get("algorithm_run") or alg) if alg == "auto" else alg
+
+
+def library_of(point: Mapping[str, Any]) -> str:
+    """The library the point ran on: the MPI library, or the backend (``gloo``)."""
+    return point.get("library") or point.get("backend") or "?"
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """Points left out of the fit: one field (ranks, bytes or run) and its values."""
+
+    field: str
+    lo: float
+    hi: float
+    values: frozenset = frozenset()
+    text: str = ""
+
+    def matches(self, point: Mapping[str, Any]) -> bool:
+        value = point.get({"ranks": "ranks", "bytes": "bytes", "run": "run_id"}[self.field])
+        if value is None:
+            return False
+        if self.values:
+            return value in self.values
+        return self.lo <= value <= self.hi
+
+
+def parse_holdout(text: str) -> Holdout:
+    """``ranks=4``, ``ranks=4,8``, ``ranks=4:64``, ``bytes=1MiB:64MiB``, ``run=7``."""
+    name, sep, spec = text.partition("=")
+    name, spec = name.strip(), spec.strip()
+    if not sep or name not in ("ranks", "bytes", "run") or not spec:
+        raise UsageError(f"cannot parse --holdout {text!r}",
+                         "use ranks=4, ranks=4:64, bytes=1MiB:64MiB, bytes=64KiB,1MiB or run=7")
+    conv = parse_size if name == "bytes" else _int(name)
+    if ":" in spec:
+        lo_t, _, hi_t = spec.partition(":")
+        lo, hi = conv(lo_t), conv(hi_t)
+        if hi < lo:
+            raise UsageError(f"--holdout {text!r}: the range ends below its start")
+        return Holdout(name, lo, hi, text=text)
+    values = frozenset(conv(v) for v in spec.split(",") if v.strip())
+    return Holdout(name, 0, 0, values, text=text)
+
+
+def _int(what: str):
+    def conv(v: str) -> int:
+        try:
+            n = int(v)
+        except ValueError:
+            raise UsageError(f"--holdout {what} must be whole numbers, got {v!r}") from None
+        if n < 1:
+            raise UsageError(f"--holdout {what} must be at least 1, got {n}")
+        return n
+    return conv
+
+
+@dataclass
+class Row:
+    """One point ready for the fit: its terms and what was measured."""
+
+    point: dict
+    key: tuple
+    algorithm: str               # the cost model's algorithm (library resolved)
+    terms: Any
+    over: float
+    measured_s: float
+    heldout: bool
+
+    def features(self) -> np.ndarray:
+        s = self.terms
+        return np.array([s.rounds, s.bytes, s.reduced_bytes, self.over * s.rounds,
+                         self.over * (s.bytes + s.reduced_bytes)], float)
+
+
+KEY_FIELDS = ("backend", "library", "placement", "form", "algorithm", "collective", "regime")
+
+
+def regime_of(nbytes: float, split: Sequence[int]) -> str:
+    """The size band of ``nbytes`` among the ``split`` points: ``lo:hi`` (``*`` open)."""
+    lo: Optional[int] = None
+    for s in sorted(split):
+        if nbytes < s:
+            return f"{format_size(lo) if lo else '*'}:{format_size(s)}"
+        lo = s
+    return f"{format_size(lo)}:*" if lo else "*"
+
+
+def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "avg", shared: bool = False, split: Sequence[int] = (),
+              holdout: Sequence[Holdout] = ()) -> list[Row]:
+    """The points a fit can use (checked, buffer or object collectives the model
+    knows, above 0 bytes and 0 µs) as rows; the others are skipped silently."""
+    column = METRICS[metric]
+    rows = []
+    for p in points:
+        if p.get("check") == "failed" or p.get("workload") or p.get("phase"):
+            continue
+        coll = p.get("collective")
+        t_us, nbytes, ranks = p.get(column), p.get("bytes"), p.get("ranks")
+        if coll not in FITTED or not t_us or t_us <= 0 or not nbytes or not ranks:
+            continue
+        alg = algorithm_of(p)
+        lib = library_of(p)
+        try:
+            name, kw = costs.resolve(coll, alg, ranks, nbytes, Setting(library=lib))
+            terms = costs.terms(coll, name, ranks, nbytes, **kw)
+        except UsageError:
+            continue                                   # an algorithm the model cannot price
+        key = (p.get("backend"), lib, placement_of(p), p.get("form"), alg,
+               "*" if shared else coll, regime_of(nbytes, split))
+        over = costs.oversubscription(ranks, p.get("host_cores"))
+        rows.append(Row(dict(p), key, name, terms, over, t_us * 1e-6,
+                        any(h.matches(p) for h in holdout)))
+    return rows
+
+
+def with_cores(points: Iterable[Mapping[str, Any]], runs: Iterable[Mapping[str, Any]],
+               source: Optional[str] = None) -> list[dict]:
+    """Point records with ``host_cores`` (their run's ``cores``) and ``source``
+    (e.g. the database they came from, as run ids repeat across databases)."""
+    cores = {r.get("id"): r.get("cores") for r in runs}
+    out = []
+    for p in points:
+        rec = dict(p)
+        rec["host_cores"] = cores.get(p.get("run_id"))
+        if source is not None:
+            rec["source"] = source
+        out.append(rec)
+    return out
+
+
+# ------------------------------------------------------------------ fit
+@dataclass
+class Group:
+    """One fitted parameter set and the points it came from."""
+
+    key: dict
+    params: Params
+    cores: Optional[int]
+    points: int
+    median_rel_err: Optional[float] = None
+    max_rel_err: Optional[float] = None
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "params": self.params.to_dict(), "cores": self.cores,
+                "points": self.points, "median_rel_err": self.median_rel_err,
+                "max_rel_err": self.max_rel_err}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Group":
+        return cls(dict(d["key"]), Params.from_dict(d["params"]), d.get("cores"),
+                   int(d.get("points", 0)), d.get("median_rel_err"), d.get("max_rel_err"))
+
+    def covers(self, nbytes: float) -> bool:
+        lo_t, _, hi_t = (self.key.get("regime") or "*").partition(":")
+        lo = 0 if lo_t in ("", "*") else parse_size(lo_t)
+        hi = math.inf if hi_t in ("", "*") else parse_size(hi_t)
+        return lo <= nbytes < hi
+
+
+def fit_group(rows: Sequence[Row]) -> Params:
+    """Weighted (1/t) non-negative least squares over ``rows`` (see the module doc)."""
+    a = np.array([r.features() for r in rows])
+    t = np.array([r.measured_s for r in rows])
+    a = a / t[:, None]
+    b = np.ones(len(rows))
+    scale = np.linalg.norm(a, axis=0)
+    used = scale > 0
+    x = np.zeros(a.shape[1])
+    if used.any():
+        x[used] = nnls(a[:, used] / scale[used], b) / scale[used]
+    return Params(*(float(v) for v in x))
+
+
+def rel_err(model: float, measured: float) -> float:
+    return (model - measured) / measured
+
+
+def summarize(errors: Sequence[float]) -> dict[str, Optional[float]]:
+    """Median and max of |relative error| (None when empty), and the count."""
+    if not errors:
+        return {"points": 0, "median_rel_err": None, "max_rel_err": None}
+    mags = [abs(e) for e in errors]
+    return {"points": len(mags), "median_rel_err": statistics.median(mags),
+            "max_rel_err": max(mags)}
+
+
+@dataclass
+class Fit:
+    """Calibrated parameter sets, per-point residuals and their summaries."""
+
+    groups: list[Group]
+    residuals: list[dict] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    # -------------------------------------------------------------- lookup
+    def select(self, collective: str, algorithm: str = "library", nbytes: Optional[float] = None,
+               **want: Optional[str]) -> Group:
+        """The group for a prediction: matching ``want`` (backend, library,
+        placement, form), the collective (or a shared group), the algorithm when
+        a group has it (else the library's), and the size regime."""
+        pool = [g for g in self.groups
+                if all(v is None or _match(g.key.get(k), v) for k, v in want.items())]
+        if not pool:
+            raise UsageError(f"no fitted parameters match {_describe(want)}",
+                             f"the fit has: {self.describe_groups()}")
+        own = [g for g in pool if g.key.get("collective") == collective]
+        pool = own or [g for g in pool if g.key.get("collective") == "*"] or pool
+        exact = [g for g in pool if g.key.get("algorithm") == algorithm]
+        pool = exact or [g for g in pool if g.key.get("algorithm") == "library"] or pool
+        if nbytes is not None:
+            pool = [g for g in pool if g.covers(nbytes)] or pool
+        kinds = {(g.key.get("backend"), g.key.get("library"), g.key.get("placement"),
+                  g.key.get("form")) for g in pool}
+        if len(kinds) > 1:
+            raise UsageError(f"the fit has several parameter sets for {collective}",
+                             "choose with --library, --backend, --placement or --form: "
+                             + self.describe_groups())
+        return pool[0]
+
+    def params_for(self, collective: str, algorithm: str = "library",
+                   nbytes: Optional[float] = None, **want) -> tuple[Params, Setting]:
+        """(Params, Setting) of the group :meth:`select` picks."""
+        g = self.select(collective, algorithm, nbytes, **want)
+        return g.params, Setting(library=g.key.get("library"), cores=g.cores)
+
+    def describe_groups(self) -> str:
+        seen = dict.fromkeys(f"{g.key.get('backend')}/{g.key.get('library')}/"
+                             f"{g.key.get('placement')}/{g.key.get('form')}" for g in self.groups)
+        return ", ".join(seen) or "nothing"
+
+    # -------------------------------------------------------------- files
+    def to_dict(self) -> dict:
+        return {"format": FIT_FORMAT, "version": FIT_VERSION, **self.meta,
+                "groups": [g.to_dict() for g in self.groups], "residuals": self.residuals}
+
+    def save(self, path: str | Path) -> Path:
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(self.to_dict(), indent=1, default=str) + "\n")
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Fit":
+        if d.get("format") != FIT_FORMAT:
+            raise UsageError("not a ddlcomm fit file", "make one with `ddlcomm model calibrate`")
+        if int(d.get("version", 0)) > FIT_VERSION:
+            raise UsageError(f"fit file version {d.get('version')} is newer than this ddlcomm reads",
+                             "upgrade ddlcomm")
+        meta = {k: v for k, v in d.items() if k not in ("format", "version", "groups", "residuals")}
+        return cls([Group.from_dict(g) for g in d.get("groups", [])],
+                   list(d.get("residuals", [])), meta)
+
+
+def load(path: str | Path) -> Fit:
+    """Read a fit written by :meth:`Fit.save` (UsageError if missing or malformed)."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"no fit file at {p}", "make one with `ddlcomm model calibrate`") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read fit file {p}: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{p} is not a ddlcomm fit file")
+    return Fit.from_dict(data)
+
+
+def _match(have: Any, want: str) -> bool:
+    return have is not None and str(have).lower() == str(want).lower()
+
+
+def _describe(want: Mapping[str, Optional[str]]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in want.items() if v is not None) or "the request"
+
+
+def calibrate(points: Iterable[Mapping[str, Any]], *,
+              metric: str = "avg", shared: bool = False, split: Sequence[int] = (),
+              holdout: Sequence[Holdout] = (), summary_bytes: int = 64 << 10,
+              meta: Optional[dict] = None) -> Fit:
+    """Fit every group of ``points``; residuals for fitted and held-out points.
+
+    Each point may carry ``host_cores``, the cores of the host its run
+    recorded (:func:`with_cores`), for the oversubscription terms.  Summaries
+    are given over all points and over points of at least ``summary_bytes``.
+    """
+    if metric not in METRICS:
+        raise UsageError(f"unknown metric {metric!r}", f"choose from {', '.join(METRICS)}")
+    rows = make_rows(points, metric, shared, split, holdout)
+    if not rows:
+        raise UsageError("no stored points the model can fit",
+                         "measure broadcast, gather or allreduce with `ddlcomm bench` first")
+    by_key: dict[tuple, list[Row]] = {}
+    for r in rows:
+        by_key.setdefault(r.key, []).append(r)
+    groups: list[Group] = []
+    residuals: list[dict] = []
+    for key, members in by_key.items():
+        train = [r for r in members if not r.heldout]
+        if not train:
+            continue                                   # nothing left to fit this group from
+        params = fit_group(train)
+        run_cores = {r.point.get("host_cores") for r in members} - {None}
+        errs = []
+        for r in members:
+            model = params.time(r.terms, r.over)
+            e = rel_err(model, r.measured_s)
+            if not r.heldout:
+                errs.append(e)
+            residuals.append(_residual(r, model, e))
+        s = summarize(errs)
+        groups.append(Group(dict(zip(KEY_FIELDS, key)), params,
+                            max(run_cores) if run_cores else None, len(train),
+                            s["median_rel_err"], s["max_rel_err"]))
+    info = dict(meta or {})
+    info.update({
+        "metric": METRICS[metric], "weighting": "1/t (relative error), non-negative",
+        "shared": shared, "split": list(split), "holdout": [h.text for h in holdout],
+        "summary_bytes": summary_bytes,
+        "summary": error_summary(residuals, summary_bytes),
+    })
+    return Fit(groups, residuals, info)
+
+
+def _residual(r: Row, model_s: float, err: float) -> dict:
+    p = r.point
+    return {"source": p.get("source"), "run_id": p.get("run_id"), "backend": p.get("backend"), "library": library_of(p),
+            "placement": placement_of(p), "form": p.get("form"), "collective": p.get("collective"),
+            "algorithm": algorithm_of(p), "model_algorithm": r.algorithm,
+            "bytes": p.get("bytes"), "ranks": p.get("ranks"), "over": r.over,
+            "measured_s": r.measured_s, "model_s": model_s, "rel_err": err,
+            "heldout": r.heldout}
+
+
+def error_summary(residuals: Sequence[Mapping[str, Any]], summary_bytes: int) -> dict:
+    """Median/max |relative error| of fitted and held-out points, all sizes and
+    from ``summary_bytes`` up."""
+    out = {}
+    for name, held in (("fitted", False), ("heldout", True)):
+        rs = [r for r in residuals if r["heldout"] == held]
+        out[name] = summarize([r["rel_err"] for r in rs])
+        out[f"{name}_from_{summary_bytes}B"] = summarize(
+            [r["rel_err"] for r in rs if r["bytes"] >= summary_bytes])
+    return out

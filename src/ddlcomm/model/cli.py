@@ -1,0 +1,457 @@
+"""``ddlcomm model calibrate|predict|ssgd|report``: parse, check, delegate.
+
+The parsers are added to ddlcomm's command line by :func:`add_parser`; the
+handler :func:`run` is registered as the ``model`` command in ``cli.py``.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from ..errors import UsageError
+
+#: Largest rank or worker count accepted (the formulas are O(log p); this bounds typos).
+MAX_RANKS = 1 << 40
+
+
+# ------------------------------------------------------------------ parsing
+def parse_counts(text: str, flag: str) -> list[int]:
+    """Rank/worker counts: ``4096``, ``1,2,4``, ``2:1024`` (powers of 2; ``x4`` for
+    another factor), or ``1,2,4,...,1024`` (the last step's ratio continued)."""
+    from ..units import parse_positive_int
+    text = (text or "").strip()
+    if not text:
+        raise UsageError(f"{flag} is empty", "e.g. 4096, 2,4,8, 2:1024 or 1,2,4,...,1024")
+    factor = 2
+    if ":" in text:
+        body, x, f = text.partition("x")
+        if x:
+            factor = parse_positive_int(f, f"{flag} growth factor", 2)
+        lo_t, _, hi_t = body.partition(":")
+        lo, hi = parse_positive_int(lo_t, flag), parse_positive_int(hi_t, flag)
+        if hi < lo:
+            raise UsageError(f"{flag} {text!r} ends below its start")
+        _check_max(hi, flag)
+        out, v = [], lo
+        while v <= hi:
+            out.append(v)
+            v *= factor
+        return out
+    parts = [p.strip() for p in text.split(",")]
+    if "..." in parts:
+        i = parts.index("...")
+        if i < 2 or i != len(parts) - 2 or parts.count("...") != 1:
+            raise UsageError(f"{flag} {text!r}: write A,B,...,Z (two values before ..., one after)")
+        a, b = parse_positive_int(parts[i - 2], flag), parse_positive_int(parts[i - 1], flag)
+        z = parse_positive_int(parts[-1], flag)
+        _check_max(z, flag)
+        head = [parse_positive_int(p, flag) for p in parts[:i]]
+        if b > a and b % a == 0:
+            step = lambda v: v * (b // a)          # noqa: E731 - geometric
+        elif b > a:
+            step = lambda v: v + (b - a)           # noqa: E731 - arithmetic
+        else:
+            raise UsageError(f"{flag} {text!r}: the values before ... must grow")
+        out, v = head, step(b)
+        while v <= z:
+            out.append(v)
+            v = step(v)
+        if out[-1] != z:
+            out.append(z)
+        return sorted(set(out))
+    out = [parse_positive_int(p, flag) for p in parts if p]
+    for v in out:
+        _check_max(v, flag)
+    return sorted(set(out))
+
+
+def _check_max(value: int, flag: str) -> None:
+    if value > MAX_RANKS:
+        raise UsageError(f"{flag} {value} is above the largest count modelled ({MAX_RANKS})")
+
+
+def parse_bytes_list(text: str, flag: str = "--bytes") -> list[int]:
+    """Sizes: ``1GiB``, ``1KiB,1MiB`` or a sweep ``4B:64MiB[xF]`` (see units)."""
+    from ..units import parse_sizes
+    if not text or not text.strip():
+        raise UsageError(f"{flag} is empty", "e.g. 1GiB, 64KiB,1MiB or 4B:64MiB")
+    return parse_sizes(text)
+
+
+def parse_number(text: Optional[str], flag: str, *, positive: bool = False) -> Optional[float]:
+    """A float >= 0 (> 0 with ``positive``), or None when not given."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{flag} must be a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise UsageError(f"{flag} must be a number {'>' if positive else '>='} 0, got {text!r}")
+    return value
+
+
+def _choice(value: Optional[str], choices, flag: str) -> Optional[str]:
+    if value is not None and value not in choices:
+        raise UsageError(f"{flag} {value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+# ------------------------------------------------------------------ parsers
+def add_parser(sub, parser_class=None) -> None:
+    """Add ``model`` and its actions to the sub-parsers ``sub`` of ddlcomm's parser."""
+    m = sub.add_parser("model", help="calibrate collective cost models; predict; the S-SGD model",
+                       description=(
+                           "Performance models: α-β-γ costs of collectives fitted to stored "
+                           "points (calibrate), predicted for any size and rank count "
+                           "(predict), Shi and Chu's S-SGD iteration model (ssgd), and a "
+                           "report page (report)."))
+    msub = m.add_subparsers(dest="model_command", metavar="ACTION", parser_class=parser_class)
+
+    c = msub.add_parser("calibrate", help="fit α, β, γ to stored points, with residuals")
+    c.add_argument("--db", action="append", metavar="PATH",
+                   help="results database (repeat for several; default: the default database)")
+    c.add_argument("--run", help="only these run ids (comma list; with several --db: in each)")
+    c.add_argument("--backend", help="only this backend (mpi, gloo)")
+    c.add_argument("--library", help="only this library (Open MPI, MPICH, gloo)")
+    c.add_argument("--placement", help="only this placement (host, containers=2, ...)")
+    c.add_argument("--collective", help="only these collectives (comma list)")
+    c.add_argument("--holdout", action="append", metavar="SPEC",
+                   help="leave points out of the fit and report the error on them: ranks=4, "
+                        "ranks=4:64, bytes=1MiB:64MiB, bytes=64KiB,1MiB, run=7 (repeatable)")
+    c.add_argument("--split", metavar="SIZES",
+                   help="start a new parameter set at these sizes (comma list, e.g. 64KiB): "
+                        "libraries switch protocols by size")
+    c.add_argument("--shared", action="store_true",
+                   help="one parameter set for all collectives (default: one per collective)")
+    c.add_argument("--metric", default="avg", choices=["avg", "p50", "min", "max"],
+                   help="which stored time to fit (default avg: mean over ranks of each "
+                        "rank's average)")
+    c.add_argument("--summary-bytes", default="64KiB", metavar="SIZE",
+                   help="also summarise errors from this size up (default 64KiB)")
+    c.add_argument("--out", metavar="FIT.json", help="write the fit here")
+    c.add_argument("--residuals", action="store_true", help="print every point's residual")
+    c.add_argument("--json", action="store_true", help="print the fit as JSON")
+
+    p = msub.add_parser("predict", help="time of a collective at any size and rank count")
+    p.add_argument("--fit", metavar="FIT.json", help="a fit from `ddlcomm model calibrate`")
+    p.add_argument("--alpha", help="seconds per message (instead of --fit)")
+    p.add_argument("--beta", help="seconds per byte (instead of --fit)")
+    p.add_argument("--gamma", help="seconds per reduced byte (default 0)")
+    p.add_argument("--collective", default="allreduce",
+                   help="allreduce, broadcast, gather, reduce, or ps (a PS step: broadcast + "
+                        "gather through the server); default allreduce")
+    p.add_argument("--algorithm", default="library",
+                   help="library (the library's own choice), ring, rhd, binomial, ..., "
+                        "hierarchical; for ps: library or BCAST+GATHER")
+    p.add_argument("--ranks", required=True, help="4096, 2,4,8, 2:1024[xF] or 1,2,4,...,1024")
+    p.add_argument("--bytes", required=True, help="per-rank bytes: 1GiB, 1KiB,1MiB or 4B:64MiB[xF]")
+    p.add_argument("--library", help="whose default algorithm `library` means (Open MPI, MPICH, "
+                                     "gloo); with --fit it also picks the fitted set")
+    p.add_argument("--backend", help="with --fit: pick the fitted set of this backend")
+    p.add_argument("--placement", help="with --fit: pick the fitted set of this placement")
+    p.add_argument("--form", help="with --fit: pick the fitted set of this form (buffer, object)")
+    p.add_argument("--ranks-per-node", help="ranks sharing a node (oversubscription past its "
+                                            "cores; the hierarchical all-reduce's node size)")
+    p.add_argument("--cores", help="cores per node (default: the fit's host; none without a fit)")
+    p.add_argument("--inter-alpha", help="hierarchical: inter-node seconds per message")
+    p.add_argument("--inter-beta", help="hierarchical: inter-node seconds per byte")
+    p.add_argument("--inter-gamma", help="hierarchical: inter-node seconds per reduced byte")
+    p.add_argument("--leaders", default="ring",
+                   help="hierarchical: the leaders' all-reduce (ring, rhd, library); default ring")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    s = msub.add_parser("ssgd", help="S-SGD iteration time, speed-up and efficiency (Shi & Chu)")
+    for name, what in (("io", "read a batch"), ("h2d", "copy it to the device"),
+                       ("f", "forward"), ("b", "backward"), ("u", "update")):
+        s.add_argument(f"--t-{name}", required=True, metavar="SECONDS",
+                       help=f"seconds per iteration to {what} on one worker")
+    s.add_argument("--t-c", metavar="SECONDS",
+                   help="seconds per iteration of gradient aggregation (instead of --fit)")
+    s.add_argument("--fit", metavar="FIT.json", help="price the aggregation with a calibrated fit")
+    s.add_argument("--arch", default="allreduce", choices=["allreduce", "ps"],
+                   help="with --fit: all-reduce among the workers, or a parameter server "
+                        "(one more rank: broadcast + gather)")
+    s.add_argument("--algorithm", default="library",
+                   help="with --fit: the all-reduce algorithm (library, ring, rhd, ...) or "
+                        "the PS step's (library or BCAST+GATHER)")
+    s.add_argument("--library", help="with --fit: pick the fitted set of this library")
+    s.add_argument("--model", help="gradient sizes from a model: alexnet, googlenet, resnet50, "
+                                   "mobilenet, vgg16 (t_b spread over its layers by parameters)")
+    s.add_argument("--layers", metavar="FILE",
+                   help="JSON list of [backward seconds, gradient bytes] per layer, backward order")
+    s.add_argument("--dtype", default="float32", help="gradient dtype with --model (default float32)")
+    s.add_argument("--fusion", metavar="BYTES", help="fuse gradients into buckets of at most BYTES")
+    s.add_argument("--workers", required=True, help="1,2,4,...,1024, 1:1024 or a list")
+    s.add_argument("--workers-per-node", default="1", help="workers (GPUs) per node (default 1)")
+    s.add_argument("--overlap", default="none", choices=["none", "io", "wfbp", "io+wfbp"],
+                   help="none; io (prefetched reading); wfbp (wait-free back-propagation); both")
+    s.add_argument("--io-per-node", action="store_true",
+                   help="one reader feeds every worker of a node: reading grows with them")
+    s.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    r = msub.add_parser("report", help="a page: measured vs modelled per size, predictions to "
+                                      "1024 ranks")
+    r.add_argument("--fit", required=True, metavar="FIT.json")
+    r.add_argument("--out", required=True, metavar="DIR", help="where index.html and PNGs go")
+    r.add_argument("--max-ranks", default="1024", help="predict up to this many ranks (default 1024)")
+    r.add_argument("--bytes", default="1MiB,64MiB",
+                   help="sizes of the predictions to --max-ranks (default 1MiB,64MiB)")
+
+
+# ------------------------------------------------------------------ handlers
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """The ``model`` command: one of :data:`ACTIONS`."""
+    action = getattr(args, "model_command", None)
+    if action is None:
+        raise UsageError("ddlcomm model: say what to do", "calibrate, predict, ssgd or report")
+    return ACTIONS[action](args)
+
+
+def _db_paths(args) -> list[Path]:
+    from ..results import default_db_path
+    paths = [Path(p).expanduser().resolve() for p in (args.db or [])] or [default_db_path()]
+    for path in paths:
+        if not path.exists():
+            raise UsageError(f"no results database at {path}", "run `ddlcomm bench` first or pass --db")
+    return paths
+
+
+def _load_points(args) -> list[dict]:
+    from ..results import Store
+    from ..results.export import point_record
+    from ..units import parse_positive_int
+    from .calibrate import library_of, placement_of, with_cores
+    runs_wanted = None
+    if args.run:
+        runs_wanted = {parse_positive_int(r, "--run") for r in args.run.split(",") if r.strip()}
+    colls = {c.strip() for c in args.collective.split(",")} if args.collective else None
+    points: list[dict] = []
+    for path in _db_paths(args):
+        with Store(path) as store:
+            runs = store.runs()
+            recs = [point_record(p) for p in store.points()]
+        points.extend(with_cores(recs, runs, str(path)))
+    if runs_wanted is not None:
+        points = [p for p in points if p.get("run_id") in runs_wanted]
+    if args.backend:
+        points = [p for p in points if p.get("backend") == args.backend]
+    if args.library:
+        points = [p for p in points if library_of(p).lower() == args.library.lower()]
+    if args.placement:
+        points = [p for p in points if placement_of(p) == args.placement]
+    if colls:
+        points = [p for p in points if p.get("collective") in colls]
+    if not points:
+        raise UsageError("no stored points match", "check --db, --run, --backend, --library, "
+                                                   "--placement and --collective")
+    return points
+
+
+def cmd_calibrate(args) -> int:
+    from ..report import model as view
+    from ..units import parse_size
+    from .calibrate import calibrate, parse_holdout
+    holdout = [parse_holdout(h) for h in (args.holdout or [])]
+    split = [parse_size(s) for s in args.split.split(",") if s.strip()] if args.split else []
+    summary_bytes = parse_size(args.summary_bytes)
+    points = _load_points(args)
+    fit = calibrate(points, metric=args.metric, shared=args.shared, split=split,
+                    holdout=holdout, summary_bytes=summary_bytes,
+                    meta={"databases": [str(p) for p in _db_paths(args)],
+                          "command": "ddlcomm model " + " ".join(sys.argv[2:])})
+    if args.out:
+        fit.save(args.out)
+    if args.json:
+        print(json.dumps(fit.to_dict(), indent=1, default=str))
+        return 0
+    print(view.render_fit(fit, residuals=args.residuals))
+    if args.out:
+        print(f"fit: {Path(args.out).resolve()}")
+    return 0
+
+
+def _params_from_args(args, prefix: str = ""):
+    from .costs import Params
+    a = parse_number(getattr(args, f"{prefix}alpha"), f"--{prefix.replace('_', '-')}alpha")
+    b = parse_number(getattr(args, f"{prefix}beta"), f"--{prefix.replace('_', '-')}beta")
+    g = parse_number(getattr(args, f"{prefix}gamma"), f"--{prefix.replace('_', '-')}gamma")
+    if a is None and b is None and g is None:
+        return None
+    if a is None or b is None:
+        raise UsageError(f"give both --{prefix.replace('_', '-')}alpha and "
+                         f"--{prefix.replace('_', '-')}beta (and optionally gamma)")
+    return Params(a, b, g or 0.0)
+
+
+def cmd_predict(args) -> int:
+    from ..report import model as view
+    from ..units import parse_positive_int
+    from . import costs
+    from .calibrate import load
+    ranks = parse_counts(args.ranks, "--ranks")
+    sizes = parse_bytes_list(args.bytes)
+    explicit = _params_from_args(args)
+    if (args.fit is None) == (explicit is None):
+        raise UsageError("give --fit FIT.json or --alpha/--beta[/--gamma], one of them")
+    collective = costs.native.ALIASES.get(args.collective, args.collective)
+    if collective not in costs.collectives():
+        raise UsageError(f"no cost model for collective {args.collective!r}",
+                         f"modelled: {', '.join(costs.collectives())}")
+    if collective != "ps" and args.algorithm not in costs.algorithms(collective):
+        raise UsageError(f"no cost model for {collective} algorithm {args.algorithm!r}",
+                         f"choose from {', '.join(costs.algorithms(collective))}")
+    per_node = parse_positive_int(args.ranks_per_node, "--ranks-per-node") \
+        if args.ranks_per_node else None
+    cores = parse_positive_int(args.cores, "--cores") if args.cores else None
+    inter = _params_from_args(args, "inter_")
+    if inter is not None and args.algorithm != "hierarchical":
+        raise UsageError("--inter-alpha/--inter-beta apply to --algorithm hierarchical")
+    fit = load(args.fit) if args.fit else None
+    want = {"library": args.library, "backend": args.backend, "placement": args.placement,
+            "form": args.form}
+    rows = []
+    for n in sizes:
+        if fit is not None:
+            lookup = "broadcast" if collective == "ps" else collective
+            group = fit.select(lookup, args.algorithm, n, **want)
+            params, library, host_cores = group.params, group.key.get("library"), group.cores
+        else:
+            params, library, host_cores = explicit, args.library, None
+        setting = costs.Setting(library=library, ranks_per_node=per_node,
+                                cores=cores if cores is not None else host_cores,
+                                inter=inter, leaders_algorithm=args.leaders)
+        for p in ranks:
+            if collective == "ps" and fit is not None:
+                t = _ps_with_fit(fit, args.algorithm, p, n, want, setting)
+            else:
+                t = costs.time(collective, args.algorithm, p, n, params, setting)
+            rows.append({"collective": collective, "algorithm": args.algorithm,
+                         "ran_as": _ran_as(collective, args.algorithm, p, n, setting),
+                         "ranks": p, "bytes": n, "seconds": t})
+    if args.json:
+        print(json.dumps(rows if len(rows) > 1 else rows[0], indent=1))
+    else:
+        print(view.render_predictions(rows))
+    return 0
+
+
+def _ps_with_fit(fit, algorithm, p, n, want, setting):
+    from . import costs
+    b = fit.select("broadcast", "library", n, **want)
+    g = fit.select("gather", "library", n, **want)
+    bcast, gather = ("library", "library") if algorithm == "library" else \
+        tuple(algorithm.partition("+")[::2])
+    return costs.time("broadcast", bcast, p, n, b.params, setting) \
+        + costs.time("gather", gather, p, n, g.params, setting)
+
+
+def _ran_as(collective, algorithm, p, n, setting) -> str:
+    from . import costs
+    if collective == "ps":
+        if algorithm != "library":
+            return algorithm
+        return "+".join(costs.resolve(c, "library", p, n, setting)[0]
+                        for c in ("broadcast", "gather"))
+    if algorithm == "hierarchical":
+        return f"hierarchical({setting.leaders_algorithm})"
+    return costs.resolve(collective, algorithm, p, n, setting)[0]
+
+
+def _phases(args):
+    from ..dtypes import get_dtype
+    from ..units import parse_size
+    from .ssgd import Phases, model_layers
+    t = {k: parse_number(getattr(args, f"t_{k}"), f"--t-{k.replace('_', '-')}")
+         for k in ("io", "h2d", "f", "b", "u")}
+    if args.model and args.layers:
+        raise UsageError("give --model or --layers, not both")
+    layers: tuple = ()
+    if args.model:
+        layers = model_layers(args.model, t["b"], get_dtype(args.dtype).itemsize)
+    elif args.layers:
+        layers = _read_layers(args.layers)
+    fusion = parse_size(args.fusion) if args.fusion is not None else None
+    return Phases(t["io"], t["h2d"], t["f"], t["b"], t["u"], layers), fusion
+
+
+def _read_layers(path: str) -> tuple:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UsageError(f"no layers file at {path}") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read layers file {path}: {exc}") from None
+    if not isinstance(data, list) or not all(isinstance(x, list) and len(x) == 2 for x in data):
+        raise UsageError(f"{path} must be a JSON list of [backward seconds, gradient bytes]")
+    return tuple((float(s), int(b)) for s, b in data)
+
+
+def cmd_ssgd(args) -> int:
+    from ..report import model as view
+    from ..units import parse_positive_int
+    from . import costs, ssgd
+    from .calibrate import load
+    phases, fusion = _phases(args)
+    workers = parse_counts(args.workers, "--workers")
+    per_node = parse_positive_int(args.workers_per_node, "--workers-per-node")
+    t_c = parse_number(args.t_c, "--t-c")
+    if (t_c is None) == (args.fit is None):
+        raise UsageError("give --t-c SECONDS or --fit FIT.json (with --arch), one of them")
+    comm_at: Optional[Callable[[int], Callable[[int], float]]] = None
+    if args.fit is not None:
+        if not phases.layers:
+            raise UsageError("--fit prices each message: give --model or --layers")
+        fit = load(args.fit)
+        comm_at = _comm_from_fit(fit, args.arch, args.algorithm, args.library)
+    elif args.arch != "allreduce" or args.algorithm != "library":
+        raise UsageError("--arch and --algorithm apply with --fit")
+    preds = ssgd.sweep(phases, workers, t_c=t_c, comm_at=comm_at, overlap=args.overlap,
+                       workers_per_node=per_node, io_per_node=args.io_per_node,
+                       fusion_bytes=fusion)
+    if args.json:
+        print(json.dumps([p.to_dict() for p in preds], indent=1))
+    else:
+        print(view.render_ssgd(preds, phases, args.overlap))
+    return 0
+
+
+def _comm_from_fit(fit, arch: str, algorithm: str, library: Optional[str]):
+    """comm_at(N) -> comm(nbytes): the all-reduce among N workers, or a PS step
+    with N workers and one server; GPUs drive the ranks, so no oversubscription."""
+    from . import costs
+    want = {"library": library}
+
+    def comm_at(workers: int) -> Callable[[int], float]:
+        def comm(nbytes: int) -> float:
+            if arch == "ps":
+                setting = costs.Setting(library=fit.select("broadcast", "library", nbytes,
+                                                           **want).key.get("library"))
+                return _ps_with_fit(fit, algorithm, workers + 1, nbytes, want, setting)
+            g = fit.select("allreduce", algorithm, nbytes, **want)
+            return costs.time("allreduce", algorithm, workers, nbytes, g.params,
+                              costs.Setting(library=g.key.get("library")))
+        return comm
+    return comm_at
+
+
+def cmd_report(args) -> int:
+    from ..report import model as view
+    from ..units import parse_positive_int
+    from .calibrate import load
+    fit = load(args.fit)
+    max_ranks = parse_positive_int(args.max_ranks, "--max-ranks", 2)
+    sizes = parse_bytes_list(args.bytes)
+    page = view.write_model_report(fit, Path(args.out).expanduser().resolve(), max_ranks, sizes)
+    print(f"report: {page}")
+    return 0
+
+
+ACTIONS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "calibrate": cmd_calibrate, "predict": cmd_predict, "ssgd": cmd_ssgd, "report": cmd_report,
+}

@@ -1,0 +1,185 @@
+"""Which algorithm a library runs by default, by collective, size and rank count.
+
+The model prices a ``library`` call by the algorithm the library itself
+would pick; the rules are transcribed here as tables (rank-count bands, then
+size bands), from these sources:
+
+**Open MPI 5.0.x** (``coll/tuned``, the component that runs collectives on one
+node: ``coll/han`` has the higher priority, 35 against 30, but steps aside on
+communicators whose ranks share one node).  ``ompi/mca/coll/tuned/
+coll_tuned_decision_fixed.c``, the "new default fixed decision functions ...
+generated ... using the ompi-collectives-tuning package" (2020):
+``ompi_coll_tuned_allreduce_intra_dec_fixed`` (commutative ops),
+``ompi_coll_tuned_bcast_intra_dec_fixed`` and
+``ompi_coll_tuned_gather_intra_dec_fixed``.  Sizes are ``total_dsize`` = the
+per-rank buffer in bytes (a gather: one rank's contribution), compared with
+``<``; rank counts with ``communicator_size <``.  Algorithms run with
+``do_this(..., 0, 0)``: no segmentation and default fan-out (chain 4, k-nomial
+radix 4), so ``pipeline`` is one unsegmented chain and ``segmented_ring`` the
+ring.  ``ompi_info --param coll tuned --level 9`` lists the algorithm numbers.
+
+**MPICH 4.x/5.x** generic collective selection, ``src/mpi/coll/
+coll_selection.json`` (``MPIR_Csel``): allreduce is recursive doubling for
+``avg_msg_size <= 8`` bytes or ``count < pof2(p)``, else
+reduce_scatter_allgather (Rabenseifner); broadcast is binomial below 8 ranks
+or up to 12288 bytes, then scatter + recursive-doubling allgather up to
+524288 bytes on powers of two, else scatter + ring allgather; gather is
+binomial.  (The ch4 device may run its shared-memory "release_gather"
+variants instead when configured to; that is not modelled.)
+
+**Gloo** (torch.distributed's ``gloo`` backend, CPU tensors): ``gloo/allreduce.cc``
+runs the ring unless another algorithm is asked for (``AllreduceOptions``),
+``gloo/broadcast.cc`` a binomial tree over virtual ranks, ``gloo/gather.cc``
+the root receiving from every rank in turn (linear).
+
+Library names are matched on what the harness records (``MPI_Get_library_version``:
+"Open MPI", "MPICH"; "gloo" for the gloo backend), case-insensitively.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from ..errors import UsageError
+
+INF = math.inf
+
+#: Band = (rank counts below this, [(sizes below this, algorithm), ...]).
+Bands = list[tuple[float, list[tuple[float, str]]]]
+
+OPEN_MPI: dict[str, Bands] = {
+    # ompi_coll_tuned_allreduce_intra_dec_fixed, commutative branch
+    "allreduce": [
+        (4, [(8, "ring"), (4096, "recursive_doubling"), (8192, "ring"),
+             (16384, "recursive_doubling"), (65536, "ring"), (262144, "segmented_ring"),
+             (INF, "rabenseifner")]),
+        (8, [(16, "ring"), (8192, "recursive_doubling"), (INF, "rabenseifner")]),
+        (16, [(8192, "recursive_doubling"), (INF, "rabenseifner")]),
+        (32, [(64, "segmented_ring"), (4096, "recursive_doubling"), (INF, "rabenseifner")]),
+        (64, [(128, "segmented_ring"), (INF, "rabenseifner")]),
+        (128, [(262144, "recursive_doubling"), (INF, "rabenseifner")]),
+        (256, [(131072, "nonoverlapping"), (262144, "recursive_doubling"),
+               (INF, "rabenseifner")]),
+        (512, [(4096, "nonoverlapping"), (INF, "rabenseifner")]),
+        (2048, [(2048, "nonoverlapping"), (16384, "recursive_doubling"), (INF, "rabenseifner")]),
+        (4096, [(2048, "nonoverlapping"), (4096, "segmented_ring"),
+                (16384, "recursive_doubling"), (INF, "rabenseifner")]),
+        (INF, [(2048, "nonoverlapping"), (16384, "segmented_ring"),
+               (32768, "recursive_doubling"), (INF, "rabenseifner")]),
+    ],
+    # ompi_coll_tuned_bcast_intra_dec_fixed
+    "broadcast": [
+        (4, [(32, "pipeline"), (256, "binary"), (512, "pipeline"), (1024, "knomial"),
+             (32768, "linear"), (131072, "binary"), (262144, "chain"), (524288, "linear"),
+             (1048576, "binomial"), (INF, "binary")]),
+        (8, [(64, "binary"), (128, "binomial"), (2048, "binary"), (8192, "binomial"),
+             (1048576, "linear"), (INF, "chain")]),
+        (16, [(8, "knomial"), (64, "binary"), (4096, "knomial"), (16384, "binary"),
+              (32768, "binomial"), (INF, "linear")]),
+        (32, [(4096, "knomial"), (1048576, "binomial"), (INF, "scatter_allgather")]),
+        (64, [(2048, "binomial"), (INF, "knomial")]),
+        (128, [(INF, "knomial")]),
+        (256, [(2, "binomial"), (16384, "binary"), (32768, "linear"), (65536, "binary"),
+               (INF, "knomial")]),
+        (1024, [(16384, "knomial"), (32768, "split_binary"), (INF, "knomial")]),
+        (2048, [(524288, "knomial"), (INF, "scatter_allgather")]),
+        (4096, [(262144, "knomial"), (INF, "scatter_allgather")]),
+        (INF, [(8192, "knomial"), (16384, "binary"), (262144, "knomial"),
+               (INF, "scatter_allgather")]),
+    ],
+    # ompi_coll_tuned_gather_intra_dec_fixed
+    "gather": [
+        (4, [(2, "linear_sync"), (4, "linear"), (32768, "binomial"), (65536, "linear"),
+             (131072, "binomial"), (INF, "linear_sync")]),
+        (8, [(1024, "binomial"), (8192, "linear"), (32768, "binomial"), (262144, "linear"),
+             (INF, "linear_sync")]),
+        (256, [(INF, "binomial")]),
+        (512, [(2048, "binomial"), (8192, "linear"), (INF, "binomial")]),
+        (INF, [(INF, "binomial")]),
+    ],
+}
+
+#: Open MPI's algorithm names -> the cost model's (name, keyword arguments).
+OPEN_MPI_COSTS: dict[str, tuple[str, dict]] = {
+    "ring": ("ring", {}), "segmented_ring": ("ring", {}),
+    "recursive_doubling": ("recursive_doubling", {}), "rabenseifner": ("rhd", {}),
+    "nonoverlapping": ("nonoverlapping", {}), "linear": ("linear", {}),
+    "pipeline": ("pipelined", {"chunk_bytes": None}), "binary": ("binary", {}),
+    "binomial": ("binomial", {}), "knomial": ("knomial", {}), "chain": ("chain", {}),
+    "split_binary": ("split_binary", {}), "scatter_allgather": ("scatter_rd_allgather", {}),
+    "linear_sync": ("linear_sync", {}),
+}
+
+
+def _band(bands: Bands, p: int, nbytes: float) -> str:
+    for below_p, sizes in bands:
+        if p < below_p:
+            for below_n, alg in sizes:
+                if nbytes < below_n:
+                    return alg
+    raise AssertionError("tables end with INF")        # pragma: no cover
+
+
+def open_mpi(collective: str, p: int, nbytes: float, itemsize: int = 4) -> tuple[str, dict]:
+    """Open MPI's choice, as the cost model's (algorithm, kwargs)."""
+    if collective not in OPEN_MPI:
+        raise _no_rule("Open MPI", collective, OPEN_MPI)
+    if p == 1:
+        return {"allreduce": ("ring", {}), "broadcast": ("binomial", {}),
+                "gather": ("linear", {})}[collective]
+    return OPEN_MPI_COSTS[_band(OPEN_MPI[collective], p, nbytes)]
+
+
+def mpich(collective: str, p: int, nbytes: float, itemsize: int = 4) -> tuple[str, dict]:
+    """MPICH's generic selection (coll_selection.json), as (algorithm, kwargs)."""
+    pof2 = 1 << (p.bit_length() - 1)
+    if collective == "allreduce":
+        count = nbytes // max(1, itemsize)
+        if nbytes <= 8 or count < pof2:
+            return "recursive_doubling", {}
+        return "rhd", {}
+    if collective == "broadcast":
+        if p < 8 or nbytes <= 12288:
+            return "binomial", {}
+        if pof2 == p and nbytes <= 524288:
+            return "scatter_rd_allgather", {}
+        return "scatter_ring_allgather", {}
+    if collective == "gather":
+        return "binomial", {}
+    raise _no_rule("MPICH", collective, {"allreduce": 0, "broadcast": 0, "gather": 0})
+
+
+def gloo(collective: str, p: int, nbytes: float, itemsize: int = 4) -> tuple[str, dict]:
+    """Gloo's: ring all-reduce, binomial broadcast, linear gather."""
+    table = {"allreduce": "ring", "broadcast": "binomial", "gather": "linear"}
+    if collective not in table:
+        raise _no_rule("gloo", collective, table)
+    return table[collective], {}
+
+
+def _no_rule(library: str, collective: str, table) -> UsageError:
+    return UsageError(f"no default-algorithm rule of {library} for {collective}",
+                      f"modelled: {', '.join(table)}; give --algorithm")
+
+
+#: Library name (lower case, as recorded) -> rule.
+LIBRARIES = {"open mpi": open_mpi, "mpich": mpich, "gloo": gloo}
+
+
+def canonical(library: Optional[str]) -> str:
+    """The table key of a recorded library name ("Open MPI 5.0.11" -> "open mpi")."""
+    if not library:
+        raise UsageError("the library's default algorithm needs to know the library",
+                         f"give --library ({', '.join(LIBRARIES)}) or a --fit made from its points")
+    low = library.lower()
+    for key in LIBRARIES:
+        if low.startswith(key):
+            return key
+    raise UsageError(f"no default-algorithm rules for library {library!r}",
+                     f"known: {', '.join(LIBRARIES)}; or give --algorithm")
+
+
+def choose(library: Optional[str], collective: str, p: int, nbytes: float,
+           itemsize: int = 4) -> tuple[str, dict]:
+    """The cost model's (algorithm, kwargs) for ``library``'s own ``collective``."""
+    return LIBRARIES[canonical(library)](collective, p, nbytes, itemsize)

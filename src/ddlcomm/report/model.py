@@ -1,0 +1,287 @@
+"""Tables and the report page of ``ddlcomm model`` (fits, predictions, S-SGD).
+
+Text tables for the terminal, and one self-contained HTML page per fit:
+measured vs modelled time per size for every fitted group and rank count
+(held-out points marked), the relative error per point, and predicted
+all-reduce and PS step time up to ``max_ranks`` ranks for each library the
+fit covers.  matplotlib is imported inside the drawing functions.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from ..units import format_size
+from .tables import format_table, format_us
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _sci(value: float) -> str:
+    return "0" if value == 0 else f"{value:.3g}"
+
+
+# ------------------------------------------------------------------ terminal
+def render_groups(fit) -> str:
+    headers = ["backend", "library", "placement", "form", "algorithm", "collective", "sizes",
+               "alpha_s", "beta_s/B", "gamma_s/B", "alpha_over", "beta_over", "points",
+               "median_err", "max_err"]
+    rows = []
+    for g in fit.groups:
+        k, pr = g.key, g.params
+        rows.append([str(k.get("backend")), str(k.get("library")), str(k.get("placement")),
+                     str(k.get("form")), str(k.get("algorithm")), str(k.get("collective")),
+                     str(k.get("regime")), _sci(pr.alpha), _sci(pr.beta), _sci(pr.gamma),
+                     _sci(pr.alpha_over), _sci(pr.beta_over), str(g.points),
+                     _pct(g.median_rel_err), _pct(g.max_rel_err)])
+    return format_table(headers, rows)
+
+
+def render_residuals(residuals: Sequence[Mapping[str, Any]]) -> str:
+    headers = ["library", "collective", "model_alg", "ranks", "size", "measured_us", "model_us",
+               "error", "set"]
+    rows = [[str(r["library"]), str(r["collective"]), str(r["model_algorithm"]), str(r["ranks"]),
+             format_size(r["bytes"]), format_us(r["measured_s"] * 1e6),
+             format_us(r["model_s"] * 1e6), f"{100 * r['rel_err']:+.1f}%",
+             "holdout" if r["heldout"] else "fit"]
+            for r in sorted(residuals, key=lambda r: (r["heldout"], str(r["library"]),
+                                                      str(r["collective"]), r["ranks"], r["bytes"]))]
+    return format_table(headers, rows)
+
+
+def render_summary(fit) -> str:
+    s = fit.meta.get("summary", {})
+    from_b = fit.meta.get("summary_bytes", 0)
+    lines = []
+    for name in ("fitted", "heldout"):
+        for label, key in (("all sizes", name), (f">= {format_size(from_b)}", f"{name}_from_{from_b}B")):
+            v = s.get(key) or {}
+            if v.get("points"):
+                lines.append(f"{name:8} {label:>12}: {v['points']:4} points, median |error| "
+                             f"{_pct(v['median_rel_err'])}, max {_pct(v['max_rel_err'])}")
+    return "\n".join(lines)
+
+
+def render_fit(fit, residuals: bool = False) -> str:
+    parts = [render_groups(fit)]
+    if residuals:
+        parts.append(render_residuals(fit.residuals))
+    else:
+        held = [r for r in fit.residuals if r["heldout"]]
+        if held:
+            parts.append("held-out points:\n" + render_residuals(held))
+    parts.append(f"weighting: {fit.meta.get('weighting')}; metric: {fit.meta.get('metric')}")
+    parts.append(render_summary(fit))
+    return "\n\n".join(p for p in parts if p)
+
+
+def render_predictions(rows: Sequence[Mapping[str, Any]]) -> str:
+    headers = ["collective", "algorithm", "ran_as", "ranks", "size", "time_us", "algbw_GB/s"]
+    out = []
+    for r in rows:
+        t = r["seconds"]
+        bw = f"{r['bytes'] / t / 1e9:.3g}" if t > 0 else "-"
+        out.append([r["collective"], r["algorithm"], r["ran_as"], str(r["ranks"]),
+                    format_size(r["bytes"]), format_us(t * 1e6), bw])
+    return format_table(headers, out)
+
+
+def render_ssgd(preds, phases, overlap: str) -> str:
+    headers = ["workers", "t_iter_ms", "t_comm_ms", "exposed_ms", "hidden_ms", "speedup",
+               "efficiency"]
+    rows = [[str(p.workers), f"{p.t_iter * 1e3:.3f}", f"{p.t_comm * 1e3:.3f}",
+             f"{p.exposed * 1e3:.3f}", f"{p.hidden * 1e3:.3f}", f"{p.speedup:.2f}",
+             f"{100 * p.efficiency:.1f}%"] for p in preds]
+    head = (f"S-SGD (Shi & Chu), overlap {overlap}: t_io {phases.t_io * 1e3:g} ms, t_h2d "
+            f"{phases.t_h2d * 1e3:g} ms, t_f {phases.t_f * 1e3:g} ms, t_b {phases.t_b * 1e3:g} ms, "
+            f"t_u {phases.t_u * 1e3:g} ms, {len(phases.layers)} layers")
+    return head + "\n" + format_table(headers, rows)
+
+
+# ------------------------------------------------------------------ figures
+def _group_label(key: Mapping[str, Any]) -> str:
+    parts = [str(key.get("library")), str(key.get("collective"))]
+    if key.get("placement") not in (None, "host"):
+        parts.append(str(key["placement"]))
+    if key.get("form") not in (None, "buffer"):
+        parts.append(str(key["form"]))
+    if key.get("algorithm") not in (None, "library"):
+        parts.append(str(key["algorithm"]))
+    if key.get("regime") not in (None, "*"):
+        parts.append(str(key["regime"]))
+    return " ".join(parts)
+
+
+def _same_group(r: Mapping[str, Any], key: Mapping[str, Any]) -> bool:
+    return (r["library"] == key.get("library") and r["backend"] == key.get("backend")
+            and r["placement"] == key.get("placement") and r["form"] == key.get("form")
+            and r["algorithm"] == key.get("algorithm")
+            and key.get("collective") in ("*", r["collective"]))
+
+
+def fit_figure(fit, group) -> Any:
+    """Measured (markers) vs modelled (lines) time per size, one colour per rank
+    count, held-out points hollow; below, the relative error per point."""
+    from .plots import _pyplot, _size_axis
+    plt = _pyplot()
+    rs = [r for r in fit.residuals if _same_group(r, group.key)
+          and group.covers(r["bytes"])]
+    fig, (ax, ex) = plt.subplots(2, 1, figsize=(6.4, 6.0), layout="constrained", sharex=True,
+                                 gridspec_kw={"height_ratios": [3, 1.3]})
+    colls = sorted({r["collective"] for r in rs})
+    for i, ranks in enumerate(sorted({r["ranks"] for r in rs})):
+        color = f"C{i}"
+        for j, coll in enumerate(colls):
+            pts = sorted((r for r in rs if r["ranks"] == ranks and r["collective"] == coll),
+                         key=lambda r: r["bytes"])
+            if not pts:
+                continue
+            label = f"{ranks} ranks" + (f" {coll}" if len(colls) > 1 else "")
+            x = [r["bytes"] for r in pts]
+            ls = ["-", "--", ":"][j % 3]
+            ax.plot(x, [r["model_s"] * 1e6 for r in pts], color=color, linestyle=ls,
+                    label=f"{label} model")
+            held = any(r["heldout"] for r in pts)
+            ax.plot(x, [r["measured_s"] * 1e6 for r in pts], linestyle="none", marker="o",
+                    markersize=5, color=color, markerfacecolor="none" if held else color,
+                    label=f"{label} measured" + (" (held out)" if held else ""))
+            ex.plot(x, [100 * r["rel_err"] for r in pts], marker="o", markersize=3,
+                    color=color, linestyle=ls, markerfacecolor="none" if held else color)
+    if not rs:
+        raise ValueError("no points of this group")
+    ax.set_yscale("log")
+    ax.set_ylabel("time per call (µs)")
+    ax.grid(True, alpha=0.3)
+    ax.set_title(f"{_group_label(group.key)}: measured vs model", fontsize="medium")
+    ex.axhline(0, color="gray", linewidth=0.8)
+    ex.set_ylabel("error (%)")
+    errs = [100 * r["rel_err"] for r in rs]
+    lim = min(200.0, max(20.0, max(abs(e) for e in errs) * 1.1))
+    ex.set_ylim(-lim, lim)
+    _size_axis(ex, [{"bytes": r["bytes"]} for r in rs])
+    ex.xaxis.set_tick_params(labelbottom=True)
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=2, fontsize="x-small",
+               frameon=False)
+    return fig
+
+
+def scaling_rows(fit, max_ranks: int, sizes: Sequence[int]) -> list[dict]:
+    """Predicted all-reduce (library and ring) and PS step time per library of the
+    fit, at 2, 4, ..., ``max_ranks`` ranks (one node's cores per node: no
+    oversubscription), for each size."""
+    from ..model import costs
+    from ..model.calibrate import library_of  # noqa: F401 - documented lookup
+    libraries = list(dict.fromkeys(g.key.get("library") for g in fit.groups))
+    ranks = []
+    p = 2
+    while p <= max_ranks:
+        ranks.append(p)
+        p *= 2
+    if ranks[-1] != max_ranks:
+        ranks.append(max_ranks)
+    rows = []
+    for lib in libraries:
+        for n in sizes:
+            for what, coll, alg in (("allreduce (library)", "allreduce", "library"),
+                                    ("allreduce (ring)", "allreduce", "ring"),
+                                    ("PS step (library)", "ps", "library")):
+                try:
+                    if coll == "ps":
+                        b = fit.select("broadcast", "library", n, library=lib)
+                        g = fit.select("gather", "library", n, library=lib)
+                    else:
+                        a = fit.select("allreduce", alg, n, library=lib)
+                except Exception:                      # the fit lacks this collective
+                    continue
+                for p in ranks:
+                    setting = costs.Setting(library=lib)
+                    if coll == "ps":
+                        t = costs.time("broadcast", "library", p, n, b.params, setting) \
+                            + costs.time("gather", "library", p, n, g.params, setting)
+                    else:
+                        t = costs.time("allreduce", alg, p, n, a.params, setting)
+                    rows.append({"library": lib, "what": what, "bytes": n, "ranks": p,
+                                 "seconds": t})
+    return rows
+
+
+def scaling_figure(rows: Sequence[Mapping[str, Any]], nbytes: int) -> Any:
+    """Predicted time versus ranks (log-log) at one size, a line per library × what."""
+    from .plots import _pyplot
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.6), layout="constrained")
+    chosen = [r for r in rows if r["bytes"] == nbytes]
+    series: dict[tuple, list] = {}
+    for r in chosen:
+        series.setdefault((r["library"], r["what"]), []).append(r)
+    styles = {"allreduce (library)": "-", "allreduce (ring)": "--", "PS step (library)": ":"}
+    libs = list(dict.fromkeys(k[0] for k in series))
+    for (lib, what), rs in series.items():
+        rs = sorted(rs, key=lambda r: r["ranks"])
+        ax.plot([r["ranks"] for r in rs], [r["seconds"] * 1e3 for r in rs],
+                linestyle=styles.get(what, "-"), marker="o", markersize=3,
+                color=f"C{libs.index(lib)}", label=f"{lib}: {what}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("ranks")
+    ax.set_ylabel("predicted time (ms)")
+    ax.grid(True, alpha=0.3)
+    ax.set_title(f"predicted all-reduce and PS step, {format_size(nbytes)} per rank\n"
+                 "(fitted parameters, one node's cores per node)", fontsize="medium")
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=2, fontsize="x-small",
+               frameon=False)
+    return fig
+
+
+# ------------------------------------------------------------------ page
+def write_model_report(fit, out_dir: Path, max_ranks: int = 1024,
+                       sizes: Sequence[int] = (1 << 20, 64 << 20)) -> Path:
+    """Write ``out_dir/index.html`` (figures inline as SVG, PNG copies beside it)."""
+    from . import plots
+    from .html import _CSS, _inline_svg, _safe_name
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    sections = []
+    for i, g in enumerate(fit.groups):
+        try:
+            fig = fit_figure(fit, g)
+        except ValueError:
+            continue
+        paths = plots.save(fig, out / f"fit-{i:02d}-{_safe_name(_group_label(g.key))}")
+        p = g.params
+        params = (f"α = {p.alpha:.3g} s, β = {p.beta:.3g} s/B, γ = {p.gamma:.3g} s/B, "
+                  f"α_over = {p.alpha_over:.3g} s, β_over = {p.beta_over:.3g} s/B; "
+                  f"{g.points} points fitted, median |error| {_pct(g.median_rel_err)}, "
+                  f"max {_pct(g.max_rel_err)}")
+        sections.append(f"<figure>{_inline_svg(paths['svg'])}<figcaption>{escape(params)}"
+                        f"</figcaption></figure>")
+    rows = scaling_rows(fit, max_ranks, sizes)
+    scaling = []
+    for n in sizes:
+        if any(r["bytes"] == n for r in rows):
+            paths = plots.save(scaling_figure(rows, n), out / f"predicted-{_safe_name(format_size(n))}")
+            scaling.append(f"<figure>{_inline_svg(paths['svg'])}</figure>")
+    summary = escape(render_summary(fit))
+    table = escape(render_groups(fit))
+    meta = escape(json.dumps({k: v for k, v in fit.meta.items() if k != "summary"},
+                             indent=1, default=str))
+    page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>ddlcomm model report</title><style>{_CSS}</style></head><body>"
+            f"<h1>ddlcomm model report</h1><h2>Summary</h2><pre>{summary}</pre>"
+            f"<h2>Fitted parameters</h2><pre>{table}</pre>"
+            f"<details><summary>fit settings</summary><pre>{meta}</pre></details>"
+            f"<h2>Measured vs modelled, per size</h2><div class=\"plots\">{''.join(sections)}</div>"
+            f"<h2>Predicted all-reduce and PS step time to {max_ranks} ranks</h2>"
+            f"<div class=\"plots\">{''.join(scaling)}</div>"
+            f"<h2>Residuals</h2><pre>{escape(render_residuals(fit.residuals))}</pre>"
+            f"</body></html>\n")
+    index = out / "index.html"
+    index.write_text(page, encoding="utf-8")
+    return index

@@ -1,0 +1,142 @@
+"""Calibration: known α, β, γ recovered from synthetic points; holdout; fit files."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ddlcomm.errors import UsageError
+from ddlcomm.model import calibrate as cal
+from ddlcomm.model import costs
+from ddlcomm.model.costs import Params, Setting
+
+SIZES = [4 << k for k in range(0, 25, 2)]          # 4 B .. 64 MiB by 4x
+
+
+def synthetic(params: dict[str, Params], ranks=(2, 3, 4), cores=2, noise=0.0, seed=0,
+              library="Open MPI") -> list[dict]:
+    """Points whose times are exactly (or noisily) the model's with ``params`` per collective."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for coll, prm in params.items():
+        for p in ranks:
+            for n in SIZES:
+                t = costs.time(coll, "library", p, n, prm,
+                               Setting(library=library, ranks_per_node=p, cores=cores))
+                t *= 1 + noise * rng.standard_normal()
+                out.append({"run_id": p, "backend": "mpi", "library": library,
+                            "collective": coll, "form": "buffer", "algorithm": "library",
+                            "bytes": n, "ranks": p, "t_avg_us": t * 1e6, "check": "passed",
+                            "containers": 0, "memory": "numpy", "bind": "none",
+                            "host_cores": cores})
+    return out
+
+
+TRUE = {"allreduce": Params(2e-6, 1e-10, 3e-10, 5e-6, 4e-10),
+        "broadcast": Params(1e-6, 2e-10, 0.0, 3e-6, 1e-10),
+        "gather": Params(1.5e-6, 1.5e-10, 0.0, 0.0, 2e-10)}
+
+
+def test_recovers_known_parameters():
+    fit = cal.calibrate(synthetic(TRUE))
+    assert len(fit.groups) == 3
+    for g in fit.groups:
+        want = TRUE[g.key["collective"]]
+        for name in cal.COLUMNS:
+            assert getattr(g.params, name) == pytest.approx(getattr(want, name), rel=1e-6,
+                                                            abs=1e-15)
+        assert g.max_rel_err < 1e-6
+        assert g.cores == 2
+
+
+def test_holdout_ranks_predicted():
+    fit = cal.calibrate(synthetic(TRUE), holdout=[cal.parse_holdout("ranks=4")])
+    held = [r for r in fit.residuals if r["heldout"]]
+    assert held and all(r["ranks"] == 4 for r in held)
+    assert len(held) == 3 * len(SIZES)
+    assert fit.meta["summary"]["heldout"]["max_rel_err"] < 1e-6
+    assert all(g.points == 2 * len(SIZES) for g in fit.groups)
+
+
+def test_noisy_points_median_error():
+    fit = cal.calibrate(synthetic(TRUE, noise=0.05), holdout=[cal.parse_holdout("ranks=4")])
+    assert fit.meta["summary"]["heldout"]["median_rel_err"] < 0.1
+
+
+def test_shared_and_split_groups():
+    fit = cal.calibrate(synthetic(TRUE), shared=True)
+    assert [g.key["collective"] for g in fit.groups] == ["*"]
+    fit = cal.calibrate(synthetic(TRUE), split=[65536])
+    regimes = sorted({g.key["regime"] for g in fit.groups})
+    assert regimes == ["*:64KiB", "64KiB:*"]
+    small = fit.select("allreduce", "library", 1024)
+    large = fit.select("allreduce", "library", 1 << 20)
+    assert (small.key["regime"], large.key["regime"]) == ("*:64KiB", "64KiB:*")
+
+
+def test_weighting_is_relative():
+    # one big point off by 2x must not swamp the small ones: they stay exact
+    pts = synthetic({"gather": TRUE["gather"]}, ranks=(2,))
+    pts[-1]["t_avg_us"] *= 2
+    fit = cal.calibrate(pts)
+    errs = sorted(abs(r["rel_err"]) for r in fit.residuals)
+    assert errs[len(errs) // 2] < 0.05
+
+
+def test_skips_what_it_cannot_fit():
+    pts = synthetic({"gather": TRUE["gather"]}, ranks=(2,))
+    pts += [dict(pts[0], check="failed"), dict(pts[0], collective="alltoall"),
+            dict(pts[0], t_avg_us=0), dict(pts[0], workload="ps-sync", phase="step")]
+    assert len(cal.make_rows(pts)) == len(SIZES)
+    with pytest.raises(UsageError, match="no stored points"):
+        cal.calibrate([dict(pts[0], check="failed")])
+
+
+def test_nnls_matches_known_solution():
+    a = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    x = cal.nnls(a, np.array([1.0, -1.0, 0.0]))
+    assert x[1] == 0 and x[0] == pytest.approx(0.5)
+    x = cal.nnls(a, a @ np.array([2.0, 3.0]))
+    assert x == pytest.approx([2.0, 3.0])
+
+
+@pytest.mark.parametrize("text, point, hit", [
+    ("ranks=4", {"ranks": 4}, True), ("ranks=4", {"ranks": 3}, False),
+    ("ranks=4:64", {"ranks": 8}, True), ("ranks=2,3", {"ranks": 4}, False),
+    ("bytes=1MiB:64MiB", {"bytes": 1 << 20}, True), ("bytes=64KiB,1MiB", {"bytes": 4}, False),
+    ("run=7", {"run_id": 7}, True),
+])
+def test_holdout_specs(text, point, hit):
+    assert cal.parse_holdout(text).matches(point) is hit
+
+
+@pytest.mark.parametrize("text", ["ranks", "size=4", "ranks=", "ranks=8:4", "ranks=x", "ranks=0"])
+def test_bad_holdout(text):
+    with pytest.raises(UsageError):
+        cal.parse_holdout(text)
+
+
+def test_fit_file_round_trip(tmp_path):
+    fit = cal.calibrate(synthetic(TRUE))
+    path = fit.save(tmp_path / "fit.json")
+    back = cal.load(path)
+    assert [g.params for g in back.groups] == [g.params for g in fit.groups]
+    params, setting = back.params_for("allreduce", "ring", 1 << 20)
+    assert params.alpha == pytest.approx(TRUE["allreduce"].alpha) and setting.library == "Open MPI"
+    assert costs.allreduce_time(back, "ring", 4, 1 << 20) == pytest.approx(
+        costs.time("allreduce", "ring", 4, 1 << 20, TRUE["allreduce"]), rel=1e-6)
+    with pytest.raises(UsageError, match="no fitted parameters"):
+        back.select("allreduce", library="MPICH")
+    with pytest.raises(UsageError, match="no fit file"):
+        cal.load(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(UsageError, match="not a ddlcomm fit"):
+        cal.load(tmp_path / "bad.json")
+
+
+def test_several_libraries_need_a_choice():
+    pts = synthetic({"allreduce": TRUE["allreduce"]}) + \
+        synthetic({"allreduce": TRUE["allreduce"]}, library="MPICH")
+    fit = cal.calibrate(pts)
+    with pytest.raises(UsageError, match="--library"):
+        fit.select("allreduce")
+    assert fit.select("allreduce", library="mpich").key["library"] == "MPICH"

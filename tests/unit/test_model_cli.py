@@ -1,0 +1,155 @@
+"""``ddlcomm model ...`` end to end in-process: outputs, JSON, files, one-line errors (exit 2)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ddlcomm.cli import main
+from ddlcomm.model import cli as mcli
+from ddlcomm.model import costs
+from ddlcomm.model.costs import Params
+from ddlcomm.results import Store
+from test_model_calibrate import TRUE, synthetic
+
+
+def run(capsys, *argv):
+    rc = main(["model", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def fail(capsys, *argv, match: str):
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2, (out, err)
+    assert len(err.strip().splitlines()) == 1 and err.startswith("ddlcomm: error: ")
+    assert match in err, err
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    """A store with synthetic Open MPI points at 2, 3 and 4 ranks (2 cores)."""
+    path = tmp_path_factory.mktemp("model") / "d.db"
+    keep = ("backend", "library", "collective", "form", "algorithm", "bytes", "ranks",
+            "t_avg_us", "check")
+    with Store(path) as store:
+        runs = {p: store.create_run({"cores": 2, "status": "passed"}) for p in (2, 3, 4)}
+        for pt in synthetic(TRUE):
+            store.add_point(runs[pt["ranks"]], {k: pt[k] for k in keep} | {
+                "extra": {"containers": 0, "memory": "numpy", "bind": "none"}})
+    return path
+
+
+def test_predict_explicit_params(capsys):
+    rc, out, _ = run(capsys, "predict", "--alpha", "1", "--beta", "0.01", "--gamma", "0.001",
+                     "--collective", "allreduce", "--algorithm", "ring", "--ranks", "4",
+                     "--bytes", "1000", "--json")
+    assert rc == 0
+    assert json.loads(out)["seconds"] == pytest.approx(21.75)
+
+
+def test_predict_table_of_ranks_and_sizes(capsys):
+    rc, out, _ = run(capsys, "predict", "--alpha", "1e-6", "--beta", "1e-10",
+                     "--algorithm", "library", "--library", "MPICH",
+                     "--ranks", "2:1024", "--bytes", "1KiB,1MiB")
+    assert rc == 0
+    lines = out.strip().splitlines()
+    assert len(lines) == 2 + 2 * 10 and "ran_as" in lines[0]
+    assert "rhd" in out and "recursive_doubling" in out
+
+
+def test_predict_million_ranks(capsys):
+    rc, out, _ = run(capsys, "predict", "--alpha", "1e-6", "--beta", "1e-10", "--ranks",
+                     "1000000", "--bytes", "1GiB", "--algorithm", "ring", "--json")
+    assert rc == 0 and json.loads(out)["ranks"] == 1_000_000
+
+
+def test_calibrate_predict_report(capsys, db, tmp_path):
+    fit = tmp_path / "fit.json"
+    rc, out, _ = run(capsys, "calibrate", "--db", str(db), "--holdout", "ranks=4",
+                     "--out", str(fit))
+    assert rc == 0 and "heldout" in out and fit.exists()
+    data = json.loads(fit.read_text())
+    assert data["summary"]["heldout"]["max_rel_err"] < 1e-6
+    assert {g["key"]["collective"] for g in data["groups"]} == {"allreduce", "broadcast", "gather"}
+    rc, out, _ = run(capsys, "predict", "--fit", str(fit), "--ranks", "4", "--bytes", "1MiB",
+                     "--ranks-per-node", "4", "--json")
+    want = costs.time("allreduce", "library", 4, 1 << 20, TRUE["allreduce"],
+                      costs.Setting(library="Open MPI", ranks_per_node=4, cores=2))
+    assert json.loads(out)["seconds"] == pytest.approx(want, rel=1e-6)
+    rc, out, _ = run(capsys, "predict", "--fit", str(fit), "--collective", "ps",
+                     "--ranks", "3", "--bytes", "1MiB", "--json")
+    assert rc == 0 and json.loads(out)["ran_as"] == "binary+linear_sync"
+    rc, out, _ = run(capsys, "ssgd", "--t-io", "0.01", "--t-h2d", "0.005", "--t-f", "0.03",
+                     "--t-b", "0.06", "--t-u", "0.005", "--fit", str(fit), "--arch", "allreduce",
+                     "--model", "resnet50", "--workers", "1,2,4,...,64", "--workers-per-node", "4",
+                     "--overlap", "wfbp", "--fusion", "25MiB", "--json")
+    rows = json.loads(out)
+    assert [r["workers"] for r in rows] == [1, 2, 4, 8, 16, 32, 64]
+    assert rows[0]["speedup"] == 1.0 and all(r["efficiency"] <= 1 for r in rows)
+    rc, out, _ = run(capsys, "report", "--fit", str(fit), "--out", str(tmp_path / "rep"),
+                     "--max-ranks", "64", "--bytes", "1MiB")
+    assert rc == 0
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "<svg" in page and "Predicted all-reduce" in page
+    assert len(list((tmp_path / "rep").glob("*.png"))) == 4     # 3 fits + 1 prediction
+
+
+def test_ssgd_closed_form_table(capsys):
+    rc, out, _ = run(capsys, "ssgd", "--t-io", "0.01", "--t-h2d", "0.005", "--t-f", "0.03",
+                     "--t-b", "0.06", "--t-u", "0.005", "--t-c", "0.02", "--workers", "1,8",
+                     "--json")
+    rows = json.loads(out)
+    assert rows[1]["speedup"] == pytest.approx(8 * 0.11 / 0.13)
+    rc, out, _ = run(capsys, "ssgd", "--t-io", "0.01", "--t-h2d", "0.005", "--t-f", "0.03",
+                     "--t-b", "0.06", "--t-u", "0.005", "--t-c", "0.02", "--workers", "1:4")
+    assert rc == 0 and "efficiency" in out and len(out.strip().splitlines()) == 6
+
+
+@pytest.mark.parametrize("text, want", [
+    ("4096", [4096]), ("2,4,8", [2, 4, 8]), ("2:16", [2, 4, 8, 16]), ("1:64x4", [1, 4, 16, 64]),
+    ("1,2,4,...,1024", [2 ** k for k in range(11)]), ("3,5,...,9", [3, 5, 7, 9]),
+    ("1,2,4,...,1000", [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000]),
+])
+def test_parse_counts(text, want):
+    assert mcli.parse_counts(text, "--ranks") == want
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["predict", "--ranks", "4", "--bytes", "1MiB"], "one of them"),
+    (["predict", "--alpha", "1e-6", "--ranks", "4", "--bytes", "1MiB"], "--beta"),
+    (["predict", "--alpha", "1e-6", "--beta", "x", "--ranks", "4", "--bytes", "1MiB"], "number"),
+    (["predict", "--alpha", "-1", "--beta", "1", "--ranks", "4", "--bytes", "1MiB"], ">= 0"),
+    (["predict", "--alpha", "1", "--beta", "1", "--ranks", "0", "--bytes", "1MiB"], "at least 1"),
+    (["predict", "--alpha", "1", "--beta", "1", "--ranks", "8:2", "--bytes", "1MiB"], "below"),
+    (["predict", "--alpha", "1", "--beta", "1", "--ranks", "1,...,8", "--bytes", "1"], "A,B,...,Z"),
+    (["predict", "--alpha", "1", "--beta", "1", "--ranks", "4", "--bytes", "12XB"], "size"),
+    (["predict", "--alpha", "1", "--beta", "1", "--ranks", "4", "--bytes", "1",
+      "--collective", "alltoall"], "no cost model"),
+    (["predict", "--alpha", "1", "--beta", "1", "--ranks", "4", "--bytes", "1",
+      "--algorithm", "magic"], "choose from"),
+    (["predict", "--alpha", "1", "--beta", "1", "--ranks", "4", "--bytes", "1"], "--library"),
+    (["predict", "--fit", "/nonexistent/fit.json", "--ranks", "4", "--bytes", "1"], "no fit file"),
+    (["predict", "--alpha", "1", "--beta", "1", "--ranks", "4", "--bytes", "1",
+      "--inter-alpha", "1", "--inter-beta", "1"], "hierarchical"),
+    (["calibrate", "--db", "/nonexistent/x.db"], "no results database"),
+    (["ssgd", "--t-io", "0", "--t-h2d", "0", "--t-f", "0", "--t-b", "1", "--t-u", "0",
+      "--workers", "2"], "one of them"),
+    (["ssgd", "--t-io", "0", "--t-h2d", "0", "--t-f", "0", "--t-b", "1", "--t-u", "0",
+      "--t-c", "1", "--workers", "2", "--overlap", "wfbp"], "wfbp"),
+    (["ssgd", "--t-io", "0", "--t-h2d", "0", "--t-f", "0", "--t-b", "1", "--t-u", "0",
+      "--t-c", "1", "--workers", "2", "--model", "lenet"], "unknown model"),
+    (["ssgd", "--t-io", "0", "--t-h2d", "0", "--t-f", "0", "--t-b", "1", "--t-u", "0",
+      "--t-c", "1", "--workers", "2", "--overlap", "never"], "invalid choice"),
+    (["ssgd", "--t-io", "a", "--t-h2d", "0", "--t-f", "0", "--t-b", "1", "--t-u", "0",
+      "--t-c", "1", "--workers", "2"], "--t-io"),
+    ([], "say what to do"),
+])
+def test_errors_one_line_exit_2(capsys, argv, match):
+    fail(capsys, *argv, match=match)
+
+
+def test_calibrate_errors(capsys, db):
+    fail(capsys, "calibrate", "--db", str(db), "--holdout", "nodes=4", match="--holdout")
+    fail(capsys, "calibrate", "--db", str(db), "--library", "MPICH", match="no stored points")
+    fail(capsys, "calibrate", "--db", str(db), "--run", "x", match="--run")

@@ -1,0 +1,198 @@
+"""Cost formulas of ddlcomm.model.costs and library.py against hand-computed values."""
+from __future__ import annotations
+
+import functools
+import time
+
+import pytest
+
+from ddlcomm.comm.native import Schedule
+from ddlcomm.errors import UsageError
+from ddlcomm.model import costs, library
+from ddlcomm.model.costs import Params, Setting
+
+N = 1000.0
+P = Params(alpha=1.0, beta=0.01, gamma=0.001)
+
+
+def terms(coll, alg, p, n=N, **kw):
+    s = costs.terms(coll, alg, p, n, **kw)
+    return (s.rounds, pytest.approx(s.bytes), pytest.approx(s.reduced_bytes))
+
+
+@pytest.mark.parametrize("coll, alg, p, expected", [
+    # ring: 2(p-1); 2(p-1)/p n; (p-1)/p n
+    ("allreduce", "ring", 1, (0, 0, 0)),
+    ("allreduce", "ring", 2, (2, N, N / 2)),
+    ("allreduce", "ring", 5, (8, 1600, 800)),
+    # rhd: 2 log2 p on powers of two; the fold adds 2 rounds, 2n moved, n reduced
+    ("allreduce", "rhd", 1, (0, 0, 0)),
+    ("allreduce", "rhd", 2, (2, N, N / 2)),
+    ("allreduce", "rhd", 4, (4, 1500, 750)),
+    ("allreduce", "rhd", 5, (6, 3500, 1750)),
+    ("allreduce", "rabenseifner", 6, (6, 3500, 1750)),
+    # recursive doubling: log2 p' exchanges of n, +2 off powers of two (one not reduced)
+    ("allreduce", "recursive_doubling", 1, (0, 0, 0)),
+    ("allreduce", "recursive_doubling", 2, (1, N, N)),
+    ("allreduce", "recursive_doubling", 4, (2, 2 * N, 2 * N)),
+    ("allreduce", "recursive_doubling", 5, (4, 4 * N, 3 * N)),
+    ("allreduce", "linear", 3, (4, 4 * N, 2 * N)),
+    ("allreduce", "nonoverlapping", 3, (4, 4 * N, 2 * N)),     # binomial reduce + bcast: 2+2
+    ("allreduce", "shm", 1, (0, 2 * N, 0)),
+    ("allreduce", "shm", 4, (4, 2 * N, 750)),
+    ("allreduce", "shm", 3, (4, 2 * N, N * 2 / 3)),
+    ("broadcast", "binomial", 1, (0, 0, 0)),
+    ("broadcast", "binomial", 2, (1, N, 0)),
+    ("broadcast", "binomial", 5, (3, 3 * N, 0)),
+    ("broadcast", "linear", 4, (3, 3 * N, 0)),
+    ("broadcast", "chain", 4, (3, 3 * N, 0)),                   # 3 chains of one rank
+    ("broadcast", "chain", 9, (5, 5 * N, 0)),                   # 4 chains of two: 4 + 2 - 1
+    ("broadcast", "binary", 2, (1, N, 0)),
+    ("broadcast", "binary", 3, (2, 2 * N, 0)),
+    ("broadcast", "binary", 5, (3, 3 * N, 0)),                  # node 4: left (1) then right (2)
+    ("broadcast", "binary", 7, (4, 4 * N, 0)),                  # node 6: right, right
+    ("broadcast", "binary", 8, (4, 4 * N, 0)),
+    ("broadcast", "knomial", 4, (3, 3 * N, 0)),
+    ("broadcast", "knomial", 5, (6, 6 * N, 0)),
+    ("broadcast", "scatter_rd_allgather", 4, (4, 1500, 0)),
+    ("broadcast", "scatter_ring_allgather", 4, (5, 1500, 0)),
+    ("broadcast", "scatter_ring_allgather", 1, (0, 0, 0)),
+    ("broadcast", "pipelined", 4, (3, 3 * N, 0)),               # one piece (default 256 KiB)
+    ("gather", "linear", 1, (0, 0, 0)),
+    ("gather", "linear", 3, (2, 2 * N, 0)),
+    ("gather", "binomial", 5, (3, 4 * N, 0)),
+    ("gather", "linear_sync", 3, (4, 2 * N, 0)),
+    ("reduce", "binomial", 3, (2, 2 * N, 2 * N)),
+])
+def test_terms_by_hand(coll, alg, p, expected):
+    assert terms(coll, alg, p) == expected
+
+
+def test_pipelined_pieces():
+    # 1 MiB in 256 KiB pieces on 4 ranks: p - 2 + m = 6 rounds of a quarter
+    s = costs.terms("broadcast", "pipelined", 4, 1 << 20)
+    assert (s.rounds, s.bytes) == (6, 6 * (1 << 18))
+
+
+def test_params_time_by_hand():
+    # ring at p=4, n=1000: 6 α + 1500 β + 750 γ = 6 + 15 + 0.75
+    assert costs.time("allreduce", "ring", 4, N, P) == pytest.approx(21.75)
+    # binomial broadcast at 5: 3 (α + n β) = 3 · 11
+    assert costs.time("bcast", "binomial", 5, N, P) == pytest.approx(33.0)
+    # linear gather at 3: 2 (α + n β)
+    assert costs.time("gather", "linear", 3, N, P) == pytest.approx(22.0)
+
+
+def test_oversubscription_terms():
+    assert costs.oversubscription(2, 2) == 0
+    assert costs.oversubscription(3, 2) == 0.5
+    assert costs.oversubscription(4, 2) == 1.0
+    assert costs.oversubscription(64, None) == 0
+    q = Params(1.0, 0.01, 0.001, alpha_over=2.0, beta_over=0.1)
+    s = Schedule(2, 100.0, 50.0)
+    assert q.time(s) == pytest.approx(2 + 1 + 0.05)
+    assert q.time(s, over=0.5) == pytest.approx(3.05 + 0.5 * (4 + 15))
+    # through time(): 4 ranks on a 2-core node
+    t = costs.time("gather", "linear", 4, N, q, Setting(ranks_per_node=4, cores=2))
+    assert t == pytest.approx(3 * 11 + 1.0 * (3 * 2 + 3000 * 0.1))
+    # default placement: one node's cores per node, so nothing is oversubscribed
+    assert costs.time("gather", "linear", 4, N, q, Setting(cores=2)) == pytest.approx(33.0)
+
+
+def test_hierarchical_by_hand():
+    inter = Params(10.0, 0.1, 0.001)
+    s = Setting(ranks_per_node=4, inter=inter, leaders_algorithm="ring")
+    # 8 ranks, 4 per node: intra copy-in+reduce (4 α, n β, .75 n γ) and fan-out (2 α, n β);
+    # leaders' ring on 2 nodes: 2 α', n β', n/2 γ'
+    expected = (4 + 10 + 0.75) + (2 + 10) + (20 + 100 + 0.5)
+    assert costs.time("allreduce", "hierarchical", 8, N, P, s) == pytest.approx(expected)
+    # one node: no inter-node part
+    one = costs.time("allreduce", "hierarchical", 4, N, P, s)
+    assert one == pytest.approx((4 + 10 + 0.75) + (2 + 10))
+
+
+def test_ps_step_is_broadcast_plus_gather():
+    s = Setting(library="Open MPI")
+    # Open MPI at 3 ranks, 1 MiB: binary broadcast (2 rounds of n), linear_sync gather
+    n = 1 << 20
+    expected = P.time(Schedule(2, 2 * n)) + P.time(Schedule(4, 2 * n))
+    assert costs.time("ps", "library", 3, n, P, s) == pytest.approx(expected)
+    assert costs.time("ps", "binomial+linear", 3, n, P) == pytest.approx(
+        P.time(Schedule(2, 2 * n)) + P.time(Schedule(2, 2 * n)))
+    with pytest.raises(UsageError):
+        costs.time("ps", "binomial", 3, n, P)
+
+
+@pytest.mark.parametrize("lib, coll, p, n, alg", [
+    ("Open MPI", "allreduce", 2, 4, "ring"),
+    ("Open MPI", "allreduce", 2, 100, "recursive_doubling"),
+    ("Open MPI", "allreduce", 3, 100_000, "ring"),               # segmented_ring
+    ("Open MPI", "allreduce", 3, 1 << 20, "rhd"),
+    ("Open MPI", "allreduce", 4, 4096, "recursive_doubling"),
+    ("Open MPI", "allreduce", 4, 1 << 20, "rhd"),
+    ("Open MPI", "allreduce", 200, 1000, "nonoverlapping"),
+    ("Open MPI 5.0.11", "broadcast", 3, 1 << 20, "binary"),
+    ("Open MPI", "broadcast", 4, 1 << 20, "chain"),
+    ("Open MPI", "broadcast", 4, 65536, "linear"),
+    ("Open MPI", "broadcast", 2, 16, "pipelined"),
+    ("Open MPI", "broadcast", 100, 1 << 20, "knomial"),
+    ("Open MPI", "gather", 3, 65536, "binomial"),
+    ("Open MPI", "gather", 4, 1 << 20, "linear_sync"),
+    ("Open MPI", "gather", 4, 4096, "linear"),
+    ("MPICH", "allreduce", 4, 8, "recursive_doubling"),
+    ("MPICH", "allreduce", 4, 1 << 20, "rhd"),
+    ("MPICH", "allreduce", 8, 16, "recursive_doubling"),          # count 4 < pof2 8
+    ("mpich", "broadcast", 4, 1 << 20, "binomial"),
+    ("MPICH", "broadcast", 8, 100_000, "scatter_rd_allgather"),
+    ("MPICH", "broadcast", 9, 100_000, "scatter_ring_allgather"),
+    ("MPICH", "broadcast", 8, 1 << 20, "scatter_ring_allgather"),
+    ("MPICH", "gather", 64, 1 << 20, "binomial"),
+    ("gloo", "allreduce", 4, 1 << 20, "ring"),
+    ("gloo", "broadcast", 4, 1 << 20, "binomial"),
+    ("gloo", "gather", 4, 1 << 20, "linear"),
+])
+def test_library_defaults(lib, coll, p, n, alg):
+    assert library.choose(lib, coll, p, n)[0] == alg
+    assert (alg, None) != (None, costs.COSTS.get((coll, alg)))   # every choice has a cost
+
+
+def test_library_errors():
+    with pytest.raises(UsageError, match="library"):
+        library.choose(None, "allreduce", 4, 8)
+    with pytest.raises(UsageError, match="no default-algorithm rules"):
+        library.choose("Intel MPI", "allreduce", 4, 8)
+    with pytest.raises(UsageError, match="alltoall"):
+        library.choose("Open MPI", "alltoall", 4, 8)
+
+
+def test_errors():
+    with pytest.raises(UsageError, match="choose from"):
+        costs.terms("allreduce", "nosuch", 4, 8)
+    with pytest.raises(UsageError, match="collective"):
+        costs.terms("alltoall", "ring", 4, 8)
+    with pytest.raises(UsageError):
+        costs.terms("allreduce", "ring", 0, 8)
+    with pytest.raises(UsageError):
+        costs.terms("allreduce", "ring", 4, -1)
+    with pytest.raises(UsageError, match="alpha"):
+        Params(-1.0, 0.0)
+    with pytest.raises(UsageError, match="beta"):
+        Params(1.0, float("nan"))
+
+
+def test_allreduce_time_partial_and_params_round_trip():
+    comm = functools.partial(costs.allreduce_time, P, "ring", 4)
+    assert comm(N) == pytest.approx(21.75)
+    assert Params.from_dict(P.to_dict()) == P
+
+
+def test_million_ranks_fast():
+    start = time.perf_counter()
+    for coll, alg in [("allreduce", "ring"), ("allreduce", "rhd"), ("allreduce", "library"),
+                      ("broadcast", "binary"), ("broadcast", "library"), ("gather", "library"),
+                      ("allreduce", "hierarchical"), ("ps", "library")]:
+        for lib in ("Open MPI", "MPICH", "gloo"):
+            t = costs.time(coll, alg, 1_000_000, 1 << 30, P,
+                           Setting(library=lib, ranks_per_node=8))
+            assert t > 0
+    assert time.perf_counter() - start < 1.0

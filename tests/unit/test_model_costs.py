@@ -102,6 +102,9 @@ def test_oversubscription_terms():
 def test_hierarchical_by_hand():
     inter = Params(10.0, 0.1, 0.001)
     s = Setting(ranks_per_node=4, inter=inter, leaders_algorithm="ring")
+    auto = Setting(ranks_per_node=4, inter=inter)       # rhd below 1 MiB: 2 nodes = ring's terms
+    assert costs.time("allreduce", "hierarchical", 8, N, P, auto) == \
+        costs.time("allreduce", "hierarchical", 8, N, P, s)
     # 8 ranks, 4 per node: intra copy-in+reduce (4 α, n β, .75 n γ) and fan-out (2 α, n β);
     # leaders' ring on 2 nodes: 2 α', n β', n/2 γ'
     expected = (4 + 10 + 0.75) + (2 + 10) + (20 + 100 + 0.5)

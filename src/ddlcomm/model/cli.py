@@ -162,8 +162,9 @@ def add_parser(sub, parser_class=None) -> None:
     p.add_argument("--inter-alpha", help="hierarchical: inter-node seconds per message")
     p.add_argument("--inter-beta", help="hierarchical: inter-node seconds per byte")
     p.add_argument("--inter-gamma", help="hierarchical: inter-node seconds per reduced byte")
-    p.add_argument("--leaders", default="ring",
-                   help="hierarchical: the leaders' all-reduce (ring, rhd, library); default ring")
+    p.add_argument("--leaders", default="auto",
+                   help="hierarchical: the leaders' all-reduce: auto (ring from 1 MiB, rhd "
+                        "below, as comm/hierarchical.py), ring, rhd, library; default auto")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     s = msub.add_parser("ssgd", help="S-SGD iteration time, speed-up and efficiency (Shi & Chu)")

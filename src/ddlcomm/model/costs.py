@@ -332,7 +332,7 @@ class Setting:
     ranks_per_node: Optional[int] = None
     cores: Optional[int] = None
     inter: Optional[Params] = None
-    leaders_algorithm: str = "ring"
+    leaders_algorithm: str = "auto"
     extra: dict = field(default_factory=dict)
 
 
@@ -363,9 +363,12 @@ def time(collective: str, algorithm: str, p: int, nbytes: float, params: Params,
 
 
 def hierarchical_time(p: int, nbytes: float, intra: Params, setting: Setting) -> float:
-    """Shared-memory reduce inside each node (intra-node parameters), the
-    leaders' all-reduce among one rank per node (inter-node parameters, the
-    leaders' algorithm: ``ring`` or the library's), shared-memory fan-out."""
+    """``comm/hierarchical.py``: shared-memory reduce inside each node (copy in,
+    barrier, slice reduction, barrier; intra-node parameters), the leaders'
+    all-reduce among one rank per node (inter-node parameters; the leaders'
+    algorithm ``auto`` = ring from ``RING_MIN_BYTES`` up, rhd below, as the
+    implementation does; or ``ring``, ``rhd``, ``library``), a barrier and the
+    copy out."""
     g = setting.ranks_per_node or (setting.cores or p)
     g = max(1, min(g, p))
     nodes = math.ceil(p / g)
@@ -374,7 +377,11 @@ def hierarchical_time(p: int, nbytes: float, intra: Params, setting: Setting) ->
     reduce_in, fan_out = allreduce_shm_phases(g, nbytes)
     t = intra.time(reduce_in, over) + intra.time(fan_out, over)
     if nodes > 1:
-        name, kw = resolve("allreduce", setting.leaders_algorithm, nodes, nbytes, setting)
+        leaders = setting.leaders_algorithm
+        if leaders == "auto":                     # comm/hierarchical.py's rule
+            from ..comm.algorithms import RING_MIN_BYTES
+            leaders = "ring" if nbytes >= RING_MIN_BYTES else "rhd"
+        name, kw = resolve("allreduce", leaders, nodes, nbytes, setting)
         t += inter.time(terms("allreduce", name, nodes, nbytes, **kw))
     return t
 

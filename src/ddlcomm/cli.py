@@ -155,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_db(rep)
     from .model.cli import add_parser as add_model_parser
     add_model_parser(sub, _Parser)
+    from .train.cli import add_parser as add_train_parser
+    add_train_parser(sub, _add_db)
     return parser
 
 
@@ -415,6 +417,13 @@ def cmd_model(args: argparse.Namespace, argv: list[str]) -> int:
     return run(args, argv)
 
 
+@command("train")
+def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
+    from .train.cli import run
+    db = _db_path(args)
+    return run(args, argv, db, _report_dir(args, db))
+
+
 @command("report")
 def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
     from .report import html
@@ -429,7 +438,9 @@ def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
     if not points:
         raise UsageError(f"run {run_id} has no points to report")
     out = Path(args.out).expanduser().resolve() if args.out else db.parent / "reports" / f"run-{run_id}"
-    print(f"report: {html.write_run_report(run, points, out)}")
+    from .report import train
+    write = train.write_train_report if train.is_train_run(points) else html.write_run_report
+    print(f"report: {write(run, points, out)}")
     return 0
 
 

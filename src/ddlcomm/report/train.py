@@ -1,0 +1,248 @@
+"""Reports of training runs (``ddlcomm train``, recipes shi2018 and awan2019).
+
+A terminal summary (one row per configuration: measured and predicted
+iteration time, images/s, exposed and hidden communication, loss, replica
+check; then the scaling rows) and a self-contained HTML page with PNG copies:
+the stacked per-phase breakdown of every configuration with the model's
+prediction marked, measured against predicted iteration time, weak-scaling
+speed-up against ideal and against the model, and the one-worker batch sweep.
+Works on points as the store returns them and on flattened exported records.
+"""
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from ..units import format_size
+from . import plots
+from .html import _CSS, _inline_svg, _meta_table
+from .tables import format_table
+
+Point = Mapping[str, Any]
+#: Stacked phases, bottom to top, with their colours; hidden communication drawn apart.
+STACK = (("io", "io", "#8c564b"), ("h2d", "h2d", "#e377c2"), ("forward", "forward", "#1f77b4"),
+         ("backward", "backward", "#ff7f0e"), ("update", "update", "#2ca02c"),
+         ("comm_exposed", "comm exposed", "#d62728"))
+
+
+def flat(p: Point) -> dict:
+    """A point with its ``extra`` fields at the top level (exported records already are)."""
+    e = p.get("extra")
+    return {**p, **e} if isinstance(e, Mapping) else dict(p)
+
+
+def is_train_run(points: Sequence[Point]) -> bool:
+    return bool(points) and all(p.get("collective") == "train" for p in points)
+
+
+def iterations(points: Sequence[Point]) -> list[dict]:
+    return [f for f in map(flat, points) if f.get("collective") == "train" and f.get("phase") == "iteration"]
+
+
+def scaling(points: Sequence[Point]) -> list[dict]:
+    return [f for f in map(flat, points) if f.get("collective") == "train" and f.get("phase") == "scaling"]
+
+
+def label(f: Mapping[str, Any], ranks: bool = True) -> str:
+    """E.g. ``resnet50 b2 allreduce+overlap 25MiB @2`` or ``... ddp 25MiB @2``."""
+    how = "ddp" if f.get("peer") == "ddp" else f"{f.get('arch')}{'+overlap' if f.get('overlap') else ''}"
+    text = f"{f.get('model')} b{f.get('batch')} {how} {format_size(int(f.get('fusion') or 0))}"
+    return f"{text} {f.get('backend')}@{f.get('ranks')}" if ranks else text
+
+
+def _ms(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v * 1e3:.1f}"
+
+
+def _pct(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:+.1%}"
+
+
+def summary_rows(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
+    headers = ["ranks", "backend", "configuration", "t_iter_ms", "predicted_ms", "error", "images/s",
+               "fwd_ms", "bwd_ms", "upd_ms", "exposed_ms", "hidden_ms", "loss", "replicas", "check"]
+    rows = []
+    for f in iterations(points):
+        ph = f.get("phases_s") or {}
+        rep = f.get("replicas_identical")
+        rows.append([str(f.get("ranks")), f"{f.get('backend')}", label(f, ranks=False),
+                     _ms(f.get("t_iter_s")), _ms(f.get("t_iter_predicted_s")),
+                     _pct(f.get("predicted_error")), f"{f.get('images_per_s') or 0:.1f}",
+                     _ms(ph.get("forward")), _ms(ph.get("backward")), _ms(ph.get("update")),
+                     _ms(ph.get("comm_exposed")), _ms(ph.get("comm_hidden")),
+                     f"{f.get('loss_first', 0):.3f}->{f.get('loss_last', 0):.3f}",
+                     "-" if rep is None else ("identical" if rep else "DIFFER"),
+                     "FAILED" if f.get("check") == "failed" else str(f.get("check"))])
+    return headers, rows
+
+
+def scaling_rows(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
+    headers = ["workers", "configuration", "t_iter_ms", "speedup", "efficiency", "speedup_model",
+               "efficiency_model"]
+    rows = []
+    for f in sorted(scaling(points), key=lambda f: (label(f, False), f.get("workers") or 0)):
+        sp, spm = f.get("speedup"), f.get("speedup_predicted")
+        rows.append([str(f.get("workers")), f"{f.get('backend')} {label(f, ranks=False)}",
+                     _ms(f.get("t_iter_s")), f"{sp:.2f}", f"{f.get('efficiency'):.0%}",
+                     "-" if spm is None else f"{spm:.2f}",
+                     "-" if spm is None else f"{f.get('efficiency_predicted'):.0%}"])
+    return headers, rows
+
+
+def render_summary(points: Sequence[Point]) -> str:
+    """The terminal summary of a training run."""
+    text = format_table(*summary_rows(points))
+    h, rows = scaling_rows(points)
+    if rows:
+        text += "\n\nweak scaling (fixed batch per worker) against one worker:\n" + format_table(h, rows)
+    return text
+
+
+# ------------------------------------------------------------------ figures
+def phases_figure(points: Sequence[Point]) -> Any:
+    """Stacked per-phase time of one iteration per configuration, hidden communication
+    hatched above it, the model's predicted iteration time marked."""
+    plt = plots._pyplot()
+    its = iterations(points)
+    if not its:
+        raise ValueError("no training iterations to draw")
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.9 * len(its) + 2), 4.8), layout="constrained")
+    x = range(len(its))
+    bottom = [0.0] * len(its)
+    for key, name, color in STACK:
+        vals = [((f.get("phases_s") or {}).get(key) or 0.0) * 1e3 for f in its]
+        ax.bar(x, vals, bottom=bottom, color=color, label=name, width=0.6)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    hidden = [((f.get("phases_s") or {}).get("comm_hidden") or 0.0) * 1e3 for f in its]
+    if any(hidden):
+        ax.bar(x, hidden, bottom=bottom, fill=False, hatch="//", edgecolor="#d62728", width=0.6,
+               label="comm hidden (overlapped, not in t_iter)")
+    measured = [(f.get("t_iter_s") or 0) * 1e3 for f in its]
+    ax.scatter(x, measured, marker="_", s=500, color="black", zorder=5, label="measured t_iter")
+    pred = [(i, f["t_iter_predicted_s"] * 1e3) for i, f in enumerate(its) if f.get("t_iter_predicted_s")]
+    if pred:
+        ax.scatter([i for i, _ in pred], [v for _, v in pred], marker="D", s=30, color="white",
+                   edgecolor="black", zorder=6, label="S-SGD model t_iter")
+    ax.set_xticks(list(x), [label(f) for f in its], rotation=30, ha="right", fontsize="small")
+    ax.set_ylabel("time per iteration (ms)")
+    return plots._finish(fig, ax, "Time per iteration by phase (mean of one worker)")
+
+
+def predicted_figure(points: Sequence[Point]) -> Any:
+    """Measured against predicted t_iter, with the ±20% band."""
+    plt = plots._pyplot()
+    its = [f for f in iterations(points) if f.get("t_iter_predicted_s")]
+    if not its:
+        raise ValueError("no predictions to draw")
+    fig, ax = plt.subplots(figsize=(5.6, 5.0), layout="constrained")
+    m = [f["t_iter_s"] * 1e3 for f in its]
+    p = [f["t_iter_predicted_s"] * 1e3 for f in its]
+    hi = max(m + p) * 1.15
+    ax.plot([0, hi], [0, hi], color="gray", linewidth=1, label="predicted = measured")
+    ax.fill_between([0, hi], [0, hi * 0.8], [0, hi * 1.2], color="gray", alpha=0.15, label="±20%")
+    for i, f in enumerate(its):
+        ax.scatter(m[i], p[i], color=f"C{i % 10}", label=label(f), zorder=5)
+    ax.set_xlim(0, hi)
+    ax.set_ylim(0, hi)
+    ax.set_xlabel("measured t_iter (ms)")
+    ax.set_ylabel("S-SGD model t_iter (ms)")
+    return plots._finish(fig, ax, "Measured vs predicted iteration time")
+
+
+def scaling_figure(points: Sequence[Point]) -> Any:
+    """Speed-up against workers per configuration: measured, model, ideal."""
+    plt = plots._pyplot()
+    sc = scaling(points)
+    if not sc:
+        raise ValueError("no scaling points to draw")
+    fig, ax = plt.subplots(figsize=(6.4, 4.6), layout="constrained")
+    groups: dict[str, list[dict]] = {}
+    for f in sc:
+        groups.setdefault(f"{f.get('backend')} {label(f, False)}", []).append(f)
+    top = 1
+    for i, (name, fs) in enumerate(sorted(groups.items())):
+        fs = sorted(fs, key=lambda f: f["workers"])
+        w = [f["workers"] for f in fs]
+        top = max(top, *w)
+        ax.plot(w, [f["speedup"] for f in fs], marker="o", color=f"C{i % 10}", label=name)
+        pm = [(f["workers"], f["speedup_predicted"]) for f in fs if f.get("speedup_predicted")]
+        if pm:
+            ax.plot([a for a, _ in pm], [b for _, b in pm], linestyle="--", marker="x",
+                    color=f"C{i % 10}", label=f"{name} (model)")
+    ax.plot([1, top], [1, top], color="gray", linewidth=1, label="ideal (linear)")
+    ax.set_xlabel("workers")
+    ax.set_ylabel("speed-up (weak scaling)")
+    ax.set_ylim(bottom=0)
+    return plots._finish(fig, ax, "Speed-up against one worker")
+
+
+def batch_figure(points: Sequence[Point]) -> Any:
+    """Images/s of one worker against batch size, per model."""
+    plt = plots._pyplot()
+    one = [f for f in iterations(points) if f.get("workers") == 1 and f.get("peer") != "ddp"]
+    models = {}
+    for f in one:
+        models.setdefault(f.get("model"), []).append(f)
+    models = {m: fs for m, fs in models.items() if len({f["batch"] for f in fs}) > 1}
+    if not models:
+        raise ValueError("no batch sweep to draw")
+    fig, ax = plt.subplots(figsize=_size(), layout="constrained")
+    for m, fs in models.items():
+        fs = sorted(fs, key=lambda f: f["batch"])
+        ax.plot([f["batch"] for f in fs], [f["images_per_s"] for f in fs], marker="o", label=m)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size (one worker)")
+    ax.set_ylabel("images/s")
+    ax.set_ylim(bottom=0)
+    return plots._finish(fig, ax, "Batch-size sweep on one worker")
+
+
+def _size() -> tuple[float, float]:
+    return (6.4, 4.4)
+
+
+FIGURES = (("phases", phases_figure), ("predicted", predicted_figure),
+           ("scaling", scaling_figure), ("batch", batch_figure))
+
+
+def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def write_train_report(run: Optional[Mapping[str, Any]], points: Sequence[Point], out_dir: str | Path,
+                       title: Optional[str] = None, notes: Sequence[str] = ()) -> Path:
+    """Write ``out_dir/index.html`` (and PNG/SVG figures beside it); return its path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    title = title or f"ddlcomm training run {run.get('id') if run else ''}".strip()
+    parts = [f"<h1>{escape(title)}</h1>"]
+    if run:
+        parts.append(_meta_table(run))
+    if notes:
+        parts.append("<ul>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
+    parts.append("<h2>Configurations</h2>" + _html_table(*summary_rows(points)))
+    parts.append("<p>t_iter_ms: wall time of the timed iterations / iterations (slowest rank); "
+                 "predicted_ms: the S-SGD model fed this run's per-phase and per-tensor backward "
+                 "times and the cost of its buckets aggregated alone; exposed_ms: aggregation "
+                 "after backward; hidden_ms: the buckets' cost alone minus what stayed exposed.</p>")
+    h, rows = scaling_rows(points)
+    if rows:
+        parts.append("<h2>Weak scaling</h2>" + _html_table(h, rows))
+    figs = []
+    for name, make in FIGURES:
+        try:
+            fig = make(points)
+        except ValueError:
+            continue
+        paths = plots.save(fig, out / name)
+        figs.append(f"<figure>{_inline_svg(paths['svg'])}</figure>")
+    if figs:
+        parts.append('<h2>Figures</h2><div class="plots">' + "".join(figs) + "</div>")
+    page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}'
+            f"</title><style>{_CSS}</style></head><body>{''.join(parts)}</body></html>\n")
+    index = out / "index.html"
+    index.write_text(page, encoding="utf-8")
+    return index

@@ -1,0 +1,120 @@
+"""Where a worker's batches come from: synthetic (the default) or files read ahead.
+
+Synthetic data keeps storage out of the measurement (SPEC §4): a small pool of
+random images with fixed labels, generated once per rank from a seed, cycled
+through; reading a batch is then free, and a network can learn the pool, so
+the loss falls and training can be checked.
+
+:class:`FolderData` is the real-data path: ``.npz`` files (arrays ``x`` of
+shape (N, 3, H, W), float32 or uint8, and ``y`` of N integer labels) in a
+folder, each rank reading its own share of the files.  A reader thread loads
+files and cuts batches ahead of the training loop into a bounded queue, so the
+io phase measures only how long the loop waited for a batch (what prefetching
+failed to hide).  The thread never calls MPI.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import numpy as np
+
+from ..errors import UsageError
+
+#: Batches in the synthetic pool of each rank.
+POOL = 4
+
+
+class SyntheticData:
+    """``POOL`` fixed batches of normal-random images and fixed labels, cycled."""
+
+    def __init__(self, batch: int, image_size: int, classes: int, seed: int) -> None:
+        import torch
+        g = torch.Generator().manual_seed(seed)
+        self.batches = [(torch.randn(batch, 3, image_size, image_size, generator=g),
+                         torch.randint(0, classes, (batch,), generator=g)) for _ in range(POOL)]
+        self._i = 0
+
+    def next(self):
+        x, y = self.batches[self._i % POOL]
+        self._i += 1
+        return x, y
+
+    def close(self) -> None:
+        pass
+
+
+def data_files(folder: str | Path) -> list[Path]:
+    """The ``.npz`` files of a data folder, sorted (UsageError if there are none)."""
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        raise UsageError(f"--data {folder}: no such folder")
+    files = sorted(path.glob("*.npz"))
+    if not files:
+        raise UsageError(f"--data {folder} holds no .npz files",
+                         "each file needs arrays x (N, 3, H, W) and y (N,)")
+    return files
+
+
+class FolderData:
+    """Batches from ``.npz`` files, read ahead by one thread into a queue of ``prefetch`` batches."""
+
+    def __init__(self, files: list[Path], batch: int, classes: int, rank: int, size: int,
+                 prefetch: int = 4) -> None:
+        mine = files[rank::size] or files       # fewer files than ranks: every rank reads them all
+        self.batch, self.classes = batch, classes
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, prefetch))
+        self._stop = threading.Event()
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._read, args=(mine,), name="ddlcomm-reader",
+                                        daemon=True)
+        self._thread.start()
+
+    def _batches(self, files: list[Path]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        carry_x, carry_y = None, None
+        while True:                                     # epochs, until stopped
+            for f in files:
+                with np.load(f) as z:
+                    if "x" not in z or "y" not in z:
+                        raise UsageError(f"{f} lacks array x or y")
+                    x, y = z["x"], z["y"]
+                if x.ndim != 4 or x.shape[1] != 3 or len(y) != len(x):
+                    raise UsageError(f"{f}: x must be (N, 3, H, W) and y (N,), got {x.shape}, {y.shape}")
+                if carry_x is not None:
+                    x, y = np.concatenate([carry_x, x]), np.concatenate([carry_y, y])
+                n = len(x) // self.batch * self.batch
+                for i in range(0, n, self.batch):
+                    yield x[i:i + self.batch], y[i:i + self.batch]
+                carry_x, carry_y = x[n:], y[n:]
+
+    def _read(self, files: list[Path]) -> None:
+        import torch
+        try:
+            for x, y in self._batches(files):
+                xt = torch.from_numpy(np.ascontiguousarray(x, np.float32))
+                if x.dtype == np.uint8:
+                    xt = xt / 255.0
+                item = (xt, torch.from_numpy(np.asarray(y, np.int64) % self.classes))
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if self._stop.is_set():
+                    return
+        except BaseException as exc:       # noqa: BLE001 - handed to the training loop
+            self._error = exc
+            self._queue.put(None)
+
+    def next(self) -> Any:
+        item = self._queue.get()
+        if item is None:
+            raise self._error if self._error else UsageError("the data reader stopped")
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

@@ -1,0 +1,60 @@
+"""Measured against predicted: feed a configuration's measurements to the S-SGD model.
+
+The inputs are what the run measured (stored with its iteration point): the
+mean per-phase times of one worker, the backward time and gradient bytes of
+every parameter tensor in the order they became ready, and the cost of
+aggregating each bucket measured alone in the same job (``comm=``: bytes ->
+seconds).  :mod:`ddlcomm.model.ssgd` is imported when asked for, so training
+works (and says so) where the model is not installed.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+from .phases import comm_function
+
+#: What our --overlap means in the model's terms.
+OVERLAP = {False: "none", True: "wfbp"}
+
+
+def _ssgd():
+    try:
+        from ..model import ssgd
+    except ImportError:
+        return None
+    return ssgd
+
+
+def available() -> bool:
+    return _ssgd() is not None
+
+
+def predict(phases_s: dict, layers: Sequence[Sequence[float]], workers: int,
+            comm_table: Sequence[Sequence[float]], overlap: bool, fusion: int,
+            io_per_node: bool = False) -> Optional[dict]:
+    """The model's prediction for ``workers`` workers as a dict (seconds), or None without the model.
+
+    ``phases_s`` holds io, h2d, forward, backward, update (seconds per
+    iteration of one worker); ``layers`` (backward seconds, gradient bytes)
+    in ready order; ``comm_table`` measured (bytes, seconds) of the buckets.
+    """
+    ssgd = _ssgd()
+    if ssgd is None:
+        return None
+    phases = ssgd.Phases(t_io=phases_s["io"], t_h2d=phases_s["h2d"], t_f=phases_s["forward"],
+                         t_b=phases_s["backward"], t_u=phases_s["update"],
+                         layers=tuple((float(t), int(b)) for t, b in layers))
+    cost = comm_function([(int(b), float(t)) for b, t in comm_table])
+    pred = ssgd.predict(phases, workers, comm=cost, overlap=OVERLAP[bool(overlap)],
+                        io_per_node=io_per_node, fusion_bytes=fusion if fusion > 0 else None)
+    return {"t_iter": pred.t_iter, "t_comm": pred.t_comm, "exposed": pred.exposed,
+            "hidden": pred.hidden, "speedup": pred.speedup, "efficiency": pred.efficiency,
+            "workers": pred.workers}
+
+
+def error(measured: float, predicted: Optional[float]) -> Optional[float]:
+    """Relative error of the prediction, (predicted - measured) / measured."""
+    if predicted is None or not measured or not math.isfinite(predicted):
+        return None
+    return (predicted - measured) / measured

@@ -95,6 +95,16 @@ def test_oversubscription_terms():
     # through time(): 4 ranks on a 2-core node
     t = costs.time("gather", "linear", 4, N, q, Setting(ranks_per_node=4, cores=2))
     assert t == pytest.approx(3 * 11 + 1.0 * (3 * 2 + 3000 * 0.1))
+    # rhd on 4 ranks of 2 cores: all 4 copy and reduce at once, so β and γ count twice
+    s4 = costs.terms("allreduce", "rhd", 4, N)
+    t = costs.time("allreduce", "rhd", 4, N, q, Setting(ranks_per_node=4, cores=2))
+    assert t == pytest.approx(4 * 1 + 2 * (1500 * 0.01 + 750 * 0.001) + (4 * 2 + 2250 * 0.1))
+    assert q.time(s4, over=1.0, share=2.0) == pytest.approx(t)
+    # rhd on 3 ranks: only the power-of-two core (2 ranks) is busy: no sharing
+    assert costs.share("allreduce", "rhd", 3, 3, 2) == 1.0
+    assert costs.share("allreduce", "ring", 3, 3, 2) == 1.5
+    assert costs.share("gather", "linear", 64, 64, 2) == 1.0
+    assert costs.share("allreduce", "ring", 64, 64, None) == 1.0
     # default placement: one node's cores per node, so nothing is oversubscribed
     assert costs.time("gather", "linear", 4, N, q, Setting(cores=2)) == pytest.approx(33.0)
 

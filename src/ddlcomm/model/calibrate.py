@@ -8,8 +8,10 @@ ran (:mod:`ddlcomm.model.costs`; ``library`` resolved by
     t = rounds·α + bytes·β + reduced·γ + over·(rounds·α_over + (bytes + reduced)·β_over)
 
 ``over`` = (ranks on the node - cores) / cores when positive (the harness
-runs every rank on one host, so ranks on the node = ranks); the two
-``_over`` columns are left out when no point of a group is oversubscribed.
+runs every rank on one host, so ranks on the node = ranks) and ``share`` =
+max(1, busy ranks / cores) multiplies the β and γ columns
+(:func:`ddlcomm.model.costs.share`); the two ``_over`` columns are left out
+when no point of a group is oversubscribed.
 
 **Weighting.** Weighted least squares with weight 1/t_measured on each
 equation, i.e. the fit minimises the sum of squared *relative* errors
@@ -163,13 +165,14 @@ class Row:
     algorithm: str               # the cost model's algorithm (library resolved)
     terms: Any
     over: float
+    share: float
     measured_s: float
     heldout: bool
 
     def features(self) -> np.ndarray:
         s = self.terms
-        return np.array([s.rounds, s.bytes, s.reduced_bytes, self.over * s.rounds,
-                         self.over * (s.bytes + s.reduced_bytes)], float)
+        return np.array([s.rounds, self.share * s.bytes, self.share * s.reduced_bytes,
+                         self.over * s.rounds, self.over * (s.bytes + s.reduced_bytes)], float)
 
 
 KEY_FIELDS = ("backend", "library", "placement", "form", "algorithm", "collective", "regime")
@@ -208,7 +211,8 @@ def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "avg", shared: 
         key = (p.get("backend"), lib, placement_of(p), p.get("form"), alg,
                "*" if shared else coll, regime_of(nbytes, split))
         over = costs.oversubscription(ranks, p.get("host_cores"))
-        rows.append(Row(dict(p), key, name, terms, over, t_us * 1e-6,
+        busy = costs.share(coll, name, ranks, ranks, p.get("host_cores")) if over > 0 else 1.0
+        rows.append(Row(dict(p), key, name, terms, over, busy, t_us * 1e-6,
                         any(h.matches(p) for h in holdout)))
     return rows
 
@@ -402,7 +406,7 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         run_cores = {r.point.get("host_cores") for r in members} - {None}
         errs = []
         for r in members:
-            model = params.time(r.terms, r.over)
+            model = params.time(r.terms, r.over, r.share)
             e = rel_err(model, r.measured_s)
             if not r.heldout:
                 errs.append(e)

@@ -41,11 +41,17 @@ ps         <bcast>+<gather>        PS step: broadcast, then gather, both through
 =========  ======================  =============================================
 
 Oversubscription: with more ranks on a node than cores (``over`` =
-(ranks on the node - cores) / cores > 0), ranks wait for the scheduler; the
-fitted ``alpha_over`` (seconds per message per unit of ``over``) and
-``beta_over`` (seconds per byte moved or reduced per unit of ``over``) add
-``over·(rounds·alpha_over + (bytes + reduced)·beta_over)``.  Both are 0
-unless a fit saw oversubscribed points.
+(ranks on the node - cores) / cores > 0) two things happen.  Copies and
+reductions of ranks that work at the same time share the cores: the β and γ
+terms are multiplied by ``share`` = max(1, busy ranks / cores), where the
+busy ranks are those of the algorithm that copy or reduce at once
+(:data:`ACTIVE`: all p in a ring, the power-of-two core in recursive halving
+and doubling, the root alone in a linear gather, ...).  And ranks wait for
+the scheduler: the fitted ``alpha_over`` (seconds per message per unit of
+``over``) and ``beta_over`` (seconds per byte moved or reduced per unit of
+``over``) add ``over·(rounds·alpha_over + (bytes + reduced)·beta_over)``.
+Both are 0 unless a fit saw oversubscribed points; without oversubscription
+the time is the plain α-β-γ one.
 """
 from __future__ import annotations
 
@@ -79,13 +85,15 @@ class Params:
                     or not math.isfinite(value) or value < 0:
                 raise UsageError(f"model parameter {name} must be a number >= 0, not {value!r}")
 
-    def time(self, terms: Schedule, over: float = 0.0) -> float:
-        """Seconds for ``terms``; ``over`` is the oversubscription (0: none)."""
-        t = terms.time(self.alpha, self.beta, self.gamma)
-        if over > 0:
-            t += over * (terms.rounds * self.alpha_over
-                         + (terms.bytes + terms.reduced_bytes) * self.beta_over)
-        return t
+    def time(self, terms: Schedule, over: float = 0.0, share: float = 1.0) -> float:
+        """Seconds for ``terms``; ``over`` is the oversubscription (0: none) and
+        ``share`` the busy ranks per core (>= 1) that slow copies and reductions."""
+        if over <= 0:
+            return terms.time(self.alpha, self.beta, self.gamma)
+        return (terms.rounds * self.alpha
+                + max(1.0, share) * (terms.bytes * self.beta + terms.reduced_bytes * self.gamma)
+                + over * (terms.rounds * self.alpha_over
+                          + (terms.bytes + terms.reduced_bytes) * self.beta_over))
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -284,6 +292,42 @@ COSTS: dict[tuple[str, str], Callable[..., Schedule]] = {
     ("gather", "linear_sync"): gather_linear_sync,
 }
 
+def _pairs(p: int) -> int:
+    return max(1, p // 2)
+
+
+def _pow2(p: int) -> int:
+    return 1 << (p.bit_length() - 1)
+
+
+#: (collective, algorithm) -> ranks that copy or reduce at the same time on
+#: ``p`` ranks (with a single-copy shared-memory transport the receiver copies):
+#: all of a ring or shm; the power-of-two core of rhd / recursive doubling; one
+#: per pair of a tree's busiest round; the root alone in linear algorithms.
+ACTIVE: dict[tuple[str, str], Callable[[int], int]] = {
+    ("allreduce", "ring"): lambda p: p, ("allreduce", "shm"): lambda p: p,
+    ("allreduce", "rhd"): _pow2, ("allreduce", "rabenseifner"): _pow2,
+    ("allreduce", "recursive_doubling"): _pow2, ("allreduce", "linear"): lambda p: 1,
+    ("allreduce", "nonoverlapping"): _pairs, ("reduce", "binomial"): _pairs,
+    ("broadcast", "binomial"): _pairs, ("broadcast", "pipelined"): lambda p: max(1, p - 1),
+    ("broadcast", "linear"): lambda p: 1, ("broadcast", "chain"): lambda p: min(CHAIN_FANOUT, max(1, p - 1)),
+    ("broadcast", "binary"): _pairs, ("broadcast", "split_binary"): _pairs,
+    ("broadcast", "knomial"): _pairs, ("broadcast", "scatter_rd_allgather"): lambda p: p,
+    ("broadcast", "scatter_ring_allgather"): lambda p: p,
+    ("gather", "linear"): lambda p: 1, ("gather", "linear_sync"): lambda p: 1,
+    ("gather", "binomial"): _pairs,
+}
+
+
+def share(collective: str, algorithm: str, p: int, ranks_per_node: int,
+          cores: Optional[int]) -> float:
+    """Busy ranks per core, at least 1 (1 when ``cores`` is unknown)."""
+    if not cores:
+        return 1.0
+    busy = ACTIVE.get((native.ALIASES.get(collective, collective), algorithm), lambda q: q)(p)
+    return max(1.0, min(busy, ranks_per_node) / cores)
+
+
 #: Composite algorithms priced from other entries (see :func:`time`).
 COMPOSITES = ("hierarchical",)
 #: Collectives of the model beyond the harness's: the PS step.
@@ -359,7 +403,8 @@ def time(collective: str, algorithm: str, p: int, nbytes: float, params: Params,
             raise UsageError("the hierarchical algorithm is an all-reduce")
         return hierarchical_time(p, nbytes, params, setting)
     name, kw = resolve(collective, algorithm, p, nbytes, setting)
-    return params.time(terms(collective, name, p, nbytes, **kw), over)
+    busy = share(collective, name, p, min(per_node, p), setting.cores) if over > 0 else 1.0
+    return params.time(terms(collective, name, p, nbytes, **kw), over, busy)
 
 
 def hierarchical_time(p: int, nbytes: float, intra: Params, setting: Setting) -> float:
@@ -374,8 +419,9 @@ def hierarchical_time(p: int, nbytes: float, intra: Params, setting: Setting) ->
     nodes = math.ceil(p / g)
     inter = setting.inter or intra
     over = oversubscription(g, setting.cores)
+    busy = max(1.0, g / setting.cores) if over > 0 else 1.0
     reduce_in, fan_out = allreduce_shm_phases(g, nbytes)
-    t = intra.time(reduce_in, over) + intra.time(fan_out, over)
+    t = intra.time(reduce_in, over, busy) + intra.time(fan_out, over, busy)
     if nodes > 1:
         leaders = setting.leaders_algorithm
         if leaders == "auto":                     # comm/hierarchical.py's rule

@@ -162,11 +162,16 @@ class AllreduceAggregator:
     def measure_alone(self, reps: int) -> tuple[list[tuple[int, float]], float]:
         """Each bucket's all-reduce alone on scratch copies: ((bytes, s) per bucket per rep, total s).
 
-        Timed outside backward, a barrier before each, so the model of the run
-        is fed the cost of exactly these buckets on exactly this job.
+        Timed outside backward, a barrier before each, with the primitive the
+        training used (blocking, or non-blocking then waited for), so the model
+        of the run is fed the cost of exactly these buckets on exactly this job.
         """
         scratch = [g.copy() for g in self.bk.gbufs]
-        calls = [self.comm.bind("allreduce", s, s, op="avg") for s in scratch]
+        if self.overlap:               # the primitive training used: started, then waited for
+            iallreduce = self.comm.iallreduce
+            calls = [(lambda s=s: iallreduce(s, s, op="avg").wait()) for s in scratch]
+        else:
+            calls = [self.comm.bind("allreduce", s, s, op="avg") for s in scratch]
         return _time_buckets(self.comm, [[c] for c in calls], [s.nbytes for s in scratch], reps)
 
     def close(self) -> None:

@@ -1,0 +1,92 @@
+"""ddlcomm train end to end: real ranks, every backend x arch, checked replicas, falling loss.
+
+Each run trains the small CNN for 50 timed iterations per configuration and
+must show, per configuration: the loss fell (mean of the last iterations
+below that of the first), every rank held identical parameters afterwards
+(compared element-wise across ranks inside the run: check "passed"), and the
+phases stored.  Every subprocess runs under a timeout that kills its group.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import MPIS, run
+from test_gloo import gloo  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.mpi
+COMMON = ("--model", "smallcnn", "--batch", "16", "--iters", "50", "--warmup", "3", "--no-report")
+
+
+def train(env, db, *args, timeout=150):
+    res = run([env.ddlcomm, "train", "--db", db, *COMMON, *args], env.env(), timeout)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = run([env.ddlcomm, "results", "export", "--all", "--db", db], env.env(), 60)
+    return res, json.loads(out.stdout)
+
+
+def iterations(points):
+    return [p for p in points if p["phase"] == "iteration"]
+
+
+def check_trained(points, expected: set):
+    its = iterations(points)
+    assert {(p["arch"], p["overlap"], p["peer"]) for p in its} == expected
+    for p in its:
+        what = f"{p['backend']} {p['arch']} overlap={p['overlap']} peer={p['peer']}"
+        assert p["check"] == "passed", what
+        assert p["replicas_identical"] is True, what
+        assert p["loss_decreased"] and p["loss_last"] < p["loss_first"], (what, p["loss"][:5], p["loss"][-5:])
+        assert len(p["loss"]) == 53 and p["iterations"] == 50 and p["warmup"] == 3
+        assert p["images_per_s"] > 0 and p["t_iter_s"] > 0
+    phases = {p["phase"] for p in points}
+    assert {"io", "h2d", "forward", "backward", "update", "iteration"} <= phases
+    assert {p["check"] for p in points} == {"passed"}
+
+
+def test_every_arch_over_mpi(mpi, tmp_path):
+    _, points = train(mpi, tmp_path / "t.db", "--backend", "mpi", "--ranks", "2",
+                      "--arch", "allreduce,ps", "--overlap", "both")
+    check_trained(points, {("allreduce", False, "ddlcomm"), ("allreduce", True, "ddlcomm"),
+                           ("ps", False, "ddlcomm")})
+    assert {p["library"] for p in points} == {"Open MPI" if mpi.name == "openmpi" else "MPICH"}
+    for p in iterations(points):
+        assert p["workers"] == (1 if p["arch"] == "ps" else 2)
+        assert p["comm_table"] and p["t_comm_alone_s"] > 0
+        # the per-tensor backward times add up to the backward phase the model is fed
+        assert np.isclose(sum(t for t, _ in p["layers"]), p["phases_s"]["backward"], rtol=1e-6)
+        assert sum(b for _, b in p["layers"]) == p["bytes"]
+
+
+def test_every_arch_over_gloo_and_ddp(gloo, tmp_path):  # noqa: F811
+    if gloo.name != MPIS[0]:
+        pytest.skip(f"gloo does not depend on the MPI: run once, in .venv/{MPIS[0]}")
+    _, points = train(gloo, tmp_path / "t.db", "--backend", "gloo", "--ranks", "2",
+                      "--arch", "allreduce,ps", "--overlap", "both", "--peer", "ddp")
+    check_trained(points, {("allreduce", False, "ddlcomm"), ("allreduce", True, "ddlcomm"),
+                           ("ps", False, "ddlcomm"), ("allreduce", False, "ddp")})
+    assert {p["library"] for p in points} == {"Gloo"}
+
+
+def test_under_mpirun_with_files_read_ahead(mpi, tmp_path):
+    """Started by mpirun directly (rank 0 owns the run), training on .npz files."""
+    if mpi.name != MPIS[-1]:
+        pytest.skip(f"once is enough: run under .venv/{MPIS[-1]}'s mpirun")
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(3):
+        np.savez(data / f"part{i}.npz", x=rng.integers(0, 255, (24, 3, 32, 32), dtype=np.uint8),
+                 y=rng.integers(0, 10, 24))
+    db = tmp_path / "m.db"
+    cmd = mpi.launcher.command(2, [mpi.ddlcomm, "train", "--db", db, "--model", "smallcnn",
+                                   "--batch", "8", "--iters", "5", "--warmup", "1", "--overlap",
+                                   "--data", data, "--no-report"])
+    res = run(cmd, mpi.env(), 120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = run([mpi.ddlcomm, "results", "export", "--all", "--db", db], mpi.env(), 60)
+    its = iterations(json.loads(out.stdout))
+    assert len(its) == 1 and its[0]["check"] == "passed" and its[0]["data"] == "files"
+    assert its[0]["overlap"] is True and its[0]["ranks"] == 2

@@ -1,0 +1,98 @@
+"""``ddlcomm train``'s plan (pure) and its errors (the real command: exit 2, one line)."""
+from __future__ import annotations
+
+import pytest
+
+from ddlcomm.cli import build_parser
+from ddlcomm.errors import UsageError
+from ddlcomm.train.cli import plan_jobs
+from ddlcomm.train.config import TrainConfig, TrainJob
+
+from test_cli import ddlcomm  # the real command, outside any launcher
+
+
+def jobs(*argv, size=None):
+    args = build_parser().parse_args(["train", *argv])
+    return plan_jobs(args, size)
+
+
+def test_defaults():
+    (job,) = jobs()
+    assert job.ranks == 2 and job.backend == "mpi"
+    (cfg,) = job.configs
+    assert (cfg.model, cfg.arch, cfg.overlap, cfg.fusion, cfg.batch, cfg.iters) == \
+        ("smallcnn", "allreduce", False, 25 << 20, 32, 20)
+
+
+def test_product_of_arch_overlap_and_peer():
+    (job,) = jobs("--arch", "allreduce,ps", "--overlap", "both", "--peer", "ddp", "--model", "resnet50")
+    assert [(c.arch, c.overlap, c.peer) for c in job.configs] == [
+        ("allreduce", False, "ddlcomm"), ("allreduce", True, "ddlcomm"), ("ps", False, "ddlcomm"),
+        ("allreduce", False, "ddp")]
+    assert {c.batch for c in job.configs} == {2} and {c.image_size for c in job.configs} == {224}
+    assert job.needs_gloo
+
+
+def test_bare_overlap_means_on():
+    (job,) = jobs("--overlap")
+    assert [c.overlap for c in job.configs] == [True]
+
+
+def test_ranks_list_adds_the_one_worker_baseline():
+    out = jobs("--ranks", "2,4", "--arch", "ps,allreduce", "--overlap", "both")
+    assert [j.ranks for j in out] == [1, 2, 4]
+    assert [(c.arch, c.overlap) for c in out[0].configs] == [("allreduce", False)]
+    assert len(out[1].configs) == 3
+
+
+def test_batch_sweep_on_one_worker():
+    (job,) = jobs("--batch-sweep", "8,2,4")
+    assert job.ranks == 1 and [c.batch for c in job.configs] == [2, 4, 8]
+
+
+def test_under_a_launcher_the_size_is_the_launchers():
+    (job,) = jobs(size=3)
+    assert job.ranks == 3
+    with pytest.raises(UsageError, match="launcher started 3"):
+        jobs("--ranks", "2", size=3)
+
+
+def test_job_round_trips_through_json():
+    job = TrainJob("gloo", 2, [TrainConfig("smallcnn", overlap=True, data="/x")], 60.0)
+    again = TrainJob.from_json(job.to_json())
+    assert again.configs == job.configs and again.ranks == 2 and again.timeout_s == 60.0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "lenet"], "unknown model"),
+    (["--arch", "ring"], "unknown --arch"),
+    (["--arch", "ps", "--overlap"], "--overlap applies to --arch allreduce"),
+    (["--arch", "ps", "--ranks", "1"], "needs a server"),
+    (["--batch-sweep", "1,2", "--ranks", "2"], "one worker"),
+    (["--batch", "2", "--batch-sweep", "1,2"], "not both"),
+    (["--batch", "0"], "--batch must be at least 1"),
+    (["--fusion", "12XB"], "cannot parse size"),
+    (["--image-size", "16", "--model", "resnet50"], "too small"),
+    (["--lr", "abc"], "--lr must be a number"),
+    (["--iters", "-3"], "--iters must be at least 1"),
+    (["--ranks", "2,2"], "names something twice"),
+    (["--backend", "nccl"], "unknown backend"),
+])
+def test_bad_input(argv, message):
+    with pytest.raises(UsageError, match=message):
+        jobs(*argv)
+
+
+def test_the_command_says_one_line(tmp_path):
+    res = ddlcomm("train", "--model", "lenet", db=tmp_path / "d.db")
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1 and "unknown model 'lenet'" in res.stderr
+    res = ddlcomm("train", "--data", str(tmp_path / "nothing"), db=tmp_path / "d.db")
+    assert res.returncode == 2 and "no such folder" in res.stderr
+
+
+def test_help_explains():
+    text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    for word in ("--fusion", "--overlap", "--arch", "--peer", "--batch-sweep", "images/s",
+                 "identical parameters"):
+        assert word in text

@@ -1,0 +1,79 @@
+"""Scaling points, predictions and the training report, from made-up stored points."""
+from __future__ import annotations
+
+import pytest
+
+from ddlcomm.report import train as report
+from ddlcomm.results import Store
+from ddlcomm.train import predict
+from ddlcomm.train.scaling import scaling_points
+
+LAYERS = [[0.02, 4000], [0.03, 400_000], [0.05, 40_000]]
+
+
+def point(ranks, arch="allreduce", overlap=False, t_iter=0.2, peer="ddlcomm", batch=8):
+    workers = ranks - 1 if arch == "ps" else ranks
+    phases = {"io": 0.0, "h2d": 0.0, "forward": 0.05, "backward": 0.1, "update": 0.01,
+              "comm_exposed": t_iter - 0.16, "comm_hidden": 0.0}
+    return {
+        "backend": "mpi", "library": "Open MPI", "collective": "train", "form": "buffer",
+        "algorithm": "library", "dtype": "float32", "op": "avg", "bytes": 444_000, "count": 111_000,
+        "ranks": ranks, "iterations": 10, "warmup": 2, "t_avg_us": t_iter * 1e6, "check": "passed",
+        "extra": {"workload": "train", "phase": "iteration", "model": "smallcnn", "arch": arch,
+                  "peer": peer, "overlap": overlap, "fusion": 25 << 20, "batch": batch,
+                  "image_size": 32, "workers": workers, "threads": 1, "data": "synthetic",
+                  "t_iter_s": t_iter, "phases_s": phases, "layers": LAYERS,
+                  "comm_table": [[444_000, 0.02]], "images_per_s": workers * batch / t_iter,
+                  "loss_first": 2.3, "loss_last": 1.9, "replicas_identical": True,
+                  "t_iter_predicted_s": 0.18, "predicted_error": -0.1}}
+
+
+def test_scaling_against_one_worker():
+    pts = [point(1, t_iter=0.16), point(2, t_iter=0.2), point(4, t_iter=0.25),
+           point(3, arch="ps", t_iter=0.4)]
+    sc = {(p["extra"]["arch"], p["extra"]["workers"]): p["extra"] for p in scaling_points(pts)}
+    assert sc[("allreduce", 1)]["speedup"] == pytest.approx(1.0)
+    assert sc[("allreduce", 2)]["speedup"] == pytest.approx(2 * 0.16 / 0.2)
+    assert sc[("allreduce", 4)]["efficiency"] == pytest.approx(0.16 / 0.25)
+    assert sc[("ps", 2)]["speedup"] == pytest.approx(2 * 0.16 / 0.4)     # 2 workers + a server
+    if predict.available():
+        # one worker's phases + the comm measured at N: 0.16 s of work + 0.02 s exposed
+        assert sc[("allreduce", 2)]["t_iter_predicted_from_1_s"] == pytest.approx(0.18)
+        assert sc[("allreduce", 2)]["speedup_predicted"] == pytest.approx(2 * 0.16 / 0.18)
+
+
+def test_no_baseline_no_scaling_point():
+    assert scaling_points([point(2), point(4)]) == []
+
+
+@pytest.mark.skipif(not predict.available(), reason="S-SGD model not installed")
+def test_predict_overlap_hides_communication():
+    phases = {"io": 0.0, "h2d": 0.0, "forward": 0.05, "backward": 0.1, "update": 0.01}
+    off = predict.predict(phases, LAYERS, 2, [[444_000, 0.02]], False, 25 << 20)
+    on = predict.predict(phases, LAYERS, 2, [[444_000, 0.02]], True, 25 << 20)
+    assert off["t_iter"] == pytest.approx(0.18) and off["exposed"] == pytest.approx(0.02)
+    assert on["exposed"] == pytest.approx(0.02)     # one bucket ready at the end: nothing to hide
+    per_tensor = predict.predict(phases, LAYERS, 2, [[4000, 0.001], [400_000, 0.018],
+                                                     [40_000, 0.003]], True, 0)
+    assert per_tensor["exposed"] < 0.02 and per_tensor["hidden"] > 0
+    assert predict.error(0.2, 0.18) == pytest.approx(-0.1) and predict.error(0.2, None) is None
+
+
+def test_summary_and_page(tmp_path):
+    pts = [point(1, t_iter=0.16), point(2, t_iter=0.2), point(2, overlap=True, t_iter=0.18),
+           point(2, peer="ddp", t_iter=0.15), point(1, batch=16, t_iter=0.3)]
+    pts += scaling_points(pts)
+    text = report.render_summary(pts)
+    assert "smallcnn b8 allreduce+overlap 25MiB" in text and "weak scaling" in text
+    assert "identical" in text
+    with Store(tmp_path / "r.db") as store:
+        run_id = store.create_run({"command": "ddlcomm train"})
+        for p in pts:
+            store.add_point(run_id, p)
+        stored, run = store.points(run_id), store.run(run_id)
+    assert report.is_train_run(stored)
+    page = report.write_train_report(run, stored, tmp_path / "out")
+    html = page.read_text()
+    assert "<svg" in html and "Weak scaling" in html
+    for name in ("phases", "predicted", "scaling", "batch"):
+        assert (tmp_path / "out" / f"{name}.png").exists(), name

@@ -8,7 +8,6 @@ import pytest
 from ddlcomm.cli import main
 from ddlcomm.model import cli as mcli
 from ddlcomm.model import costs
-from ddlcomm.model.costs import Params
 from ddlcomm.results import Store
 from test_model_calibrate import TRUE, synthetic
 

@@ -44,7 +44,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..units import format_size, parse_size
-from . import costs, library
+from . import costs
 from .costs import Params, Setting
 
 FIT_FORMAT = "ddlcomm-model-fit"

@@ -6,12 +6,11 @@ handler :func:`run` is registered as the ``model`` command in ``cli.py``.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from ..errors import UsageError
 
@@ -396,7 +395,7 @@ def _read_layers(path: str) -> tuple:
 def cmd_ssgd(args) -> int:
     from ..report import model as view
     from ..units import parse_positive_int
-    from . import costs, ssgd
+    from . import ssgd
     from .calibrate import load
     phases, fusion = _phases(args)
     workers = parse_counts(args.workers, "--workers")

@@ -175,8 +175,8 @@ def scaling_rows(fit, max_ranks: int, sizes: Sequence[int]) -> list[dict]:
     """Predicted all-reduce (library and ring) and PS step time per library of the
     fit, at 2, 4, ..., ``max_ranks`` ranks (one node's cores per node: no
     oversubscription), for each size."""
+    from ..errors import UsageError
     from ..model import costs
-    from ..model.calibrate import library_of  # noqa: F401 - documented lookup
     libraries = list(dict.fromkeys(g.key.get("library") for g in fit.groups))
     ranks = []
     p = 2
@@ -197,7 +197,7 @@ def scaling_rows(fit, max_ranks: int, sizes: Sequence[int]) -> list[dict]:
                         g = fit.select("gather", "library", n, library=lib)
                     else:
                         a = fit.select("allreduce", alg, n, library=lib)
-                except Exception:                      # the fit lacks this collective
+                except UsageError:                     # the fit lacks this collective
                     continue
                 for p in ranks:
                     setting = costs.Setting(library=lib)

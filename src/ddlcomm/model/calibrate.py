@@ -7,7 +7,7 @@ ran (:mod:`ddlcomm.model.costs`; ``library`` resolved by
 
     t = rounds·α + bytes·β + reduced·γ + over·(rounds·α_over + (bytes + reduced)·β_over)
 
-``over`` = (ranks on the node - cores) / cores when positive (the harness
+``over`` = (ranks on the node - cores) / ranks on the node when positive (the harness
 runs every rank on one host, so ranks on the node = ranks) and ``share`` =
 max(1, busy ranks / cores) multiplies the β and γ columns
 (:func:`ddlcomm.model.costs.share`); the two ``_over`` columns are left out

@@ -41,7 +41,8 @@ ps         <bcast>+<gather>        PS step: broadcast, then gather, both through
 =========  ======================  =============================================
 
 Oversubscription: with more ranks on a node than cores (``over`` =
-(ranks on the node - cores) / cores > 0) two things happen.  Copies and
+(ranks on the node - cores) / ranks on the node > 0: the fraction of ranks
+waiting for a core at any moment) two things happen.  Copies and
 reductions of ranks that work at the same time share the cores: the β and γ
 terms are multiplied by ``share`` = max(1, busy ranks / cores), where the
 busy ranks are those of the algorithm that copy or reduce at once
@@ -49,8 +50,8 @@ busy ranks are those of the algorithm that copy or reduce at once
 and doubling, the root alone in a linear gather, ...).  And ranks wait for
 the scheduler: the fitted ``alpha_over`` (seconds per message per unit of
 ``over``) and ``beta_over`` (seconds per byte moved or reduced per unit of
-``over``) add ``over·(rounds·alpha_over + (bytes + reduced)·beta_over)``.
-Both are 0 unless a fit saw oversubscribed points; without oversubscription
+``over``) add ``over·(rounds·alpha_over + (bytes + reduced)·beta_over)``:
+a message whose peer is off its core waits for the scheduler.  Both are 0 unless a fit saw oversubscribed points; without oversubscription
 the time is the plain α-β-γ one.
 """
 from __future__ import annotations
@@ -105,10 +106,12 @@ class Params:
 
 
 def oversubscription(ranks_per_node: int, cores: Optional[int]) -> float:
-    """(ranks on the node - cores) / cores when above 0, else 0 (``cores`` None: 0)."""
+    """(ranks on the node - cores) / ranks on the node when above 0, else 0
+    (``cores`` None: 0): the fraction of the node's ranks that wait for a core
+    at any moment when all are runnable."""
     if not cores or ranks_per_node <= cores:
         return 0.0
-    return (ranks_per_node - cores) / cores
+    return (ranks_per_node - cores) / ranks_per_node
 
 
 # ------------------------------------------------------------------ helpers

@@ -24,8 +24,12 @@ coll_selection.json`` (``MPIR_Csel``): allreduce is recursive doubling for
 reduce_scatter_allgather (Rabenseifner); broadcast is binomial below 8 ranks
 or up to 12288 bytes, then scatter + recursive-doubling allgather up to
 524288 bytes on powers of two, else scatter + ring allgather; gather is
-binomial.  (The ch4 device may run its shared-memory "release_gather"
-variants instead when configured to; that is not modelled.)
+binomial.  Not modelled: on one node MPICH's ch4 POSIX layer
+(``MPIR_CVAR_BCAST_POSIX_INTRA_ALGORITHM`` and the allreduce/reduce ones,
+default ``auto``) may switch small broadcasts, reductions and all-reduces
+to its shared-memory ``release_gather`` algorithms once a communicator has
+made ``MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD`` (5) such calls; the fitted
+parameters absorb that difference.
 
 **Gloo** (torch.distributed's ``gloo`` backend, CPU tensors): ``gloo/allreduce.cc``
 runs the ring unless another algorithm is asked for (``AllreduceOptions``),

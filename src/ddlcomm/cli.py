@@ -86,8 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="buffer calls (NumPy arrays), pickled-object calls, or both (default)")
     b.add_argument("--algorithm", default="library",
                    help="comma list of algorithms measured side by side: library (the backend's "
-                        "own collective), auto, or ddlcomm's own (ring, rhd, binomial, linear, ...; "
-                        "buffer form); default library")
+                        "own collective), auto, or ddlcomm's own (ring, rhd, shm, hierarchical, "
+                        "binomial, linear, ...; buffer form); NAME+numpy or NAME+c picks the "
+                        "reduction kernel (default: the compiled one); default library")
     b.add_argument("--impl", help="implementations side by side, a comma list of c (the C "
                                   "reference, same protocol and buffers), buffer, object; "
                                   "instead of --form")
@@ -225,13 +226,10 @@ def bench_plan(args: argparse.Namespace, default_ranks: Optional[int]):
 def _check_algorithms(plan) -> None:
     if plan.algorithms == ["library"]:
         return
-    from .comm.algorithms import names
+    from .comm.algorithms import check
     for name in plan.collectives:
-        known = names(name)
-        bad = [a for a in plan.algorithms if a not in known]
-        if bad:
-            raise UsageError(f"no algorithm {', '.join(bad)} for {name}",
-                             f"{name} has: {', '.join(known)}")
+        for algorithm in plan.algorithms:
+            check(name, algorithm)
     if plan.workloads:
         raise UsageError("--algorithm applies to collectives (workloads use the library's)")
 

@@ -1,28 +1,62 @@
-"""Rank-side checks of the shared-memory all-reduce (copying and zero-copy)."""
+"""Rank-side checks of the shared-memory all-reduces: shm (copying, zero-copy) and hierarchical.
+
+Run under a launcher (``mpirun -n N python shm_suite.py [--backend NAME]``).
+Every dtype × op × count (0, 1, 7, 13, 10007, and one above the leaders'
+ring threshold) against a float64/int64 reference.  ``hierarchical`` runs
+with every rank on one node and with the ranks split over nodes in three
+ways (round robin over 2 nodes, blocks of 2, one node per rank), named per
+rank with its ``node`` argument, so the leaders' phase runs on one machine.
+Rank 0 prints ``shm: N ranks, F failures``; exit 0 when nothing failed.
+"""
+import argparse
 import sys
 
 import numpy as np
 
 import ddlcomm
 from ddlcomm import memory
-from ddlcomm.comm.shm import bind_allreduce, slices
+from ddlcomm.comm import hierarchical, shm
 from ddlcomm.dtypes import DTYPES, OPS
 
+COUNTS = (0, 1, 7, 13, 10007)
+#: float32 elements above the leaders' ring threshold (1 MiB), not divisible by 2..5.
+LARGE = 262_147
 
-def main() -> int:
-    comm = ddlcomm.init("mpi")
-    p, failures, held = comm.size, [], []
+#: Node layouts of the hierarchical runs: rank, ranks -> node name.
+LAYOUTS = {
+    "one node": lambda r, p: "n0",
+    "round robin": lambda r, p: f"n{r % 2}",
+    "blocks of 2": lambda r, p: f"n{r // 2}",
+    "node per rank": lambda r, p: f"n{r}",
+}
+
+
+def expected(every, opname, dt, p):
+    ref = np.stack(every).astype(np.float64 if dt.is_float else np.int64)
+    want = {"sum": ref.sum(0), "prod": ref.prod(0), "min": ref.min(0),
+            "max": ref.max(0), "avg": ref.sum(0) / p}[opname]
+    return want.astype(dt.numpy)
+
+
+def close(got, want, dt) -> bool:
+    if not dt.is_float:
+        return np.array_equal(got, want)
+    return np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=8 * dt.eps, atol=0)
+
+
+def cases(comm, held):
+    """(label, bound call, send, its input, recv, expected, dtype) for every variant."""
+    p = comm.size
     for dname, dt in DTYPES.items():
         for opname, op in OPS.items():
             if op.floats_only and not dt.is_float:
                 continue
-            for n in (0, 1, 7, 13, 10007):
+            counts = COUNTS + ((LARGE,) if dname == "float32" and opname in ("sum", "avg") else ())
+            for n in counts:
                 hi = 3 if opname == "prod" else 20
                 every = [np.random.default_rng(100 * q + n).integers(1, hi, n).astype(dt.numpy)
                          for q in range(p)]
-                ref = np.stack(every).astype(np.float64 if dt.is_float else np.int64)
-                want = {"sum": ref.sum(0), "prod": ref.prod(0), "min": ref.min(0),
-                        "max": ref.max(0), "avg": ref.sum(0) / p}[opname].astype(dt.numpy)
+                want = expected(every, opname, dt, p)
                 for variant in ("copy", "zero-copy", "in-place"):
                     if variant == "copy":
                         send, recv = every[comm.rank].copy(), np.zeros(n, dt.numpy)
@@ -32,23 +66,41 @@ def main() -> int:
                         send = bufs[0].array(dt.numpy, n)
                         send[:] = every[comm.rank]
                         recv = send if variant == "in-place" else bufs[1].array(dt.numpy, n)
-                    call = bind_allreduce(comm, send, recv, op)
-                    call()
-                    got = recv.astype(np.float64) if dt.is_float else recv
-                    exp = want.astype(np.float64) if dt.is_float else want
-                    ok = np.allclose(got, exp, rtol=8 * dt.eps, atol=0) \
-                        if dt.is_float else np.array_equal(got, exp)
-                    if not ok:
-                        failures.append(f"rank {comm.rank} {variant} {dname} {opname} n={n}")
-                    del call
-    assert slices(10, 3) == [(0, 4), (4, 7), (7, 10)]
+                    yield f"shm {variant} {dname} {opname} n={n}", \
+                        shm.bind_allreduce(comm, send, recv, op), send, every[comm.rank], recv, want, dt
+                for layout, node in LAYOUTS.items():
+                    for in_place in (False, True) if layout == "round robin" else (False,):
+                        send = every[comm.rank].copy()
+                        recv = send if in_place else np.zeros(n, dt.numpy)
+                        call = hierarchical.bind_allreduce(comm, send, recv, op,
+                                                           node=node(comm.rank, p))
+                        label = f"hierarchical {layout}{' in place' if in_place else ''} " \
+                                f"{dname} {opname} n={n}"
+                        yield label, call, send, every[comm.rank], recv, want, dt
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backend", default="mpi")
+    args = parser.parse_args()
+    comm = ddlcomm.init(args.backend)
+    failures, held = [], []
+    for label, call, send, mine, recv, want, dt in cases(comm, held):
+        for attempt in (1, 2):              # the second call reuses the segment
+            send[:] = mine                  # (in place, the first call overwrote it)
+            call()
+            if not close(recv, want, dt):
+                failures.append(f"rank {comm.rank} {label} (call {attempt})")
+        del call
+    assert shm.slices(10, 3) == [(0, 4), (4, 7), (7, 10)]
+    assert hierarchical.node_groups(["a", "b", "a", "b", "c"]) == [[0, 2], [1, 3], [4]]
     comm.barrier()
     for buf in held:
         buf.free()
     everyone = comm.gather_object(failures, root=0)
     if comm.rank == 0:
         flat = [f for fs in everyone for f in fs]
-        print(f"shm: {p} ranks, {len(flat)} failures")
+        print(f"shm: {comm.size} ranks, {len(flat)} failures")
         for f in flat[:20]:
             print("FAIL", f)
     return 0 if comm.broadcast_object(not any(failures) and True, 0) else 1

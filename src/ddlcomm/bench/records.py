@@ -22,6 +22,26 @@ def timing_loop(comm, run, iterations: int) -> np.ndarray:
     return times
 
 
+def reduce_pass_us(comm, reduce, a: np.ndarray, b: np.ndarray, budget_s: float) -> float:
+    """Median microseconds of one ``reduce(a, b, a)`` pass, every rank at once; the fastest rank's.
+
+    The floor any all-reduce of these bytes is held to (one read of two
+    inputs, one write): every rank times its own passes between barriers, as
+    the ranks of a reduction work at once, probing one pass and then timing
+    enough to fill ``budget_s`` (3 to 20).
+    """
+    import time
+    a[...] = 1
+    b[...] = 1                                  # pages faulted in before timing
+    t0 = time.perf_counter()
+    reduce(a, b, a)
+    t_one = agree_max(comm, time.perf_counter() - t0)
+    times = timing_loop(comm, lambda: reduce(a, b, a), int(min(20, max(3, budget_s // max(t_one, 1e-9)))))
+    buf = np.array([np.median(times)], np.float64)
+    comm.allreduce(buf, buf, op="min")
+    return float(buf[0]) * 1e6
+
+
 def agree_max(comm, value: float) -> float:
     """The maximum of ``value`` over ranks (every rank gets it)."""
     buf = np.array([value], np.float64)

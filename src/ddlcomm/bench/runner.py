@@ -22,7 +22,7 @@ from . import stats
 from .buffers import PointBuffers
 from .cimpl import measure_c
 from .plan import BenchPlan, PointSpec
-from .records import agree_all, agree_max, make_record, timing_loop
+from .records import agree_all, agree_max, make_record, reduce_pass_us, timing_loop
 from .watchdog import Watchdog
 
 #: "tty" or "plain": whether the owner's stderr is a terminal (rank 0's never is under a launcher).
@@ -49,9 +49,14 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     count = coll.count_for(spec.nbytes, dtype, comm.size)
     in_place = plan.in_place and coll.in_place_ok
     algorithm = spec.algorithm
+    extra: dict[str, Any] = {}
     if algorithm != "library":
-        from ..comm.algorithms import resolve
+        from ..comm.algorithms import kernel, resolve
+        from ..kernels import describe
         algorithm = resolve(spec.name, algorithm, count * dtype.itemsize)
+        reducer = kernel(algorithm, op, dtype.numpy)
+        if reducer is not None:
+            extra["kernel"] = describe(reducer)
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:
         prepared = coll.prepare(comm, spec.form, dtype, count, op, plan.root, in_place, bufs.alloc,
                                 algorithm=algorithm)
@@ -66,6 +71,11 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
         times, iterations, warmup = calibrated_loop(comm, plan, prepared.run)
         pages = bufs.placement()
         del prepared                      # its views die with the buffers
+        if op is not None and spec.form == "buffer" and count:
+            from ..kernels import reducer
+            extra["add_us"] = reduce_pass_us(comm, reducer(op, dtype, "numpy"),
+                                             bufs.alloc(dtype, count), bufs.alloc(dtype, count),
+                                             plan.budget_s / 4)
     gathered = comm.gather(times, root=0)
     if comm.rank != 0:
         return []
@@ -77,7 +87,7 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
         times=gathered.reshape(comm.size, iterations),
         algbw_bytes=coll.algbw_bytes(moved, comm.size),
         busbw_factor=coll.busbw_factor(comm.size), check=check, algorithm=spec.algorithm,
-        extra={"pages": pages, "algorithm_run": algorithm})]
+        extra={"pages": pages, "algorithm_run": algorithm, **extra})]
 
 
 def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:

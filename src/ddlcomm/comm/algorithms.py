@@ -2,8 +2,9 @@
 
 ``--algorithm`` names are looked up here: ``library`` (the backend's own
 collective), the native algorithms over point-to-point
-(:mod:`ddlcomm.comm.native`: ring, rhd, binomial, ...), the intra-node
-shared-memory all-reduce ``shm`` (:mod:`ddlcomm.comm.shm`), and ``auto``.
+(:mod:`ddlcomm.comm.native`: ring, rhd, binomial, ...), the all-reduces
+through shared memory (:data:`SHARED_MEMORY`: ``shm`` inside one node,
+``hierarchical`` across nodes), and ``auto``.
 
 ``auto`` picks per collective and size from what we measured on our machine
 (docs/benchmarks.md, "ddlcomm's own all-reduce"): the ring all-reduce from
@@ -21,15 +22,27 @@ from typing import Callable, Optional
 
 from ..dtypes import ReduceOp
 from ..errors import UsageError
+from ..lazy import load
 
 #: From this size up ``auto`` uses the ring all-reduce.
 RING_MIN_BYTES = 1 << 20
+
+#: ``--algorithm NAME+KERNEL`` picks the reduction kernel: ``ring+numpy``, ``rhd+c``.
+KERNEL_SEP = "+"
+#: Kernels a suffix may name (no suffix: the compiled kernel where built, else NumPy).
+KERNELS = ("c", "numpy")
+
+#: All-reduces through shared memory: name -> "module:bind_allreduce".
+SHARED_MEMORY = {
+    "shm": "ddlcomm.comm.shm:bind_allreduce",
+    "hierarchical": "ddlcomm.comm.hierarchical:bind_allreduce",
+}
 
 
 def names(collective: str) -> list[str]:
     """Every algorithm name ``--algorithm`` accepts for ``collective``."""
     from . import native
-    extra = ["shm"] if collective == "allreduce" else []
+    extra = list(SHARED_MEMORY) if collective == "allreduce" else []
     return ["library", "auto", *native.algorithms_for(collective), *extra]
 
 
@@ -40,38 +53,60 @@ def choose_auto(collective: str, nbytes: int) -> str:
     return "library"
 
 
-def _kernel(op: Optional[ReduceOp], dtype) -> Optional[Callable]:
-    """The compiled reduction kernel for (op, dtype) when built, else None (NumPy)."""
-    if op is None:
+def split(algorithm: str) -> tuple[str, str]:
+    """``"ring+numpy"`` -> ``("ring", "numpy")``; no suffix: the ``auto`` kernel (pure)."""
+    base, _, kernel = algorithm.partition(KERNEL_SEP)
+    return base, kernel or "auto"
+
+
+def check(collective: str, algorithm: str) -> None:
+    """Refuse an ``--algorithm`` name ``collective`` does not have (UsageError lists them)."""
+    from ..collectives import get_collective
+    base, kernel = split(algorithm)
+    known = names(collective)
+    if base not in known:
+        raise UsageError(f"no algorithm {base} for {collective}", f"{collective} has: {', '.join(known)}")
+    if KERNEL_SEP in algorithm:
+        if base == "library" or not get_collective(collective).reduces:
+            raise UsageError(f"{algorithm}: a reduction kernel applies to ddlcomm's own reducing "
+                             "algorithms", f"e.g. ring+numpy for allreduce")
+        if kernel not in KERNELS:
+            raise UsageError(f"unknown reduction kernel {kernel!r} in {algorithm}",
+                             f"choose {' or '.join(KERNELS)}")
+
+
+def kernel(algorithm: str, op: Optional[ReduceOp], dtype) -> Optional[Callable]:
+    """The reduction kernel ``algorithm`` runs for (op, dtype); None when it reduces nothing."""
+    if op is None or split(algorithm)[0] == "library":
         return None
-    try:
-        from ..kernels import reducer
-    except ImportError:
-        return None
-    return reducer(op.name, dtype)
+    from ..kernels import reducer
+    return reducer(op.name if not op.divide_by_ranks else "sum", dtype, split(algorithm)[1])
 
 
 def resolve(collective: str, algorithm: str, nbytes: int) -> str:
-    """``auto`` made concrete for this size (the same on every rank)."""
-    return choose_auto(collective, nbytes) if algorithm == "auto" else algorithm
+    """``auto`` made concrete for this size (the same on every rank); a kernel suffix is kept."""
+    base, _ = split(algorithm)
+    if base != "auto":
+        return algorithm
+    return choose_auto(collective, nbytes) + algorithm[len(base):]
 
 
 def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[ReduceOp],
          root: int) -> Callable[[], None]:
     """``collective`` by ``algorithm`` (not ``library`` or ``auto``) bound to these buffers."""
-    if algorithm not in names(collective) or algorithm in ("library", "auto"):
-        raise UsageError(f"no algorithm {algorithm!r} for {collective}",
-                         f"{collective} has: {', '.join(names(collective))}")
-    kernel = _kernel(op, sendbuf.dtype)
-    if algorithm == "shm":
-        from .shm import bind_allreduce
-        return bind_allreduce(comm, sendbuf, recvbuf, op, reduce=kernel)
+    check(collective, algorithm)
+    base, _ = split(algorithm)
+    if base in ("library", "auto"):
+        raise UsageError(f"bind needs a concrete algorithm, not {base}", "resolve() it first")
+    reduce = kernel(algorithm, op, sendbuf.dtype)
+    if base in SHARED_MEMORY:
+        return load(SHARED_MEMORY[base])(comm, sendbuf, recvbuf, op, reduce=reduce)
     from . import native
-    fn = native.get(collective, algorithm)
+    fn = native.get(collective, base)
     if collective == "allreduce":
-        return functools.partial(fn, comm, sendbuf, recvbuf, op, reduce=kernel)
+        return functools.partial(fn, comm, sendbuf, recvbuf, op, reduce=reduce)
     if collective == "reduce":
-        return functools.partial(fn, comm, sendbuf, recvbuf, op, root, reduce=kernel)
+        return functools.partial(fn, comm, sendbuf, recvbuf, op, root, reduce=reduce)
     if collective == "broadcast":
         return functools.partial(fn, comm, sendbuf, root)
     return functools.partial(fn, comm, sendbuf, recvbuf, root)

@@ -29,17 +29,21 @@ def same_node(comm) -> bool:
     return len(set(comm.allgather_object(socket.gethostname()))) == 1
 
 
-def _segment(comm, nbytes: int):
-    """The node's segment of ``nbytes`` (rank 0 creates, the others attach by name)."""
+def node_segment(comm, leader: int, nbytes: int):
+    """A segment of ``nbytes`` shared by the ranks whose ``leader`` (a rank) creates it.
+
+    Every rank of ``comm`` calls this (set-up time); the leaders create, the
+    others attach by the name their leader all-gathers.
+    """
     from .. import memory
-    from ..memory.shared import attach
-    name = None
-    if comm.rank == 0:
+    from ..memory.shared import attach, segment_of
+    buf = name = None
+    if comm.rank == leader:
         buf = memory.allocate("shared", max(1, nbytes))
-        name = buf.placement()["shm_name"]
-    name = comm.broadcast_object(name, 0)
-    if comm.rank != 0:
-        buf = attach(name)
+        name = segment_of(buf.array(np.uint8, 1))[0]
+    names = comm.allgather_object(name)
+    if buf is None:
+        buf = attach(names[leader])
     comm.barrier()                      # every rank has it mapped before anyone frees
     return buf
 
@@ -55,15 +59,14 @@ def slices(count: int, nranks: int) -> list[tuple[int, int]]:
     return out
 
 
-def _reduce_slice(reduce, op: ReduceOp, parts, piece, p: int) -> None:
-    if p == 1:
+def reduce_slice(reduce, parts, piece) -> None:
+    """``piece`` = the fold of ``parts`` (one slice per rank) with ``reduce(a, b, out)``."""
+    if len(parts) == 1:
         np.copyto(piece, parts[0])
-    else:
-        reduce(parts[0], parts[1], piece)
-        for other in parts[2:]:
-            reduce(piece, other, piece)
-    if op.divide_by_ranks:
-        op.finish(piece, p)
+        return
+    reduce(parts[0], parts[1], piece)
+    for other in parts[2:]:
+        reduce(piece, other, piece)
 
 
 def _zero_copy(comm, sendbuf, recvbuf, op, reduce, lo, hi):
@@ -91,7 +94,8 @@ def _zero_copy(comm, sendbuf, recvbuf, op, reduce, lo, hi):
 
     def call() -> None:
         barrier()                                  # every input is final
-        _reduce_slice(reduce, op, parts, mine, p)
+        reduce_slice(reduce, parts, mine)
+        op.finish(mine, p)
         for out in others:
             np.copyto(out, mine)
         barrier()                                  # every output is complete
@@ -122,7 +126,7 @@ def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
     comm.allreduce(shared, shared, op="min")
     if shared[0] and n:
         return _zero_copy(comm, sendbuf, recvbuf, op, reduce, lo, hi)
-    seg = _segment(comm, (p + 2) * n * dtype.itemsize)
+    seg = node_segment(comm, 0, (p + 2) * n * dtype.itemsize)
     flat = seg.array(dtype, (p + 2) * n)
     inputs = [flat[r * n:(r + 1) * n] for r in range(p)]
     results = [flat[(p + k) * n:(p + k + 1) * n] for k in (0, 1)]
@@ -136,7 +140,8 @@ def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
         state["k"] ^= 1
         np.copyto(mine, sendbuf)
         barrier()
-        _reduce_slice(reduce, op, parts, out[lo:hi], p)
+        reduce_slice(reduce, parts, out[lo:hi])
+        op.finish(out[lo:hi], p)
         barrier()
         np.copyto(recvbuf, out)
 

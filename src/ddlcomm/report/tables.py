@@ -24,6 +24,9 @@ DIMENSIONS = ("backend", "library", "form", "algorithm", "dtype", "op", "ranks",
 _METRIC_HEADERS = ("min_us", "avg_us", "max_us", "p50_us", "p99_us", "algbw_GB/s", "busbw_GB/s")
 _METRIC_KEYS = ("t_min_us", "t_avg_us", "t_max_us", "t_p50_us", "t_p99_us", "algbw_GBps", "busbw_GBps")
 _SCALAR = (str, int, float, bool, type(None))
+#: Keys of ``extra`` that are measurements of a point, never a series: ``add_us`` is
+#: the time of one NumPy reduction pass over the point's bytes (the ``x_add`` column).
+MEASUREMENTS = ("add_us",)
 
 
 # --------------------------------------------------------------------------- formatting
@@ -117,7 +120,8 @@ def varying_dimensions(points: Sequence[Point]) -> list[str]:
     extra_keys: list[str] = []
     for p in points:
         for k, v in (p.get("extra") or {}).items():
-            if k not in DIMENSIONS and k not in extra_keys and isinstance(v, _SCALAR):
+            if k not in DIMENSIONS and k not in MEASUREMENTS and k not in extra_keys \
+                    and isinstance(v, _SCALAR):
                 extra_keys.append(k)
     dims += [k for k in extra_keys if varies(k, by_size.values())]
     return dims
@@ -201,19 +205,25 @@ def points_table(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
     """Headers and formatted rows of one collective's points (shared with the HTML page).
 
     Rows are sorted by size, then series; columns are size, count, one per
-    varying dimension, the timings in µs, algbw and busbw in GB/s, and check.
+    varying dimension, the timings in µs, algbw and busbw in GB/s, ``x_add``
+    (median time over one NumPy reduction pass of the same bytes, for
+    reductions that measured it) and check.
     """
     varying = varying_dimensions(points)
     ordered = sorted(points, key=lambda p: (p.get("bytes") or 0,
                                             [_sort_value(dimension_value(p, d)) for d in varying]))
-    headers = ["size", "count", *varying, *_METRIC_HEADERS, "check"]
+    with_add = any(dimension_value(p, "add_us") for p in points)
+    headers = ["size", "count", *varying, *_METRIC_HEADERS, *(["x_add"] if with_add else []), "check"]
     rows = []
     for p in ordered:
         times = [format_us(p.get(k)) for k in _METRIC_KEYS[:5]]
         bws = [format_gbps(p.get(k)) for k in _METRIC_KEYS[5:]]
+        add = dimension_value(p, "add_us")
+        ratio = [format_ratio(p["t_p50_us"] / add if add and p.get("t_p50_us") else None)] \
+            if with_add else []
         rows.append([format_size(int(p.get("bytes") or 0)), str(p.get("count", "-")),
                      *[_cell(d, dimension_value(p, d)) for d in varying],
-                     *times, *bws, format_check(p.get("check"))])
+                     *times, *bws, *ratio, format_check(p.get("check"))])
     return headers, rows
 
 

@@ -15,7 +15,11 @@ def test_every_step_parses(name, full):
     steps = recipe.steps(full)
     assert steps and len({s.label for s in steps}) == len(steps)
     for step in steps:
-        args = build_parser().parse_args(["bench", *step.args])
+        args = build_parser().parse_args([step.command, *step.args])
+        if step.command == "train":
+            from ddlcomm.train.cli import plan_jobs
+            assert plan_jobs(args, None)
+            continue
         plan = bench_plan(args, default_ranks=None)
         assert plan.ranks is not None
 
@@ -35,6 +39,17 @@ def test_choi2021_runs_both_mpis_and_lists_gpu_variants():
     assert {s.env for s in recipe.steps(False)} == {"openmpi", "mpich"}
     variants = [v for v, _ in recipe.unavailable()]
     assert "NCCL" in variants and "CUDA-aware Open MPI" in variants
+
+
+def test_training_recipes():
+    shi = get_recipe("shi2018").steps(False)
+    assert {s.command for s in shi} == {"train"}
+    assert all("--ranks 1,2,4" in " ".join(s.args) and "--overlap both" in " ".join(s.args) for s in shi)
+    from ddlcomm.recipes import awan2019
+    awan = get_recipe("awan2019").steps(False)
+    assert awan == awan2019.training_steps(False)          # the training half, a separable part
+    assert {s.env for s in awan} == {"openmpi", "mpich"}
+    assert any("--backend gloo" in " ".join(s.args) for s in awan)
 
 
 def test_unknown_recipe():

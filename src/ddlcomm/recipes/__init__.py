@@ -10,6 +10,8 @@ from ..lazy import lookup
 RECIPES = {
     "woo2020": "ddlcomm.recipes.woo2020:RECIPE",
     "choi2021": "ddlcomm.recipes.choi2021:RECIPE",
+    "shi2018": "ddlcomm.recipes.shi2018:RECIPE",
+    "awan2019": "ddlcomm.recipes.awan2019:RECIPE",
 }
 
 

@@ -1,6 +1,6 @@
 """What every recipe shares: its steps, running them, and its report.
 
-Each step is one ``ddlcomm bench`` run in a given environment (``.venv/NAME``
+Each step is one ``ddlcomm bench`` (or ``ddlcomm train``) run in a given environment (``.venv/NAME``
 beside the running one, so MPICH and Open MPI runs go into one database), tagged
 with the recipe's session so the report finds exactly its own runs.  Steps a
 machine cannot run (a GPU variant here) are listed with the reason instead.
@@ -27,6 +27,7 @@ class Step:
     args: tuple[str, ...]
     env: Optional[str] = None          # None: the running environment; else .venv/<env>
     facets: dict = field(default_factory=dict, compare=False)
+    command: str = "bench"             # the ddlcomm sub-command: bench, or train
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
     with open(log, "a") as out, tqdm(total=len(steps), unit="run", file=sys.stderr) as bar:
         for step in steps:
             bar.set_postfix_str(step.label, refresh=True)
-            cmd = [environment_python(step.env), "bench", *step.args, "--db", str(db),
+            cmd = [environment_python(step.env), step.command, *step.args, "--db", str(db),
                    "--tag", tag, "--no-report"]
             out.write(f"\n$ {' '.join(cmd)}\n")
             out.flush()

@@ -177,6 +177,31 @@ def scaling_figure(points: Sequence[Point]) -> Any:
     return plots._finish(fig, ax, "Speed-up against one worker")
 
 
+def throughput_figure(points: Sequence[Point]) -> Any:
+    """Images/s of the whole job against workers, per library and configuration."""
+    plt = plots._pyplot()
+    its = iterations(points)
+    groups: dict[str, list[dict]] = {}
+    for f in its:
+        if f.get("ranks") != 1:
+            groups.setdefault(f"{f.get('library')} {label(f, False)}", []).append(f)
+    for fs in groups.values():          # each line starts at its one-worker baseline
+        g = fs[0]
+        fs += [f for f in its if f.get("ranks") == 1 and f.get("library") == g.get("library")
+               and (f.get("model"), f.get("batch")) == (g.get("model"), g.get("batch"))][:1]
+    groups = {k: v for k, v in groups.items() if len({f["workers"] for f in v}) > 1}
+    if not groups:
+        raise ValueError("no worker counts to draw")
+    fig, ax = plt.subplots(figsize=(6.4, 4.6), layout="constrained")
+    for name, fs in sorted(groups.items()):
+        fs = sorted(fs, key=lambda f: f["workers"])
+        ax.plot([f["workers"] for f in fs], [f["images_per_s"] for f in fs], marker="o", label=name)
+    ax.set_xlabel("workers")
+    ax.set_ylabel("images/s (whole job)")
+    ax.set_ylim(bottom=0)
+    return plots._finish(fig, ax, "Throughput against workers")
+
+
 def batch_figure(points: Sequence[Point]) -> Any:
     """Images/s of one worker against batch size, per model."""
     plt = plots._pyplot()
@@ -203,7 +228,7 @@ def _size() -> tuple[float, float]:
 
 
 FIGURES = (("phases", phases_figure), ("predicted", predicted_figure),
-           ("scaling", scaling_figure), ("batch", batch_figure))
+           ("scaling", scaling_figure), ("throughput", throughput_figure), ("batch", batch_figure))
 
 
 def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -138,11 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_b")
     _add_db(p)
 
-    rp = sub.add_parser("reproduce", help="run a named published experiment (woo2020, choi2021)",
+    rp = sub.add_parser("reproduce", help="run a named published experiment (woo2020, choi2021, "
+                                          "shi2018, awan2019)",
                         description="Run a named experiment as a series of `ddlcomm bench` runs in "
                                     "one database and write its report, laid out like the paper's "
                                     "figures. Defaults are scaled to finish in minutes here.")
-    rp.add_argument("name", help="woo2020 or choi2021")
+    rp.add_argument("name", help="woo2020, choi2021, shi2018 or awan2019")
     rp.add_argument("--full", action="store_true", help="the paper's sizes and 1000 repetitions")
     rp.add_argument("--report-only", metavar="TAG",
                     help="run nothing: rewrite the report of an earlier session (its tag, "

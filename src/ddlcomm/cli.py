@@ -151,6 +151,19 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", metavar="DIR", help="report folder (default: reports/NAME-TAG beside the database)")
     _add_db(rp)
 
+    k = sub.add_parser("kernels", help="time the reduction kernels against NumPy's np.add",
+                       description="Reduce two buffers in place with each kernel (NumPy's ufunc, "
+                                   "ddlcomm's compiled C kernel) and dtype, rounds interleaved; "
+                                   "print the median time, the bandwidth (buffer bytes per "
+                                   "second) and its ratio to NumPy's float32 np.add(a, b, out=a) "
+                                   "measured in the same rounds.")
+    k.add_argument("--dtype", default="float32,float16,bfloat16", help="comma list of dtypes "
+                   "(default: float32,float16,bfloat16)")
+    k.add_argument("--size", default="256MiB", help="bytes per buffer (default 256MiB)")
+    k.add_argument("--op", default="sum", help="sum, prod, min, max (default: sum)")
+    k.add_argument("--rounds", default="7", help="timed passes of each kernel (default 7)")
+    k.add_argument("--json", action="store_true", help="print JSON records instead of a table")
+
     rep = sub.add_parser("report", help="(re)write the HTML/PNG report of a stored run")
     rep.add_argument("run", help="run id")
     rep.add_argument("--out", metavar="DIR", help="output folder (default: reports/run-N beside the database)")
@@ -421,6 +434,40 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     from .train.cli import run
     db = _db_path(args)
     return run(args, argv, db, _report_dir(args, db))
+
+
+@command("kernels")
+def cmd_kernels(args: argparse.Namespace, argv: list[str]) -> int:
+    import json
+
+    from tqdm import tqdm
+
+    from .dtypes import get_dtype
+    from .kernels import KERNELS, OPS, available
+    from .kernels.bench import measure
+    from .report.tables import format_table
+    from .units import format_size, parse_positive_int, parse_size
+
+    dtypes = [get_dtype(name).name for name in _comma_list(args.dtype, "--dtype")]
+    if args.op not in OPS:
+        raise UsageError(f"no reduction kernel for op {args.op!r}", f"choose one of {', '.join(OPS)}")
+    nbytes = parse_size(args.size)
+    rounds = parse_positive_int(args.rounds, "--rounds")
+    kernels = [k for k in KERNELS if not available()[k].startswith("missing")]
+    with tqdm(total=rounds * (len(dtypes) * len(kernels) + 1), unit="pass", file=sys.stderr,
+              desc=f"kernels {format_size(nbytes)}", leave=False) as bar:
+        rows = measure(dtypes, nbytes, kernels, rounds, args.op, progress=bar)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(format_table(["dtype", "kernel", "runs on", "size", "median_ms", "GB/s", "vs np.add f32"],
+                       [[r["dtype"], r["kernel"], r["runs_on"], format_size(r["bytes"]),
+                         f"{r['t_ms']:.2f}", f"{r['GBps']:.2f}", f"{r['vs_np_add']:.2f}x"]
+                        for r in rows]))
+    for name, state in available().items():
+        if state.startswith("missing"):
+            print(f"kernel {name}: {state}")
+    return 0
 
 
 @command("report")

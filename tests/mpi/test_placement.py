@@ -42,6 +42,18 @@ def test_allreduce_in_containers(mpi, tmp_path, namespaces, backend, containers)
         assert p["transport"]["0-1"] == ("shared memory" if containers == 2 else "tcp")
 
 
+@pytest.mark.parametrize("backend", ["mpi", "gloo"])
+def test_hierarchical_allreduce_over_containers(mpi, tmp_path, namespaces, backend):
+    # Two containers are two hosts (own UTS namespace and /dev/shm): shared memory
+    # inside each, the leaders' ring (2 MiB) or rhd (64 KiB) between them over TCP.
+    _, points = bench(mpi, tmp_path / "h.db", "--backend", backend, "--collective", "allreduce",
+                      "--algorithm", "hierarchical,ring", "--ranks", "4", "--containers", "2",
+                      "--sizes", "64KiB,2MiB", "--iters", "3")
+    assert {(p["algorithm"], p["bytes"]) for p in points} == {
+        (a, s) for a in ("hierarchical", "ring") for s in (64 << 10, 2 << 20)}
+    assert {p["check"] for p in points} == {"passed"}
+
+
 def test_c_buffer_object_in_hugepages(mpi, tmp_path):
     _, points = bench(mpi, tmp_path / "m.db", "--impl", "c,buffer,object", "--memory", "hugepage",
                       "--collective", "broadcast,gather,allreduce", "--sizes", "4MiB",

@@ -1,0 +1,54 @@
+"""Timing the reduction kernels against NumPy: ``ddlcomm kernels``.
+
+Each (dtype, kernel) reduces two buffers of ``nbytes`` in place,
+``reduce(a, b, a)``, once per round; rounds interleave every pair so drift
+hits them alike, and the median per pair is reported.  Bandwidth is buffer
+bytes per second (one buffer's bytes over one pass's time, as ``np.add``'s
+bandwidth is usually quoted); ``vs_np_add`` divides it by the bandwidth of
+NumPy's float32 ``np.add(a, b, out=a)`` measured in the same rounds.
+"""
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from ..dtypes import get_dtype
+from . import describe, reducer
+
+#: The reference every bandwidth is divided by.
+REFERENCE = ("float32", "numpy")
+
+
+def measure(dtypes: Sequence[str], nbytes: int, kernels: Sequence[str] = ("numpy", "c"),
+            rounds: int = 7, op: str = "sum", progress=None) -> list[dict]:
+    """One record per (dtype, kernel), the reference first: median time, GB/s, ratio to the reference."""
+    pairs = list(dict.fromkeys([REFERENCE, *((d, k) for d in dtypes for k in kernels)]))
+    buffers = {}
+    for dname, _ in pairs:
+        if dname not in buffers:
+            dt = get_dtype(dname)
+            n = max(1, nbytes // dt.itemsize)
+            buffers[dname] = (np.ones(n, dt.numpy), np.ones(n, dt.numpy))
+    fns = {pair: reducer(op, pair[0], pair[1]) for pair in pairs}
+    times: dict[tuple[str, str], list[float]] = {pair: [] for pair in pairs}
+    for _ in range(rounds):
+        for pair in pairs:
+            a, b = buffers[pair[0]]
+            a[...] = 1                              # the same values every round
+            b[...] = 1
+            t0 = time.perf_counter()
+            fns[pair](a, b, a)
+            times[pair].append(time.perf_counter() - t0)
+            if progress is not None:
+                progress.update(1)
+    ref = float(np.median(times[REFERENCE]))
+    out = []
+    for pair in pairs:
+        t = float(np.median(times[pair]))
+        size = buffers[pair[0]][0].nbytes
+        out.append({"dtype": pair[0], "kernel": pair[1], "runs_on": describe(fns[pair]),
+                    "bytes": size, "t_ms": t * 1e3, "GBps": size / t / 1e9,
+                    "vs_np_add": (size / t) / (buffers[REFERENCE[0]][0].nbytes / ref)})
+    return out

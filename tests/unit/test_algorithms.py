@@ -1,0 +1,57 @@
+"""--algorithm names: kernel suffixes, checks, auto with a suffix, and the x_add column."""
+import numpy as np
+import pytest
+
+from ddlcomm.comm.algorithms import (RING_MIN_BYTES, SHARED_MEMORY, check, kernel, names,
+                                     resolve, split)
+from ddlcomm.dtypes import get_op
+from ddlcomm.errors import UsageError
+from ddlcomm.kernels import describe
+
+
+def test_split_and_resolve_keep_the_kernel():
+    assert split("ring") == ("ring", "auto")
+    assert split("ring+numpy") == ("ring", "numpy")
+    assert resolve("allreduce", "auto+numpy", RING_MIN_BYTES) == "ring+numpy"
+    assert resolve("allreduce", "auto", 4) == "library"
+    assert resolve("allreduce", "rhd+c", 4) == "rhd+c"
+
+
+def test_shared_memory_algorithms_are_allreduce_names():
+    assert set(SHARED_MEMORY) == {"shm", "hierarchical"} <= set(names("allreduce"))
+    assert "hierarchical" not in names("broadcast")
+
+
+@pytest.mark.parametrize("collective, algorithm, message", [
+    ("allreduce", "tree", "no algorithm tree for allreduce"),
+    ("allreduce", "ring+avx", "unknown reduction kernel 'avx' in ring+avx"),
+    ("allreduce", "library+numpy", "library+numpy: a reduction kernel applies to ddlcomm's own"),
+    ("broadcast", "binomial+c", "binomial+c: a reduction kernel applies"),
+])
+def test_bad_names_are_refused(collective, algorithm, message):
+    with pytest.raises(UsageError) as err:
+        check(collective, algorithm)
+    assert str(err.value).startswith(message)
+
+
+def test_kernel_per_name():
+    op = get_op("avg")
+    assert describe(kernel("ring+numpy", op, np.float32)) == "NumPy"
+    assert kernel("library", op, np.float32) is None
+    assert kernel("ring", None, np.float32) is None        # broadcast, gather: nothing reduced
+    a, b, out = np.ones(5, np.float32), np.full(5, 2, np.float32), np.zeros(5, np.float32)
+    kernel("ring", op, np.float32)(a, b, out)                # avg folds by sum; finish divides
+    assert out.tolist() == [3.0] * 5
+
+
+def test_points_table_shows_time_over_one_reduction_pass():
+    from ddlcomm.report.tables import points_table, varying_dimensions
+    points = [dict(collective="allreduce", bytes=1 << 20, count=1 << 18, algorithm=a, form="buffer",
+                   t_p50_us=t, t_avg_us=t, check="passed", extra={"add_us": 100.0 + i})
+              for i, (a, t) in enumerate((("library", 300.0), ("ring", 150.0)))]
+    assert varying_dimensions(points) == ["algorithm"]      # add_us is a measurement, not a series
+    headers, rows = points_table(points)
+    col = headers.index("x_add")
+    assert [r[col] for r in rows] == ["3.00x", "1.49x"]
+    headers, _ = points_table([{**points[0], "extra": {}}])
+    assert "x_add" not in headers

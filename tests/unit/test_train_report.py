@@ -44,6 +44,9 @@ def test_scaling_against_one_worker():
 
 def test_no_baseline_no_scaling_point():
     assert scaling_points([point(2), point(4)]) == []
+    other = point(2)
+    other["library"] = "MPICH"                      # a baseline of another library does not count
+    assert [p["library"] for p in scaling_points([point(1), other, point(2)])] == ["Open MPI"] * 2
 
 
 @pytest.mark.skipif(not predict.available(), reason="S-SGD model not installed")

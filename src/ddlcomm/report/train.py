@@ -45,10 +45,10 @@ def scaling(points: Sequence[Point]) -> list[dict]:
 
 
 def label(f: Mapping[str, Any], ranks: bool = True) -> str:
-    """E.g. ``resnet50 b2 allreduce+overlap 25MiB @2`` or ``... ddp 25MiB @2``."""
+    """E.g. ``resnet50 b2 allreduce+overlap 25MiB Open MPI@2`` or ``... ddp 25MiB Gloo@2``."""
     how = "ddp" if f.get("peer") == "ddp" else f"{f.get('arch')}{'+overlap' if f.get('overlap') else ''}"
     text = f"{f.get('model')} b{f.get('batch')} {how} {format_size(int(f.get('fusion') or 0))}"
-    return f"{text} {f.get('backend')}@{f.get('ranks')}" if ranks else text
+    return f"{text} {f.get('library') or f.get('backend')}@{f.get('ranks')}" if ranks else text
 
 
 def _ms(v: Optional[float]) -> str:
@@ -81,9 +81,10 @@ def scaling_rows(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
     headers = ["workers", "configuration", "t_iter_ms", "speedup", "efficiency", "speedup_model",
                "efficiency_model"]
     rows = []
-    for f in sorted(scaling(points), key=lambda f: (label(f, False), f.get("workers") or 0)):
+    for f in sorted(scaling(points), key=lambda f: (str(f.get("library")), label(f, False),
+                                                    f.get("workers") or 0)):
         sp, spm = f.get("speedup"), f.get("speedup_predicted")
-        rows.append([str(f.get("workers")), f"{f.get('backend')} {label(f, ranks=False)}",
+        rows.append([str(f.get("workers")), f"{f.get('library') or f.get('backend')} {label(f, ranks=False)}",
                      _ms(f.get("t_iter_s")), f"{sp:.2f}", f"{f.get('efficiency'):.0%}",
                      "-" if spm is None else f"{spm:.2f}",
                      "-" if spm is None else f"{f.get('efficiency_predicted'):.0%}"])
@@ -126,7 +127,7 @@ def phases_figure(points: Sequence[Point]) -> Any:
                    edgecolor="black", zorder=6, label="S-SGD model t_iter")
     ax.set_xticks(list(x), [label(f) for f in its], rotation=30, ha="right", fontsize="small")
     ax.set_ylabel("time per iteration (ms)")
-    return plots._finish(fig, ax, "Time per iteration by phase (mean of one worker)")
+    return plots._finish(fig, ax, "Time per iteration by phase (critical path: the slowest worker each iteration)")
 
 
 def predicted_figure(points: Sequence[Point]) -> Any:
@@ -159,16 +160,19 @@ def scaling_figure(points: Sequence[Point]) -> Any:
     fig, ax = plt.subplots(figsize=(6.4, 4.6), layout="constrained")
     groups: dict[str, list[dict]] = {}
     for f in sc:
-        groups.setdefault(f"{f.get('backend')} {label(f, False)}", []).append(f)
+        if f.get("workers", 1) > 1:         # each line starts at its baseline, (1, 1)
+            groups.setdefault(f"{f.get('library') or f.get('backend')} {label(f, False)}", []).append(f)
+    if not groups:
+        raise ValueError("no scaling points beyond one worker to draw")
     top = 1
     for i, (name, fs) in enumerate(sorted(groups.items())):
         fs = sorted(fs, key=lambda f: f["workers"])
-        w = [f["workers"] for f in fs]
+        w = [1] + [f["workers"] for f in fs]
         top = max(top, *w)
-        ax.plot(w, [f["speedup"] for f in fs], marker="o", color=f"C{i % 10}", label=name)
+        ax.plot(w, [1.0] + [f["speedup"] for f in fs], marker="o", color=f"C{i % 10}", label=name)
         pm = [(f["workers"], f["speedup_predicted"]) for f in fs if f.get("speedup_predicted")]
         if pm:
-            ax.plot([a for a, _ in pm], [b for _, b in pm], linestyle="--", marker="x",
+            ax.plot([1] + [a for a, _ in pm], [1.0] + [b for _, b in pm], linestyle="--", marker="x",
                     color=f"C{i % 10}", label=f"{name} (model)")
     ax.plot([1, top], [1, top], color="gray", linewidth=1, label="ideal (linear)")
     ax.set_xlabel("workers")

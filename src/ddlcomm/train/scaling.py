@@ -1,7 +1,7 @@
 """Weak-scaling points of a run: speed-up and efficiency against one worker (pure).
 
 For every configuration measured at several worker counts, the baseline is
-the same network and batch trained by one worker alone (the one-rank
+the same network and batch trained by one worker alone, through the same backend and library (the one-rank
 ``allreduce`` configuration without overlap: no communication to speak of).
 Speed-up is ``N * t_iter(1) / t_iter(N)`` (fixed batch per worker),
 efficiency is speed-up / N; the model's are computed from the *baseline's*
@@ -27,17 +27,12 @@ def iteration_points(points: Iterable[Point]) -> list[Point]:
     return [p for p in points if p.get("collective") == "train" and extra(p).get("phase") == "iteration"]
 
 
-def config_key(p: Point) -> tuple:
-    e = extra(p)
-    return (p.get("backend"), e.get("model"), e.get("arch"), e.get("peer"), e.get("overlap"),
-            e.get("fusion"), e.get("batch"), e.get("image_size"))
-
-
 def _baseline(iters: list[Point], p: Point) -> Optional[Point]:
     e = extra(p)
     for q in iters:
         f = extra(q)
         if (f.get("workers") == 1 and q.get("ranks") == 1 and f.get("model") == e.get("model")
+                and (q.get("backend"), q.get("library")) == (p.get("backend"), p.get("library"))
                 and f.get("batch") == e.get("batch") and f.get("image_size") == e.get("image_size")
                 and f.get("peer") == "ddlcomm" and f.get("arch") == "allreduce" and not f.get("overlap")):
             return q

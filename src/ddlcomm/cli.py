@@ -358,8 +358,10 @@ def cmd_results(args: argparse.Namespace, argv: list[str]) -> int:
             run_id = _run_id(args.run)
             print(tables.render_run(store.run(run_id)))
             points = store.points(run_id)
+            from .report import train
             if points:
-                print(tables.render_points(points))
+                print(train.render_summary(points) if train.is_train_run(points)
+                      else tables.render_points(points))
         elif action == "export":
             if args.all == (args.run is not None):
                 raise UsageError("results export needs a run id or --all, not both")

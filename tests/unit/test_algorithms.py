@@ -17,6 +17,19 @@ def test_split_and_resolve_keep_the_kernel():
     assert resolve("allreduce", "rhd+c", 4) == "rhd+c"
 
 
+def test_auto_rule_by_size_and_rank_count():
+    from ddlcomm.comm.algorithms import choose_auto
+    assert choose_auto("allreduce", RING_MIN_BYTES - 1, 4) == "library"
+    assert choose_auto("allreduce", RING_MIN_BYTES, 1) == "library"      # nothing to reduce
+    assert choose_auto("broadcast", 1 << 30, 8) == "library"
+    # Same bytes on powers of two, fewer rounds for rhd; a tie at 2 ranks goes to the ring;
+    # elsewhere rhd's fold moves 2n more bytes.
+    assert [choose_auto("allreduce", 64 << 20, p) for p in (2, 3, 4, 5, 8)] == \
+        ["ring", "ring", "rhd", "ring", "rhd"]
+    assert resolve("allreduce", "auto", 64 << 20, 4) == "rhd"
+    assert "shm" not in names("gather")
+
+
 def test_shared_memory_algorithms_are_allreduce_names():
     assert set(SHARED_MEMORY) == {"shm", "hierarchical"} <= set(names("allreduce"))
     assert "hierarchical" not in names("broadcast")

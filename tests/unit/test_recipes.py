@@ -71,13 +71,3 @@ def test_recipe_report_panels(tmp_path):
     html = page.read_text()
     assert "<svg" in html and "no high-bandwidth memory" in html and "2 containers" in html
     assert (tmp_path / "allreduce.png").read_bytes()[:4] == b"\x89PNG"
-
-
-def test_auto_rule():
-    from ddlcomm.comm.algorithms import RING_MIN_BYTES, choose_auto, names, resolve
-    assert choose_auto("allreduce", RING_MIN_BYTES) == "ring"
-    assert choose_auto("allreduce", RING_MIN_BYTES - 1) == "library"
-    assert choose_auto("broadcast", 1 << 30) == "library"
-    assert resolve("allreduce", "rhd", 4) == "rhd"
-    assert {"library", "auto", "ring", "rhd", "shm"} <= set(names("allreduce"))
-    assert "shm" not in names("gather")

@@ -53,7 +53,7 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     if algorithm != "library":
         from ..comm.algorithms import kernel, resolve
         from ..kernels import describe
-        algorithm = resolve(spec.name, algorithm, count * dtype.itemsize)
+        algorithm = resolve(spec.name, algorithm, count * dtype.itemsize, comm.size)
         reducer = kernel(algorithm, op, dtype.numpy)
         if reducer is not None:
             extra["kernel"] = describe(reducer)

@@ -6,14 +6,17 @@ collective), the native algorithms over point-to-point
 through shared memory (:data:`SHARED_MEMORY`: ``shm`` inside one node,
 ``hierarchical`` across nodes), and ``auto``.
 
-``auto`` picks per collective and size from what we measured on our machine
-(docs/benchmarks.md, "ddlcomm's own all-reduce"): the ring all-reduce from
-``RING_MIN_BYTES`` up (1.6-2.7x faster than Open MPI's at 16-256 MiB, 2
-ranks), the library's collective below (small messages, where the library's
-latency wins) and for collectives with no faster native path measured.  The
-copying ``shm`` path lost to the ring there; its zero-copy form (buffers in
-``--memory shared``) is chosen by name.  The choice is recorded with each
-point as ``algorithm_run``.
+``auto`` picks per collective, size and rank count, from what we measured
+on our machine and the cost model: below ``RING_MIN_BYTES`` the library's
+collective (small messages, where the library's latency wins: see
+docs/benchmarks.md, "ddlcomm's own all-reduce"); from there up, of the ring
+and recursive halving/doubling, the one whose α-β-γ schedule
+(:func:`ddlcomm.comm.native.schedule`) is cheaper on that many ranks with
+:data:`AUTO_PARAMS` -- both move the same bytes on powers of two, where rhd
+needs fewer rounds; elsewhere rhd's fold costs 2n more bytes and the ring
+wins.  Ties go to the ring (2 ranks).  Collectives with no faster native
+path measured stay with the library.  The shared-memory paths are chosen by
+name.  The choice is recorded with each point as ``algorithm_run``.
 """
 from __future__ import annotations
 
@@ -24,8 +27,11 @@ from ..dtypes import ReduceOp
 from ..errors import UsageError
 from ..lazy import load
 
-#: From this size up ``auto`` uses the ring all-reduce.
+#: From this size up ``auto`` uses ddlcomm's all-reduce (ring or rhd).
 RING_MIN_BYTES = 1 << 20
+#: (α s per message, β s per byte, γ s per reduced byte) by which ``auto`` ranks ring
+#: against rhd: ddlcomm's point-to-point over Open MPI here, to an order of magnitude.
+AUTO_PARAMS = (5e-6, 1e-10, 1e-10)
 
 #: ``--algorithm NAME+KERNEL`` picks the reduction kernel: ``ring+numpy``, ``rhd+c``.
 KERNEL_SEP = "+"
@@ -46,11 +52,13 @@ def names(collective: str) -> list[str]:
     return ["library", "auto", *native.algorithms_for(collective), *extra]
 
 
-def choose_auto(collective: str, nbytes: int) -> str:
+def choose_auto(collective: str, nbytes: int, nranks: int = 2) -> str:
     """The algorithm ``auto`` runs (pure): see the module docstring."""
-    if collective == "allreduce" and nbytes >= RING_MIN_BYTES:
-        return "ring"
-    return "library"
+    if collective != "allreduce" or nbytes < RING_MIN_BYTES or nranks < 2:
+        return "library"
+    from . import native
+    return min(("ring", "rhd"),
+               key=lambda name: native.schedule("allreduce", name, nranks, nbytes).time(*AUTO_PARAMS))
 
 
 def split(algorithm: str) -> tuple[str, str]:
@@ -83,12 +91,13 @@ def kernel(algorithm: str, op: Optional[ReduceOp], dtype) -> Optional[Callable]:
     return reducer(op.name if not op.divide_by_ranks else "sum", dtype, split(algorithm)[1])
 
 
-def resolve(collective: str, algorithm: str, nbytes: int) -> str:
-    """``auto`` made concrete for this size (the same on every rank); a kernel suffix is kept."""
+def resolve(collective: str, algorithm: str, nbytes: int, nranks: int = 2) -> str:
+    """``auto`` made concrete for this size and rank count (the same on every rank);
+    a kernel suffix is kept."""
     base, _ = split(algorithm)
     if base != "auto":
         return algorithm
-    return choose_auto(collective, nbytes) + algorithm[len(base):]
+    return choose_auto(collective, nbytes, nranks) + algorithm[len(base):]
 
 
 def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[ReduceOp],

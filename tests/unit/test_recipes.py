@@ -47,9 +47,26 @@ def test_training_recipes():
     assert all("--ranks 1,2,4" in " ".join(s.args) and "--overlap both" in " ".join(s.args) for s in shi)
     from ddlcomm.recipes import awan2019
     awan = get_recipe("awan2019").steps(False)
-    assert awan == awan2019.training_steps(False)          # the training half, a separable part
+    # Two separable halves: all-reduce latency (bench), then training (train).
+    assert awan == awan2019.latency_steps(False) + awan2019.training_steps(False)
+    assert [s.command for s in awan] == ["bench"] * 3 + ["train"] * 3
     assert {s.env for s in awan} == {"openmpi", "mpich"}
-    assert any("--backend gloo" in " ".join(s.args) for s in awan)
+    assert {" ".join(s.args).split("--backend ")[1].split()[0] for s in awan} == {"mpi", "gloo"}
+    latency = " ".join(awan2019.latency_steps(False)[0].args)
+    assert "--algorithm library,ring,rhd" in latency and "--sizes 4B:256MiBx4" in latency
+
+
+def test_awan2019_report_has_both_halves(tmp_path):
+    from ddlcomm.recipes import awan2019
+    points = [dict(collective="allreduce", backend=b, library=lib, algorithm=a, bytes=s, ranks=2,
+                   form="buffer", t_avg_us=1.0 + s / 1e3, t_p50_us=1.0, t_p99_us=2.0,
+                   check="passed", run_id=1)
+              for b, lib in (("mpi", "Open MPI"), ("mpi", "MPICH"), ("gloo", "Gloo"))
+              for a in ("library", "ring", "rhd") for s in (4, 1 << 10, 1 << 20)]
+    page = awan2019.report(get_recipe("awan2019"), points, tmp_path)
+    assert "latency/index.html" in page.read_text()
+    latency = (tmp_path / "latency" / "index.html").read_text()
+    assert "MPICH" in latency and "<svg" in latency and "1MiB" in latency
 
 
 def test_unknown_recipe():

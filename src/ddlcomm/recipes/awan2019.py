@@ -2,10 +2,12 @@
 
 The paper has two halves, kept as separate parts of this recipe's steps:
 
-* all-reduce latency (4 B to 256 MiB; the library's against ddlcomm's ring
-  and recursive halving/doubling with device-side reduction, with and without
-  the buffer-kind cache): belongs with ddlcomm's own collectives and is not
-  written yet; when it is, it joins :data:`PARTS` as another entry;
+* all-reduce latency (:func:`latency_steps`): 4 B to 256 MiB, each
+  library's own all-reduce against ddlcomm's ring and recursive
+  halving/doubling over that library's point-to-point, reduced by the compiled
+  kernel, through Open MPI, MPICH and Gloo.  The paper's device-side
+  reduction with and without the buffer-kind cache needs GPU buffers
+  (``ddlcomm.kernels.device``); here it is listed as unavailable;
 * the training-scaling study (:func:`training_steps`, here): images/s,
   speed-up and efficiency of data-parallel ResNet-50 over 1, 2 and 4 workers
   with Horovod-style training (all-reduce of 25 MiB fused buckets overlapped
@@ -21,6 +23,7 @@ after 1 of warm-up.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Callable
 
 from .base import Recipe, Step
@@ -44,8 +47,19 @@ def training_steps(full: bool) -> list[Step]:
     return out
 
 
+def latency_steps(full: bool) -> list[Step]:
+    """All-reduce latency per size: library, ring and rhd side by side, per library."""
+    sizes, ranks = ("4B:256MiBx2", "2,4") if full else ("4B:256MiBx4", "2")
+    timing = ("--iters", "1000") if full else ("--budget", "0.1")
+    return [Step(f"latency {label} {n} ranks",
+                 ("--backend", backend, "--collective", "allreduce", "--algorithm", "library,ring,rhd",
+                  "--sizes", sizes, "--ranks", n, "--form", "buffer", *timing),
+                 env=env, facets={"library": label})
+            for label, env, backend in LIBRARIES for n in ranks.split(",")]
+
+
 #: The recipe's parts, each a function of ``full`` returning its steps (see the module doc).
-PARTS: tuple[Callable[[bool], list[Step]], ...] = (training_steps,)
+PARTS: tuple[Callable[[bool], list[Step]], ...] = (latency_steps, training_steps)
 
 
 def steps(full: bool) -> list[Step]:
@@ -53,15 +67,33 @@ def steps(full: bool) -> list[Step]:
 
 
 def unavailable() -> list[tuple[str, str]]:
-    return [("NCCL all-reduce and training", "no GPU here (Gloo stands in on CPUs)"),
-            ("all-reduce latency half", "not written yet: it belongs with ddlcomm's own "
-                                        "collectives (ring, rhd, buffer-kind cache)")]
+    from ..kernels.device import cuda_available
+    ok, why = cuda_available()
+    if ok:
+        return []
+    return [("NCCL all-reduce and training", f"{why}; Gloo stands in on CPUs"),
+            ("device-side reduction, with and without the buffer-kind cache", why)]
 
 
 def report(recipe, points, out_dir):
+    from ..report.recipe import write_recipe_report
     from ..report.train import write_train_report
     cores = os.cpu_count() or 1
-    return write_train_report(None, points, out_dir, title=recipe.title, notes=[
+    latency = [p for p in points if p.get("collective") == "allreduce"]
+    training = [p for p in points if p.get("collective") != "allreduce"]
+    notes = []
+    if latency:
+        write_recipe_report(
+            f"{recipe.title}: all-reduce latency", latency, Path(out_dir) / "latency",
+            figure_of=lambda p: f"allreduce, {p['ranks']} ranks", panel_of=_library,
+            x_of=lambda p: p["bytes"], line_of=lambda p: p.get("algorithm") or "library",
+            x_label="bytes per rank", panel_order=[label for label, _, _ in LIBRARIES], x_bytes=True,
+            notes=["Each library's own all-reduce against ddlcomm's ring and recursive "
+                   "halving/doubling over that library's point-to-point (compiled reduction kernel)."],
+            unavailable=unavailable())
+        notes.append("All-reduce latency half: latency/index.html")
+    return write_train_report(None, training, out_dir,
+                              title=recipe.title, notes=notes + [
         "Training half: ResNet-50, all-reduce of 25 MiB buckets overlapped with backward, through "
         "each library; DDP (Gloo) beside them at each worker count.",
         "Speed-up N·t_iter(1)/t_iter(N) at a fixed batch per worker against one worker alone.",
@@ -69,5 +101,10 @@ def report(recipe, points, out_dir):
     ] + [f"Not available here: {v}: {why}" for v, why in unavailable()])
 
 
-RECIPE = Recipe("awan2019", "awan2019: training scaling through MPI and Gloo (training half)",
+def _library(point) -> str:
+    """The panel of a latency point: Open MPI, MPICH or Gloo."""
+    return "Gloo" if point.get("backend") == "gloo" else str(point.get("library"))
+
+
+RECIPE = Recipe("awan2019", "awan2019: all-reduce latency and training scaling through MPI and Gloo",
                 steps, unavailable, report)

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 from . import plots
 from .html import _CSS, _inline_svg, _safe_name
+from ..units import format_size
 from .tables import format_check, format_us
 
 Point = dict
@@ -28,7 +29,7 @@ def _groups(points: Sequence[Point], key: Key) -> dict[Any, list[Point]]:
 
 
 def _figure(points: Sequence[Point], title: str, panel_of: Key, x_of: Key, line_of: Key,
-            x_label: str, panel_order: Sequence[Any]):
+            x_label: str, panel_order: Sequence[Any], x_bytes: bool = False):
     plt = plots._pyplot()
     panels = [p for p in panel_order if any(panel_of(q) == p for q in points)]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), sharey=True,
@@ -47,7 +48,13 @@ def _figure(points: Sequence[Point], title: str, panel_of: Key, x_of: Key, line_
                            marker="x", color="red", s=60, zorder=5)
         ax.set_title(str(panel))
         ax.set_xlabel(x_label)
-        ax.set_xticks(sorted({x_of(p) for p in points if panel_of(p) == panel}))
+        ticks = sorted({x_of(p) for p in points if panel_of(p) == panel})
+        if x_bytes:                          # message sizes: log scale, at most ~8 labels
+            ax.set_xscale("log", base=2)
+            ticks = ticks[::max(1, len(ticks) // 8)]
+        ax.set_xticks(ticks)
+        if x_bytes:
+            ax.set_xticklabels([format_size(int(t)) for t in ticks], rotation=45, fontsize=7)
         ax.set_yscale("log")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("avg time per call (ms)")
@@ -64,8 +71,11 @@ def _figure(points: Sequence[Point], title: str, panel_of: Key, x_of: Key, line_
 def write_recipe_report(title: str, points: Sequence[Point], out_dir: str | Path, *,
                         figure_of: Key, panel_of: Key, x_of: Key, line_of: Key, x_label: str,
                         panel_order: Sequence[Any], notes: Sequence[str] = (),
-                        unavailable: Sequence[tuple[str, str]] = ()) -> Path:
-    """Write ``out_dir/index.html`` and one PNG/SVG per figure; return the page's path."""
+                        unavailable: Sequence[tuple[str, str]] = (), x_bytes: bool = False) -> Path:
+    """Write ``out_dir/index.html`` and one PNG/SVG per figure; return the page's path.
+
+    ``x_bytes``: x is a message size (log scale, labelled 4B ... 256MiB).
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     body = [f"<h1>{escape(title)}</h1>"]
@@ -74,7 +84,7 @@ def write_recipe_report(title: str, points: Sequence[Point], out_dir: str | Path
         items = "".join(f"<li><b>{escape(v)}</b>: {escape(r)}</li>" for v, r in unavailable)
         body.append(f"<h2>Not available on this machine</h2><ul>{items}</ul>")
     for name, group in _groups(points, figure_of).items():
-        fig = _figure(group, str(name), panel_of, x_of, line_of, x_label, panel_order)
+        fig = _figure(group, str(name), panel_of, x_of, line_of, x_label, panel_order, x_bytes)
         files = plots.save(fig, out / _safe_name(str(name)))
         body.append(f"<h2>{escape(str(name))}</h2><figure>{_inline_svg(files['svg'])}</figure>")
     rows = sorted(points, key=lambda p: (str(figure_of(p)), str(panel_of(p)), str(line_of(p)), x_of(p)))

@@ -17,6 +17,7 @@ import pytest
 
 from ddlcomm.comm import native
 from ddlcomm.errors import UsageError
+from test_gloo import _dump, clean_env, gloo, spawn     # noqa: F401 (gloo: a fixture); tests/mpi is on sys.path
 
 HERE = Path(__file__).resolve().parent
 SUITE = HERE / "native_suite.py"
@@ -33,18 +34,11 @@ def test_native_suite_under_mpi(mpi, nranks):
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("nranks", [1, 2, 3, 4, 5])
-def test_native_suite_over_gloo(mpi, nranks, tmp_path):
-    from test_gloo import _dump, clean_env, spawn       # tests/mpi is on sys.path (rootdir)
-    import subprocess
-    if mpi.name != "openmpi" and nranks not in (2, 3):
+def test_native_suite_over_gloo(gloo, nranks, tmp_path):
+    if gloo.name != "openmpi" and nranks not in (2, 3):
         pytest.skip("Gloo does not depend on the MPI beside it: 1, 4 and 5 ranks run in .venv/openmpi")
-    probe = subprocess.run([str(mpi.python), "-c",
-                            "import torch.distributed as d; assert d.is_gloo_available()"],
-                           capture_output=True, text=True, timeout=120)
-    if probe.returncode:
-        pytest.skip(f"torch with Gloo is not importable in .venv/{mpi.name}")
-    ranks, _ = spawn(nranks, [mpi.python, SUITE, "--backend", "gloo"],
-                     clean_env(mpi.env()), tmp_path, timeout=240)
+    ranks, _ = spawn(nranks, [gloo.python, SUITE, "--backend", "gloo"],
+                     clean_env(gloo.env()), tmp_path, timeout=240)
     assert [r.code for r in ranks] == [0] * nranks, _dump(ranks)
     assert f"{nranks} ranks, 0 failures" in ranks[0].out, _dump(ranks)
     assert ranks[0].out.startswith("Gloo torch "), ranks[0].out

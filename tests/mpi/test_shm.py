@@ -5,12 +5,12 @@ torchrun would), every launch within a timeout.  The hierarchical runs split
 the ranks over several named nodes, so the leaders' phase runs here too; a
 real split over containers (separate host names) is in test_placement.py.
 """
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from ddlcomm.comm.hierarchical import leaders_algorithm, node_groups
+from test_gloo import _dump, clean_env, gloo, spawn     # noqa: F401 (gloo: a fixture); tests/mpi is on sys.path
 
 HERE = Path(__file__).resolve().parent
 SUITE = HERE / "shm_suite.py"
@@ -25,14 +25,8 @@ def test_shared_memory_allreduces(mpi, nranks):
 
 
 @pytest.mark.mpi
-def test_shared_memory_allreduces_over_gloo(mpi, tmp_path):
-    from test_gloo import _dump, clean_env, spawn       # tests/mpi is on sys.path (rootdir)
-    probe = subprocess.run([str(mpi.python), "-c",
-                            "import torch.distributed as d; assert d.is_gloo_available()"],
-                           capture_output=True, text=True, timeout=120)
-    if probe.returncode:
-        pytest.skip(f"torch with Gloo is not importable in .venv/{mpi.name}")
-    ranks, _ = spawn(3, [mpi.python, SUITE, "--backend", "gloo"], clean_env(mpi.env()),
+def test_shared_memory_allreduces_over_gloo(gloo, tmp_path):
+    ranks, _ = spawn(3, [gloo.python, SUITE, "--backend", "gloo"], clean_env(gloo.env()),
                      tmp_path, timeout=300)
     assert [r.code for r in ranks] == [0] * 3, _dump(ranks)
     assert "shm: 3 ranks, 0 failures" in ranks[0].out, _dump(ranks)

@@ -140,3 +140,17 @@ def test_several_libraries_need_a_choice():
     with pytest.raises(UsageError, match="--library"):
         fit.select("allreduce")
     assert fit.select("allreduce", library="mpich").key["library"] == "MPICH"
+
+
+def test_repeated_points_combine():
+    clean = synthetic({"gather": TRUE["gather"]}, ranks=(2, 3))
+    slow = [dict(p, run_id=p["run_id"] + 10, t_avg_us=p["t_avg_us"] * 3) for p in clean]
+    fit = cal.calibrate(clean + slow)                       # min: the undisturbed runs win
+    assert fit.groups[0].max_rel_err < 1e-6
+    assert all(r["repeats"] == 2 for r in fit.residuals)
+    assert len(fit.residuals) == len(clean)
+    assert len(cal.calibrate(clean + slow, combine="none").residuals) == 2 * len(clean)
+    med = cal.calibrate(clean + slow + slow, combine="median")
+    assert med.groups[0].params.beta == pytest.approx(3 * TRUE["gather"].beta, rel=1e-6)
+    with pytest.raises(UsageError, match="combine"):
+        cal.calibrate(clean, combine="mean")

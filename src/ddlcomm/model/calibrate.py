@@ -27,6 +27,14 @@ parameters, e.g. where a library switches from eager to rendezvous
 messages).  Placement is ``host`` or ``containers=K``, with the memory kind
 and binding.
 
+**Repeated points.** The same point (backend, library, placement, form,
+algorithm, collective, size, ranks, held out or not) measured in several
+runs is one equation: by default the *fastest* of its measurements
+(``combine="min"``), because on a shared machine interference from other
+jobs only ever adds time, so the best of repeated runs is the closest to
+the undisturbed cost; ``median`` and ``none`` (every run its own equation)
+are the alternatives.
+
 **Holdout.** Points matching a holdout spec (``ranks=4``, ``bytes=1MiB:64MiB``,
 ``run=7``) are left out of the fit and predicted afterwards; their errors are
 reported apart.  Errors are relative: (model - measured) / measured.
@@ -51,6 +59,8 @@ FIT_FORMAT = "ddlcomm-model-fit"
 FIT_VERSION = 1
 #: Measured time each point contributes (µs), by --metric name.
 METRICS = {"avg": "t_avg_us", "p50": "t_p50_us", "min": "t_min_us", "max": "t_max_us"}
+#: How repeated measurements of one point become one equation.
+COMBINE = ("min", "median", "none")
 #: Collectives the fit understands (the model's cost table).
 FITTED = ("allreduce", "broadcast", "gather", "reduce")
 COLUMNS = ("alpha", "beta", "gamma", "alpha_over", "beta_over")
@@ -188,8 +198,8 @@ def regime_of(nbytes: float, split: Sequence[int]) -> str:
     return f"{format_size(lo)}:*" if lo else "*"
 
 
-def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "avg", shared: bool = False, split: Sequence[int] = (),
-              holdout: Sequence[Holdout] = ()) -> list[Row]:
+def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "avg", shared: bool = False,
+              split: Sequence[int] = (), holdout: Sequence[Holdout] = ()) -> list[Row]:
     """The points a fit can use (checked, buffer or object collectives the model
     knows, above 0 bytes and 0 µs) as rows; the others are skipped silently."""
     column = METRICS[metric]
@@ -377,8 +387,29 @@ def _describe(want: Mapping[str, Optional[str]]) -> str:
     return ", ".join(f"{k}={v}" for k, v in want.items() if v is not None) or "the request"
 
 
+def combine_rows(rows: Sequence[Row], how: str = "min") -> list[Row]:
+    """One row per repeated point: the fastest (``min``) or the median
+    measurement (``median``); ``none`` keeps every row.  The row kept carries
+    ``repeats``, the number of measurements it stands for."""
+    if how not in COMBINE:
+        raise UsageError(f"unknown combine {how!r}", f"choose from {', '.join(COMBINE)}")
+    if how == "none":
+        return list(rows)
+    same: dict[tuple, list[Row]] = {}
+    for r in rows:
+        same.setdefault((r.key, r.point.get("bytes"), r.point.get("ranks"), r.heldout), []).append(r)
+    out = []
+    for group in same.values():
+        group = sorted(group, key=lambda r: r.measured_s)
+        pick = group[0] if how == "min" else group[(len(group) - 1) // 2]
+        pick.point["repeats"] = len(group)
+        out.append(pick)
+    return out
+
+
 def calibrate(points: Iterable[Mapping[str, Any]], *,
-              metric: str = "avg", shared: bool = False, split: Sequence[int] = (),
+              metric: str = "avg", combine: str = "min", shared: bool = False,
+              split: Sequence[int] = (),
               holdout: Sequence[Holdout] = (), summary_bytes: int = 64 << 10,
               meta: Optional[dict] = None) -> Fit:
     """Fit every group of ``points``; residuals for fitted and held-out points.
@@ -389,7 +420,7 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
     """
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}", f"choose from {', '.join(METRICS)}")
-    rows = make_rows(points, metric, shared, split, holdout)
+    rows = combine_rows(make_rows(points, metric, shared, split, holdout), combine)
     if not rows:
         raise UsageError("no stored points the model can fit",
                          "measure broadcast, gather or allreduce with `ddlcomm bench` first")
@@ -417,7 +448,8 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
                             s["median_rel_err"], s["max_rel_err"]))
     info = dict(meta or {})
     info.update({
-        "metric": METRICS[metric], "weighting": "1/t (relative error), non-negative",
+        "metric": METRICS[metric], "combine": combine,
+        "weighting": "1/t (relative error), non-negative",
         "shared": shared, "split": list(split), "holdout": [h.text for h in holdout],
         "summary_bytes": summary_bytes,
         "summary": error_summary(residuals, summary_bytes),
@@ -432,7 +464,7 @@ def _residual(r: Row, model_s: float, err: float) -> dict:
             "algorithm": algorithm_of(p), "model_algorithm": r.algorithm,
             "bytes": p.get("bytes"), "ranks": p.get("ranks"), "over": r.over,
             "measured_s": r.measured_s, "model_s": model_s, "rel_err": err,
-            "heldout": r.heldout}
+            "heldout": r.heldout, "repeats": p.get("repeats", 1)}
 
 
 def error_summary(residuals: Sequence[Mapping[str, Any]], summary_bytes: int) -> dict:

@@ -131,6 +131,10 @@ def add_parser(sub, parser_class=None) -> None:
     c.add_argument("--metric", default="avg", choices=["avg", "p50", "min", "max"],
                    help="which stored time to fit (default avg: mean over ranks of each "
                         "rank's average)")
+    c.add_argument("--combine", default="min", choices=["min", "median", "none"],
+                   help="a point measured in several runs counts once, by its fastest "
+                        "(default min: interference only adds time) or median measurement, "
+                        "or once per run (none)")
     c.add_argument("--summary-bytes", default="64KiB", metavar="SIZE",
                    help="also summarise errors from this size up (default 64KiB)")
     c.add_argument("--out", metavar="FIT.json", help="write the fit here")
@@ -261,7 +265,8 @@ def cmd_calibrate(args) -> int:
     split = [parse_size(s) for s in args.split.split(",") if s.strip()] if args.split else []
     summary_bytes = parse_size(args.summary_bytes)
     points = _load_points(args)
-    fit = calibrate(points, metric=args.metric, shared=args.shared, split=split,
+    fit = calibrate(points, metric=args.metric, combine=args.combine, shared=args.shared,
+                    split=split,
                     holdout=holdout, summary_bytes=summary_bytes,
                     meta={"databases": [str(p) for p in _db_paths(args)],
                           "command": "ddlcomm model " + " ".join(sys.argv[2:])})

@@ -25,6 +25,7 @@ from typing import Optional
 import numpy as np
 
 from ..bench.records import agree_all, agree_max, make_record
+from ..errors import UsageError
 from . import phases as ph
 from .aggregate import Buckets, make_aggregator, ready_order
 from .config import TrainConfig
@@ -73,6 +74,19 @@ def progress(rank: int, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
+def first_pass(model, criterion, x, y, cfg: TrainConfig) -> list[int]:
+    """One untimed forward and backward: the order gradients become ready (a clear
+    error where the batch and image size leave BatchNorm a single value per channel)."""
+    try:
+        return ready_order(model, lambda: criterion(model(x), y))
+    except ValueError as exc:
+        if "value per channel" not in str(exc):
+            raise
+        raise UsageError(f"{cfg.model} at batch {cfg.batch} and {cfg.image_size}x{cfg.image_size} "
+                         "leaves BatchNorm one value per channel",
+                         "use --batch 2 or more, or a larger --image-size") from None
+
+
 def run_config(comm, cfg: TrainConfig, job_ranks: int) -> list[dict]:
     """Train ``cfg`` on this job; rank 0 returns the records to store."""
     import torch
@@ -83,8 +97,8 @@ def run_config(comm, cfg: TrainConfig, job_ranks: int) -> list[dict]:
     criterion = torch.nn.CrossEntropyLoss()
     try:
         x, y = data.next()
-        order = comm.broadcast_object(
-            ready_order(model, lambda: criterion(model(x), y)) if comm.rank == 0 else None, 0)
+        order = comm.broadcast_object(first_pass(model, criterion, x, y, cfg) if comm.rank == 0
+                                      else None, 0)
         bk = Buckets(list(model.parameters()), order, cfg.fusion)
         for pbuf in bk.pbufs:                       # one starting point, whatever the seed did
             comm.broadcast(pbuf, 0)

@@ -156,7 +156,8 @@ def rank_main(job: TrainJob, argv: Sequence[str], db_path: Path,
         if owner:
             state["run_id"] = comm.broadcast_object(state["run_id"], 0)
         for n, cfg in enumerate(job.configs, 1):
-            progress(comm.rank, f"[{n}/{len(job.configs)}] {comm.size} ranks {comm.name}: {cfg.label()}")
+            progress(comm.rank, f"[{n}/{len(job.configs)}] {comm.size} rank{'s' if comm.size > 1 else ''} "
+                                f"{comm.name}: {cfg.label()}")
             with watchdog.guard(f"training {cfg.label()}"):
                 records = run_ddp(comm, gloo, cfg) if cfg.peer == "ddp" else run_config(comm, cfg, job.ranks)
             for rec in records:

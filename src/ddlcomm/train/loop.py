@@ -205,6 +205,9 @@ def _train(comm, cfg, model, data, criterion, bk, agg, opt, worker, workers) -> 
         "t_iter_predicted_s": pred["t_iter"] if pred else None,
         "predicted": pred, "predicted_error": predict.error(measured_t_iter, pred and pred["t_iter"]),
         "model_available": pred is not None,
+        # Autograd runs CPU backward on the calling thread, so the hooks that start
+        # MPI calls run on the main thread (MPI is at THREAD_FUNNELED): checked every hook.
+        "hooks_on_main_thread": agg.hooks_off_main == 0,
     }
     nparams = sum(p.numel() for p in bk.params)
     records = _records(comm, cfg, table3, iters_t, check, workers, nparams, iteration)

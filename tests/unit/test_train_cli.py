@@ -21,7 +21,7 @@ def test_defaults():
     assert job.ranks == 2 and job.backend == "mpi"
     (cfg,) = job.configs
     assert (cfg.model, cfg.arch, cfg.overlap, cfg.fusion, cfg.batch, cfg.iters) == \
-        ("smallcnn", "allreduce", False, 25 << 20, 32, 20)
+        ("smallcnn", "allreduce", False, 25 << 20, 128, 20)
 
 
 def test_product_of_arch_overlap_and_peer():

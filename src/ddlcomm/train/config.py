@@ -16,7 +16,7 @@ class TrainConfig:
     arch: str = "allreduce"          # allreduce | ps
     overlap: bool = False
     fusion: int = 25 << 20           # bucket bytes; 0: one bucket per gradient
-    batch: int = 32                  # images per worker per iteration
+    batch: int = 128                 # images per worker per iteration
     image_size: int = 32
     iters: int = 20
     warmup: int = 3

@@ -96,18 +96,21 @@ class FolderData:
                 xt = torch.from_numpy(np.ascontiguousarray(x, np.float32))
                 if x.dtype == np.uint8:
                     xt = xt / 255.0
-                item = (xt, torch.from_numpy(np.asarray(y, np.int64) % self.classes))
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if self._stop.is_set():
+                if not self._put((xt, torch.from_numpy(np.asarray(y, np.int64) % self.classes))):
                     return
         except BaseException as exc:       # noqa: BLE001 - handed to the training loop
             self._error = exc
-            self._queue.put(None)
+            self._put(None)
+
+    def _put(self, item) -> bool:
+        """Queue ``item`` unless stopped first; whether it was queued."""
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
 
     def next(self) -> Any:
         item = self._queue.get()

@@ -87,13 +87,17 @@ def first_pass(model, criterion, x, y, cfg: TrainConfig) -> list[int]:
                          "use --batch 2 or more, or a larger --image-size") from None
 
 
-def run_config(comm, cfg: TrainConfig, job_ranks: int) -> list[dict]:
+def run_config(comm, cfg: TrainConfig) -> list[dict]:
     """Train ``cfg`` on this job; rank 0 returns the records to store."""
     import torch
     torch.set_num_threads(cfg.threads)
     spec = get_net(cfg.model)
     model = build(cfg)
-    data = make_data(cfg, spec.classes, comm.rank, comm.size)
+    # Files are shared among the workers; a parameter server reads one batch (for the
+    # untimed first pass) and trains on none.
+    shard = (comm.rank, comm.size) if cfg.arch != "ps" else \
+        ((comm.rank - 1, comm.size - 1) if comm.rank else (0, 1))
+    data = make_data(cfg, spec.classes, *shard)
     criterion = torch.nn.CrossEntropyLoss()
     try:
         x, y = data.next()

@@ -159,7 +159,7 @@ def rank_main(job: TrainJob, argv: Sequence[str], db_path: Path,
             progress(comm.rank, f"[{n}/{len(job.configs)}] {comm.size} rank{'s' if comm.size > 1 else ''} "
                                 f"{comm.name}: {cfg.label()}")
             with watchdog.guard(f"training {cfg.label()}"):
-                records = run_ddp(comm, gloo, cfg) if cfg.peer == "ddp" else run_config(comm, cfg, job.ranks)
+                records = run_ddp(comm, gloo, cfg) if cfg.peer == "ddp" else run_config(comm, cfg)
             for rec in records:
                 store.add_point(state["run_id"], rec)
         if store is not None:

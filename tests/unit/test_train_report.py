@@ -78,5 +78,5 @@ def test_summary_and_page(tmp_path):
     page = report.write_train_report(run, stored, tmp_path / "out")
     html = page.read_text()
     assert "<svg" in html and "Weak scaling" in html
-    for name in ("phases", "predicted", "scaling", "batch"):
+    for name in ("phases", "predicted", "scaling", "batch", "layers"):
         assert (tmp_path / "out" / f"{name}.png").exists(), name

@@ -227,12 +227,39 @@ def batch_figure(points: Sequence[Point]) -> Any:
     return plots._finish(fig, ax, "Batch-size sweep on one worker")
 
 
+def layers_figure(points: Sequence[Point]) -> Any:
+    """Backward time and gradient bytes of every tensor, in the order backward makes
+    them ready, for the first configuration of each model (the model's WFBP input)."""
+    plt = plots._pyplot()
+    firsts: dict[str, dict] = {}
+    for f in iterations(points):
+        if f.get("layers") and f.get("model") not in firsts:
+            firsts[f["model"]] = f
+    if not firsts:
+        raise ValueError("no per-tensor backward times to draw")
+    fig, axes = plt.subplots(len(firsts), 1, figsize=(7.2, 2.6 * len(firsts)), squeeze=False,
+                             layout="constrained")
+    for ax, (model, f) in zip(axes[:, 0], firsts.items()):
+        ms = [t * 1e3 for t, _ in f["layers"]]
+        mib = [b / (1 << 20) for _, b in f["layers"]]
+        x = range(len(ms))
+        ax.bar(x, ms, color="#ff7f0e", width=1.0, label="backward ms")
+        ax.set_ylabel("backward (ms)")
+        twin = ax.twinx()
+        twin.plot(x, mib, color="#1f77b4", linewidth=1, label="gradient MiB")
+        twin.set_ylabel("gradient (MiB)")
+        ax.set_title(f"{label(f)}: {len(ms)} tensors, last layer first", fontsize="small")
+    axes[-1, 0].set_xlabel("parameter tensor, in the order its gradient became ready")
+    return fig
+
+
 def _size() -> tuple[float, float]:
     return (6.4, 4.4)
 
 
 FIGURES = (("phases", phases_figure), ("predicted", predicted_figure),
-           ("scaling", scaling_figure), ("throughput", throughput_figure), ("batch", batch_figure))
+           ("scaling", scaling_figure), ("throughput", throughput_figure), ("batch", batch_figure),
+           ("layers", layers_figure))
 
 
 def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

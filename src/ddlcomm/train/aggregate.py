@@ -24,7 +24,7 @@ optimizer and broadcasts the parameters back into every worker's buffers.
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 

@@ -179,10 +179,9 @@ def run(args: argparse.Namespace, argv: list[str], db: Path, report_dir: Optiona
         job = TrainJob.from_json(os.environ[session.JOB_ENV])
         return session.rank_main(job, argv, db, report_dir, config={})
     jobs = plan_jobs(args, info.size if info else None)
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise UsageError("ddlcomm train needs PyTorch", "pip install 'ddlcomm[torch]'") from None
+    import importlib.util
+    if importlib.util.find_spec("torch") is None:
+        raise UsageError("ddlcomm train needs PyTorch", "pip install 'ddlcomm[torch]'")
     config = {"backend": args.backend, "ranks": [j.ranks for j in jobs],
               "configs": sorted({c.label() for j in jobs for c in j.configs}),
               "extra": {"tag": args.tag} if args.tag else {}}

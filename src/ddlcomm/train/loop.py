@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import sys
 import time
-from typing import Optional
 
 import numpy as np
 

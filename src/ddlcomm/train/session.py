@@ -13,7 +13,6 @@ they were given and rank 0 owns the run.
 """
 from __future__ import annotations
 
-import math
 import os
 import signal
 import sys

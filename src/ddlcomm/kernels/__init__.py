@@ -2,8 +2,8 @@
 
 Two implementations, chosen per (op, dtype) by :func:`reducer`:
 
-- ``numpy``: the ufunc with ``out=`` (bfloat16 through float32: widen,
-  compute, round back to nearest even);
+- ``numpy``: the ufunc with ``out=`` (bfloat16: ml_dtypes' ufunc loops,
+  which compute in float32 and round to nearest even, element by element);
 - ``c``: ddlcomm's compiled kernel (``_reduce.c``), SIMD loops for AVX2+F16C,
   AVX-512F and AVX512-BF16 chosen at import from what the CPU supports, with a
   portable C loop everywhere else.  It reduces float16 and bfloat16 at memory
@@ -164,13 +164,8 @@ def _as_array(buf, dtype: np.dtype) -> np.ndarray:
 
 def _numpy_reducer(ufunc: np.ufunc, dtype: DType) -> Reducer:
     np_dtype = dtype.numpy
-    if dtype.name == "bfloat16":
-        def reduce(a, b, out):
-            wide = ufunc(_as_array(a, np_dtype).astype(np.float32),
-                         _as_array(b, np_dtype).astype(np.float32))
-            _as_array(out, np_dtype)[...] = wide        # float32 -> bfloat16: nearest even
-    else:
-        def reduce(a, b, out):
-            ufunc(_as_array(a, np_dtype), _as_array(b, np_dtype), out=_as_array(out, np_dtype))
+
+    def reduce(a, b, out):
+        ufunc(_as_array(a, np_dtype), _as_array(b, np_dtype), out=_as_array(out, np_dtype))
     reduce.__qualname__ = f"numpy_{ufunc.__name__}_{dtype.name}"
     return reduce

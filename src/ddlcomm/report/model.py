@@ -112,8 +112,6 @@ def _group_label(key: Mapping[str, Any]) -> str:
         parts.append(str(key["form"]))
     if key.get("algorithm") not in (None, "library"):
         parts.append(str(key["algorithm"]))
-    if key.get("regime") not in (None, "*"):
-        parts.append(str(key["regime"]))
     return " ".join(parts)
 
 
@@ -124,13 +122,21 @@ def _same_group(r: Mapping[str, Any], key: Mapping[str, Any]) -> bool:
             and key.get("collective") in ("*", r["collective"]))
 
 
+def families(fit) -> dict[tuple, list]:
+    """Fitted groups by everything but their size regime: one figure each."""
+    out: dict[tuple, list] = {}
+    for g in fit.groups:
+        out.setdefault(tuple((k, v) for k, v in g.key.items() if k != "regime"), []).append(g)
+    return out
+
+
 def fit_figure(fit, group) -> Any:
     """Measured (markers) vs modelled (lines) time per size, one colour per rank
-    count, held-out points hollow; below, the relative error per point."""
+    count, held-out points hollow; below, the relative error per point.  All
+    size regimes of ``group``'s family are drawn (the model is piecewise)."""
     from .plots import _pyplot, _size_axis
     plt = _pyplot()
-    rs = [r for r in fit.residuals if _same_group(r, group.key)
-          and group.covers(r["bytes"])]
+    rs = [r for r in fit.residuals if _same_group(r, group.key)]
     fig, (ax, ex) = plt.subplots(2, 1, figsize=(6.4, 6.0), layout="constrained", sharex=True,
                                  gridspec_kw={"height_ratios": [3, 1.3]})
     colls = sorted({r["collective"] for r in rs})
@@ -249,18 +255,21 @@ def write_model_report(fit, out_dir: Path, max_ranks: int = 1024,
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sections = []
-    for i, g in enumerate(fit.groups):
+    for i, groups in enumerate(families(fit).values()):
         try:
-            fig = fit_figure(fit, g)
+            fig = fit_figure(fit, groups[0])
         except ValueError:
             continue
-        paths = plots.save(fig, out / f"fit-{i:02d}-{_safe_name(_group_label(g.key))}")
-        p = g.params
-        params = (f"α = {p.alpha:.3g} s, β = {p.beta:.3g} s/B, γ = {p.gamma:.3g} s/B, "
-                  f"α_over = {p.alpha_over:.3g} s, β_over = {p.beta_over:.3g} s/B; "
-                  f"{g.points} points fitted, median |error| {_pct(g.median_rel_err)}, "
-                  f"max {_pct(g.max_rel_err)}")
-        sections.append(f"<figure>{_inline_svg(paths['svg'])}<figcaption>{escape(params)}"
+        paths = plots.save(fig, out / f"fit-{i:02d}-{_safe_name(_group_label(groups[0].key))}")
+        lines = []
+        for g in groups:
+            p = g.params
+            lines.append(f"sizes {g.key.get('regime')}: α = {p.alpha:.3g} s, β = {p.beta:.3g} s/B, "
+                         f"γ = {p.gamma:.3g} s/B, α_over = {p.alpha_over:.3g} s, "
+                         f"β_over = {p.beta_over:.3g} s/B; {g.points} points fitted, median "
+                         f"|error| {_pct(g.median_rel_err)}, max {_pct(g.max_rel_err)}")
+        caption = "<br>".join(escape(line) for line in lines)
+        sections.append(f"<figure>{_inline_svg(paths['svg'])}<figcaption>{caption}"
                         f"</figcaption></figure>")
     rows = scaling_rows(fit, max_ranks, sizes)
     scaling = []

@@ -163,9 +163,9 @@ def _train(comm, cfg, model, data, criterion, bk, agg, opt, worker, workers) -> 
         # Workers waited for the server's update inside their exposed communication: move it.
         apply_s = rows[:, 4].copy() if comm.rank == 0 else np.zeros(total)
         comm.broadcast(apply_s, 0)
-        if worker:
-            rows[:, 4] = apply_s
+        if worker:                      # the server's update, then the worker's own zeroing
             rows[:, 5] = np.maximum(0.0, rows[:, 5] - apply_s)
+            rows[:, 4] += apply_s
     check, identical = "skipped", None
     if cfg.check:
         identical = replicas_identical(comm, bk.flat_params())

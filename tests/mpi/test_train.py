@@ -48,9 +48,12 @@ def check_trained(points, expected: set):
 
 def test_every_arch_over_mpi(mpi, tmp_path):
     _, points = train(mpi, tmp_path / "t.db", "--backend", "mpi", "--ranks", "2",
-                      "--arch", "allreduce,ps", "--overlap", "both")
+                      "--arch", "allreduce,ps", "--overlap", "both", "--wait", "both")
     check_trained(points, {("allreduce", False, "ddlcomm"), ("allreduce", True, "ddlcomm"),
                            ("ps", False, "ddlcomm")})
+    assert {(p["arch"], p["overlap"], p["wait"]) for p in iterations(points)} == {
+        ("allreduce", False, "spin"), ("allreduce", False, "sleep"), ("allreduce", True, "spin"),
+        ("allreduce", True, "sleep"), ("ps", False, "spin")}
     assert {p["library"] for p in points} == {"Open MPI" if mpi.name == "openmpi" else "MPICH"}
     for p in iterations(points):
         assert p["workers"] == (1 if p["arch"] == "ps" else 2)

@@ -33,6 +33,13 @@ def test_product_of_arch_overlap_and_peer():
     assert job.needs_gloo
 
 
+def test_wait_both_doubles_the_allreduce_configurations():
+    (job,) = jobs("--arch", "allreduce,ps", "--overlap", "both", "--wait", "both")
+    assert [(c.arch, c.overlap, c.wait) for c in job.configs] == [
+        ("allreduce", False, "spin"), ("allreduce", False, "sleep"), ("allreduce", True, "spin"),
+        ("allreduce", True, "sleep"), ("ps", False, "spin")]
+
+
 def test_bare_overlap_means_on():
     (job,) = jobs("--overlap")
     assert [c.overlap for c in job.configs] == [True]
@@ -68,6 +75,8 @@ def test_job_round_trips_through_json():
     (["--arch", "ring"], "unknown --arch"),
     (["--arch", "ps", "--overlap"], "--overlap applies to --arch allreduce"),
     (["--arch", "ps", "--ranks", "1"], "needs a server"),
+    (["--arch", "ps", "--wait", "sleep"], "--wait applies to --arch allreduce"),
+    (["--wait", "nap"], "invalid choice"),
     (["--batch-sweep", "1,2", "--ranks", "2"], "one worker"),
     (["--batch", "2", "--batch-sweep", "1,2"], "not both"),
     (["--batch", "0"], "--batch must be at least 1"),

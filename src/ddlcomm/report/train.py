@@ -46,7 +46,8 @@ def scaling(points: Sequence[Point]) -> list[dict]:
 
 def label(f: Mapping[str, Any], ranks: bool = True) -> str:
     """E.g. ``resnet50 b2 allreduce+overlap 25MiB Open MPI@2`` or ``... ddp 25MiB Gloo@2``."""
-    how = "ddp" if f.get("peer") == "ddp" else f"{f.get('arch')}{'+overlap' if f.get('overlap') else ''}"
+    how = "ddp" if f.get("peer") == "ddp" else \
+        f"{f.get('arch')}{'+overlap' if f.get('overlap') else ''}{'+sleep' if f.get('wait') == 'sleep' else ''}"
     text = f"{f.get('model')} b{f.get('batch')} {how} {format_size(int(f.get('fusion') or 0))}"
     return f"{text} {f.get('library') or f.get('backend')}@{f.get('ranks')}" if ranks else text
 

@@ -33,6 +33,23 @@ from .phases import buckets as make_buckets
 
 clock = time.perf_counter
 ARCHS = ("allreduce", "ps")
+#: How a rank waits for all-reduces in flight: "spin", the backend's own wait (MPI's polls
+#: a core), or "sleep": test() between sleeps of 50 µs growing to 1 ms, leaving the core to
+#: the other ranks and jobs that share it.
+WAITS = ("spin", "sleep")
+SLEEP_MIN_S, SLEEP_MAX_S = 5e-5, 1e-3
+
+
+def wait_all(requests: Sequence, how: str) -> None:
+    """Wait until every request is complete, spinning in the backend or sleeping between tests."""
+    if how == "spin":
+        for req in requests:
+            req.wait()
+        return
+    delay = SLEEP_MIN_S
+    while not all(req.test() for req in requests):
+        time.sleep(delay)
+        delay = min(2 * delay, SLEEP_MAX_S)
 
 
 class Buckets:
@@ -98,8 +115,8 @@ class AllreduceAggregator:
 
     arch = "allreduce"
 
-    def __init__(self, comm, bk: Buckets, overlap: bool) -> None:
-        self.comm, self.bk, self.overlap = comm, bk, overlap
+    def __init__(self, comm, bk: Buckets, overlap: bool, wait: str = "spin") -> None:
+        self.comm, self.bk, self.overlap, self.wait = comm, bk, overlap, wait
         self.calls = [comm.bind("allreduce", g, g, op="avg") for g in bk.gbufs]
         self._counts = [len(m) for m in bk.members]
         self.ready: list[float] = []
@@ -147,8 +164,9 @@ class AllreduceAggregator:
         if self.overlap and self.hooks_off_main == 0:
             self._pending = [0] * len(self._pending)    # parameters without gradients count as ready
             self._start_ready()
-            for req in self._reqs:
-                req.wait()
+            wait_all(self._reqs, self.wait)
+        elif self.wait == "sleep":
+            wait_all([self.comm.iallreduce(g, g, op="avg") for g in self.bk.gbufs], "sleep")
         else:
             for call in self.calls:
                 call()
@@ -167,9 +185,9 @@ class AllreduceAggregator:
         of the run is fed the cost of exactly these buckets on exactly this job.
         """
         scratch = [g.copy() for g in self.bk.gbufs]
-        if self.overlap:               # the primitive training used: started, then waited for
-            iallreduce = self.comm.iallreduce
-            calls = [(lambda s=s: iallreduce(s, s, op="avg").wait()) for s in scratch]
+        if self.overlap or self.wait == "sleep":      # as training ran them: started, then waited for
+            iallreduce, how = self.comm.iallreduce, self.wait
+            calls = [(lambda s=s: wait_all([iallreduce(s, s, op="avg")], how)) for s in scratch]
         else:
             calls = [self.comm.bind("allreduce", s, s, op="avg") for s in scratch]
         return _time_buckets(self.comm, [[c] for c in calls], [s.nbytes for s in scratch], reps)
@@ -263,11 +281,13 @@ def _time_buckets(comm, calls: list[list[Callable[[], None]]], nbytes: list[int]
 
 
 def make_aggregator(arch: str, comm, bk: Buckets, overlap: bool,
-                    optimizer_factory: Callable[[], object]):
+                    optimizer_factory: Callable[[], object], wait: str = "spin"):
+    if wait not in WAITS:
+        raise UsageError(f"unknown --wait {wait!r}", f"choose from {', '.join(WAITS)}")
     if arch == "allreduce":
-        return AllreduceAggregator(comm, bk, overlap)
+        return AllreduceAggregator(comm, bk, overlap, wait)
     if arch == "ps":
-        if overlap:
-            raise UsageError("--overlap applies to --arch allreduce")
+        if overlap or wait != "spin":
+            raise UsageError("--overlap and --wait sleep apply to --arch allreduce")
         return PSAggregator(comm, bk, optimizer_factory)
     raise UsageError(f"unknown --arch {arch!r}", f"choose from {', '.join(ARCHS)}")

@@ -20,6 +20,7 @@ from .nets import NETS, check_image_size, get_net
 
 PEERS = ("none", "ddp")
 OVERLAP = {"off": (False,), "on": (True,), "both": (False, True)}
+WAIT_CHOICES = {"spin": ("spin",), "sleep": ("sleep",), "both": ("spin", "sleep")}
 
 DESCRIPTION = (
     "Synchronous data-parallel training of a real network (PyTorch, CPU) with its gradients "
@@ -49,6 +50,11 @@ def add_parser(sub, add_db: Callable[[argparse.ArgumentParser], None]) -> argpar
     t.add_argument("--overlap", nargs="?", const="on", default="off", choices=list(OVERLAP),
                    help="allreduce: start each bucket's all-reduce from the gradient hooks while "
                         "backward goes on (--overlap = on); 'both' measures off and on in one run")
+    t.add_argument("--wait", default="spin", choices=list(WAIT_CHOICES),
+                   help="allreduce: how a rank waits for all-reduces in flight: spin (the "
+                        "backend's own wait; MPI's keeps polling a core), sleep (poll between "
+                        "sleeps of 50 us to 1 ms, leaving the core to ranks and jobs sharing it), "
+                        "or both, measured in turn (default spin)")
     t.add_argument("--peer", default="none", choices=PEERS,
                    help="ddp: also train the same configuration with torch DistributedDataParallel "
                         "over Gloo in the same job (default none)")
@@ -129,8 +135,11 @@ def plan_jobs(args: argparse.Namespace, launcher_size: Optional[int]) -> list[Tr
         if a not in ARCHS:
             raise UsageError(f"unknown --arch {a!r}", f"choose from {', '.join(ARCHS)}")
     overlaps = OVERLAP[args.overlap]
+    waits = WAIT_CHOICES[args.wait]
     if True in overlaps and archs == ["ps"]:
         raise UsageError("--overlap applies to --arch allreduce", "drop --overlap for ps")
+    if "sleep" in waits and archs == ["ps"]:
+        raise UsageError("--wait applies to --arch allreduce", "drop --wait for ps")
     if args.batch_sweep is not None and args.batch is not None:
         raise UsageError("give --batch or --batch-sweep, not both")
     if args.batch_sweep is not None:
@@ -159,9 +168,9 @@ def plan_jobs(args: argparse.Namespace, launcher_size: Optional[int]) -> list[Tr
             continue
         if "ps" in archs and n < 2:
             raise UsageError("--arch ps needs a server and at least one worker", "use --ranks 2 or more")
-        configs = [base.with_(arch=arch, overlap=overlap, batch=batch)
-                   for arch, overlap, batch in itertools.product(archs, overlaps, batches)
-                   if not (arch == "ps" and overlap)]
+        configs = [base.with_(arch=arch, overlap=overlap, wait=wait, batch=batch)
+                   for arch, overlap, wait, batch in itertools.product(archs, overlaps, waits, batches)
+                   if not (arch == "ps" and (overlap or wait != "spin"))]
         if args.peer == "ddp":
             configs += [base.with_(peer="ddp", batch=b) for b in batches]
         jobs.append(TrainJob(args.backend, n, configs, timeout))

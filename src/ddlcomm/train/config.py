@@ -15,6 +15,7 @@ class TrainConfig:
     model: str
     arch: str = "allreduce"          # allreduce | ps
     overlap: bool = False
+    wait: str = "spin"               # spin | sleep: how all-reduces in flight are waited for
     fusion: int = 25 << 20           # bucket bytes; 0: one bucket per gradient
     batch: int = 128                 # images per worker per iteration
     image_size: int = 32
@@ -33,7 +34,8 @@ class TrainConfig:
         if self.peer == "ddp":
             how = f"ddp (gloo) bucket {format_size(self.fusion)}"
         else:
-            how = f"{self.arch}{' overlap' if self.overlap else ''} fusion {format_size(self.fusion)}"
+            how = (f"{self.arch}{' overlap' if self.overlap else ''}"
+                   f"{' wait-sleep' if self.wait == 'sleep' else ''} fusion {format_size(self.fusion)}")
         return f"{self.model} batch {self.batch} {how}"
 
     def with_(self, **changes) -> "TrainConfig":

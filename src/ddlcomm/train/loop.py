@@ -108,7 +108,7 @@ def run_config(comm, cfg: TrainConfig) -> list[dict]:
 
         def optimizer():
             return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
-        agg = make_aggregator(cfg.arch, comm, bk, cfg.overlap, optimizer)
+        agg = make_aggregator(cfg.arch, comm, bk, cfg.overlap, optimizer, cfg.wait)
         opt = optimizer() if cfg.arch == "allreduce" else None
         worker = not (cfg.arch == "ps" and comm.rank == 0)
         workers = comm.size - 1 if cfg.arch == "ps" else comm.size
@@ -227,7 +227,8 @@ def _train(comm, cfg, model, data, criterion, bk, agg, opt, worker, workers) -> 
 
 def base_extra(cfg: TrainConfig, workers: int, phase: str) -> dict:
     return {"workload": "train", "phase": phase, "model": cfg.model, "arch": cfg.arch,
-            "peer": cfg.peer, "overlap": cfg.overlap, "fusion": cfg.fusion, "batch": cfg.batch,
+            "peer": cfg.peer, "overlap": cfg.overlap, "wait": cfg.wait, "fusion": cfg.fusion,
+            "batch": cfg.batch,
             "image_size": cfg.image_size, "workers": workers, "threads": cfg.threads,
             "data": "synthetic" if cfg.data is None else "files"}
 

@@ -15,7 +15,8 @@ thread: autograd runs CPU backward on the thread that called it) starts a
 bucket's non-blocking all-reduce (:meth:`Communicator.iallreduce`) as soon as
 its last gradient is ready, buckets always started in the same order on every
 rank, and polls the ones in flight (MPI progresses inside calls), while
-backward goes on; what is left is waited for after backward.
+backward goes on; what is left is waited for after backward, in the
+backend's own wait or (``--wait sleep``) by testing between short sleeps.
 
 ``ps``: rank 0 is the server (as in the ps workloads).  Workers gather each
 bucket of gradients to it; it averages the workers' gradients, steps the one

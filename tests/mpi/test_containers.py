@@ -156,6 +156,12 @@ def test_commands_without_containers():
     with pytest.raises(UnsupportedError, match="neither"):
         placement.mpirun_command(MPILauncher("x", "unknown"), None, 2, ["prog"], "core")
     assert placement.spawn_prefixes(None, 2) == [[], []]
+    # Ranks on the host (gloo's spawner): taskset per rank, the deal containers get.
+    core = placement.host_bind_prefixes(3, "core", available=[0, 1], nodes={0: [0, 1]})
+    assert [p[1:] for p in core] == [["-c", "0"], ["-c", "1"], ["-c", "0"]]
+    numa = placement.host_bind_prefixes(2, "numa", available=[0, 1, 2, 3], nodes={0: [0, 1], 1: [2, 3]})
+    assert [p[1:] for p in numa] == [["-c", "0,1"], ["-c", "2,3"]]
+    assert placement.host_bind_prefixes(2, "none") == [[], []]
     assert placement.master_addr(None) == "127.0.0.1"
 
 

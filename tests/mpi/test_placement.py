@@ -54,6 +54,15 @@ def test_hierarchical_allreduce_over_containers(mpi, tmp_path, namespaces, backe
     assert {p["check"] for p in points} == {"passed"}
 
 
+def test_gloo_ranks_bound_on_the_host(mpi, tmp_path):
+    import os
+    cpus = sorted(os.sched_getaffinity(0))
+    _, points = bench(mpi, tmp_path / "b.db", "--backend", "gloo", "--bind", "core",
+                      "--collective", "allreduce", "--sizes", "4KiB", "--ranks", "2", "--iters", "3")
+    assert points[0]["bind"] == "core" and points[0]["check"] == "passed"
+    assert points[0]["cpus"] == [str(cpus[0]), str(cpus[1 % len(cpus)])]
+
+
 def test_c_buffer_object_in_hugepages(mpi, tmp_path):
     _, points = bench(mpi, tmp_path / "m.db", "--impl", "c,buffer,object", "--memory", "hugepage",
                       "--collective", "broadcast,gather,allreduce", "--sizes", "4MiB",

@@ -99,12 +99,14 @@ def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
 MEASURES = {"collective": measure_collective, "workload": measure_workload, "c": measure_c}
 
 
-def placement_fields(plan: BenchPlan, nranks: int) -> dict:
+def placement_fields(plan: BenchPlan, nranks: int, cpus: Optional[list[str]] = None) -> dict:
     """Where the ranks and buffers were: stored with every point of the run.
 
     ``transport`` names, for each pair of ranks, the path their MPI takes as
     inferred from the placement (shared memory within a container or on the
     host, TCP between containers): the libraries do not report it per pair.
+    ``cpus`` is each rank's CPU affinity as the rank itself read it (taskset's
+    list syntax), so a binding is recorded as it was applied, not as asked.
     """
     from ..launch.containers import split_ranks, transport
     groups = split_ranks(nranks, plan.containers or 1)
@@ -113,7 +115,7 @@ def placement_fields(plan: BenchPlan, nranks: int) -> dict:
              for a in range(nranks) for b in range(a + 1, nranks)}
     return {"memory": plan.memory or "numpy", "containers": plan.containers,
             "ranks_per_container": [len(g) for g in groups] if plan.containers else [],
-            "bind": plan.bind, "transport": pairs}
+            "bind": plan.bind, "transport": pairs, **({"cpus": cpus} if cpus is not None else {})}
 
 
 def check_plan(comms: dict, plan: BenchPlan) -> None:
@@ -157,7 +159,9 @@ def run_sweep(comms: dict, plan: BenchPlan, watchdog: Watchdog, store: Any,
                         desc=f"{','.join(plan.backends)} {first.size} ranks", dynamic_ncols=not plain,
                         mininterval=5.0 if plain else 0.1, ncols=100 if plain else None)
     failed = 0
-    common = placement_fields(plan, first.size)
+    from ..launch.containers import format_cpulist
+    cpus = first.allgather_object(format_cpulist(sorted(os.sched_getaffinity(0))))
+    common = placement_fields(plan, first.size, cpus)
     try:
         for spec in points:
             label = spec.label(len(plan.backends) > 1)

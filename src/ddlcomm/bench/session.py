@@ -63,7 +63,7 @@ def _start_with_spawn(plan: BenchPlan, argv: Sequence[str], env: dict) -> int:
     from ..launch import placement
     nranks = plan.ranks or 2
     with _containers(plan) as cset:
-        return spawn.run(nranks, _program(argv), env, prefixes=placement.spawn_prefixes(cset, nranks),
+        return spawn.run(nranks, _program(argv), env, prefixes=placement.spawn_prefixes(cset, nranks, plan.bind),
                          master_addr=placement.master_addr(cset))
 
 

@@ -131,12 +131,32 @@ def mpirun_command(launcher: MPILauncher, cset: Optional[ContainerSet], nranks: 
     return cmd + [str(p) for p in program], extra
 
 
+def host_bind_prefixes(nranks: int, bind: str, available: Optional[Sequence[int]] = None,
+                       nodes: Optional[dict[int, list[int]]] = None) -> list[list[str]]:
+    """``taskset -c CPUS`` per rank on this host: ``core`` gives rank r cpu r (mod the
+    cpus this process may use), ``numa`` the cpus of NUMA node r (mod the nodes);
+    ``none`` nothing.  The same deal as containers get (:func:`containers.cpu_sets`)."""
+    _check_bind(bind)
+    if bind == "none":
+        return [[] for _ in range(nranks)]
+    import shutil
+    from .containers import cpu_sets, format_cpulist, numa_nodes
+    taskset = shutil.which("taskset")
+    if taskset is None:
+        raise UnsupportedError("--bind needs `taskset`, which is not installed", "install util-linux")
+    plan = cpu_sets(nranks, bind, sorted(os.sched_getaffinity(0)) if available is None else available,
+                    numa_nodes() if nodes is None else nodes)
+    return [[taskset, "-c", format_cpulist(cpus[:1] if bind == "core" else cpus)]
+            for cpus in plan.cpus]
+
+
 def master_addr(cset: Optional[ContainerSet]) -> str:
     """The rendezvous address for ``env://`` ranks: rank 0's container, else loopback."""
     return "127.0.0.1" if cset is None else cset.container_of(0).address
 
 
-def spawn_prefixes(cset: Optional[ContainerSet], nranks: int) -> list[list[str]]:
+def spawn_prefixes(cset: Optional[ContainerSet], nranks: int,
+                   bind: str = "none") -> list[list[str]]:
     """Per-rank argv prefix for ddlcomm's own spawner (gloo): rank r runs in its container.
 
     Each prefix enters the rank's container (:meth:`ContainerSet.exec_prefix`)
@@ -144,10 +164,11 @@ def spawn_prefixes(cset: Optional[ContainerSet], nranks: int) -> list[list[str]]
     GLOO_SOCKET_IFNAME=eth0``, so it overrides the loopback ``MASTER_ADDR``
     that :func:`spawn.rank_env` sets (also returned by :func:`master_addr`).
     With binding ``core`` each rank is pinned to one cpu of its container
-    (round-robin).  Without containers every prefix is empty.
+    (round-robin).  Without containers the prefix is ``taskset -c CPUS`` for
+    ``bind`` (:func:`host_bind_prefixes`), else empty.
     """
     if cset is None:
-        return [[] for _ in range(nranks)]
+        return host_bind_prefixes(nranks, bind)
     if cset.nranks != nranks:
         raise UsageError(f"the containers hold {cset.nranks} ranks, not {nranks}")
     addr = master_addr(cset)

@@ -57,7 +57,7 @@ the time is the plain α-β-γ one.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Callable, Mapping, Optional
 
 from ..comm import native
@@ -380,7 +380,6 @@ class Setting:
     cores: Optional[int] = None
     inter: Optional[Params] = None
     leaders_algorithm: str = "auto"
-    extra: dict = field(default_factory=dict)
 
 
 def resolve(collective: str, algorithm: str, p: int, nbytes: float,

@@ -258,8 +258,6 @@ def _forms(args: argparse.Namespace) -> list[str]:
 def _check_placement(plan) -> None:
     """Memory kinds, C reference and containers: refuse now what cannot run here."""
     if plan.memory is not None:
-        if plan.workloads:
-            raise UsageError("--memory applies to collectives, not workloads")
         from . import memory
         memory.check(plan.memory, plan.hbw_fallback)
     elif plan.hbw_fallback is not None:

@@ -63,6 +63,14 @@ def test_gloo_ranks_bound_on_the_host(mpi, tmp_path):
     assert points[0]["cpus"] == [str(cpus[0]), str(cpus[1 % len(cpus)])]
 
 
+def test_workloads_in_a_memory_kind(mpi, tmp_path):
+    _, points = bench(mpi, tmp_path / "w.db", "--workload", "ps-sync,allreduce", "--memory", "hugepage",
+                      "--sizes", "4MiB", "--ranks", "3", "--iters", "3")
+    assert {p["workload"] for p in points} == {"ps-sync", "allreduce"}
+    assert {p["check"] for p in points} == {"passed"}
+    assert all(p["memory"] == "hugepage" and p["pages"]["huge_kb"] > 0 for p in points)
+
+
 def test_c_buffer_object_in_hugepages(mpi, tmp_path):
     _, points = bench(mpi, tmp_path / "m.db", "--impl", "c,buffer,object", "--memory", "hugepage",
                       "--collective", "broadcast,gather,allreduce", "--sizes", "4MiB",

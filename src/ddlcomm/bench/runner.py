@@ -91,8 +91,21 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
 
 
 def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
+    """A workload's phases, its buffers (zeroed) in the run's memory kind."""
     from ..workloads import get_workload
-    return get_workload(spec.name).measure(comm, plan, spec)
+    from ..workloads.paths import get_path
+    get_path(plan.path)
+
+    with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:
+        def alloc(dtype, count: int) -> np.ndarray:
+            out = bufs.alloc(dtype, count)
+            out[...] = 0
+            return out
+        records = get_workload(spec.name).measure(comm, plan, spec, alloc)
+        pages = bufs.placement()
+    for record in records:
+        record["extra"]["pages"] = pages
+    return records
 
 
 #: How each kind of point is measured.

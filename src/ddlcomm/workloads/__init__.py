@@ -1,6 +1,9 @@
 """Data-parallel communication workloads: parameter server and all-reduce.
 
 Each workload registers itself by name; ``get_workload`` loads it on demand.
+A workload has ``name``, ``min_ranks`` and ``measure(comm, plan, spec, alloc)``
+returning rank 0's records, where ``alloc(dtype, count)`` gives zeroed
+buffers in the run's ``--memory`` kind (freed after the point).
 """
 from __future__ import annotations
 

@@ -13,7 +13,6 @@ import numpy as np
 from ..collectives import COLLECTIVES, fill
 from ..bench.records import agree_all
 from . import base
-from .paths import get_path
 
 PHASES = ("allreduce", "apply", "step")
 
@@ -23,11 +22,10 @@ class AllreduceWorkload:
     name: str = "allreduce"
     min_ranks: int = 1
 
-    def measure(self, comm, plan, spec) -> list[dict]:
+    def measure(self, comm, plan, spec, alloc) -> list[dict]:
         dtype, counts = base.counts(plan, spec.nbytes)
-        alloc = get_path(plan.path).alloc
-        grads = [alloc(n, dtype.numpy) for n in counts]
-        params = [alloc(n, dtype.numpy) for n in counts]
+        grads = [alloc(dtype, n) for n in counts]
+        params = [alloc(dtype, n) for n in counts]
         calls = [comm.bind("allreduce", g, g, op="avg") for g in grads]
         clock = base.clock
 

@@ -1,6 +1,7 @@
 """Data paths: where a worker's gradients live and how they reach the collective.
 
-``host`` (NumPy arrays in host memory) is the path on a machine without a GPU.
+``host`` (arrays in host memory, in the run's ``--memory`` kind) is the path
+on a machine without a GPU.
 The GPU paths of SPEC §2 (host-staged copies, CUDA-aware direct, NCCL via a
 chief) plug in here as further entries; until then they are refused with the
 reason, before any rank starts.
@@ -8,9 +9,6 @@ reason, before any rank starts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
-
-import numpy as np
 
 from ..errors import UnsupportedError, UsageError
 
@@ -20,7 +18,6 @@ class DataPath:
     name: str
     description: str
     needs_gpu: bool
-    alloc: Optional[Callable[[int, np.dtype], np.ndarray]] = None
 
 
 def gpu_available() -> tuple[bool, str]:
@@ -34,8 +31,7 @@ def gpu_available() -> tuple[bool, str]:
 
 
 PATHS: dict[str, DataPath] = {p.name: p for p in (
-    DataPath("host", "gradients in host memory, collectives on host buffers", False,
-             lambda count, dtype: np.zeros(count, dtype)),
+    DataPath("host", "gradients in host memory, collectives on host buffers", False),
     DataPath("host-staged", "copy device to host, collective on host buffers, copy back", True),
     DataPath("direct", "device buffers handed to a CUDA-aware MPI", True),
     DataPath("nccl-chief", "server to a chief worker over MPI, NCCL among the workers", True),

@@ -25,7 +25,6 @@ from ..collectives import COLLECTIVES, fill
 from ..bench.records import agree_all
 from ..errors import UsageError
 from . import base
-from .paths import get_path
 
 SYNC_PHASES = ("broadcast", "gather", "apply", "step")
 PUSH, PULL = 11, 12
@@ -33,11 +32,10 @@ DEFAULT_ASYNC_STEPS = 100
 
 
 def _prepare(name: str, comm, plan, spec):
-    """A PS workload's dtype, message counts and allocator; refuses a job without workers."""
+    """A PS workload's dtype and message counts; refuses a job without workers."""
     if comm.size < 2:
         raise UsageError(f"{name} needs a server and at least one worker", "use --ranks 2 or more")
-    dtype, counts = base.counts(plan, spec.nbytes)
-    return dtype, counts, get_path(plan.path).alloc
+    return base.counts(plan, spec.nbytes)
 
 
 @dataclass(frozen=True)
@@ -45,13 +43,13 @@ class PSSync:
     name: str = "ps-sync"
     min_ranks: int = 2
 
-    def measure(self, comm, plan, spec) -> list[dict]:
-        dtype, counts, alloc = _prepare(self.name, comm, plan, spec)
+    def measure(self, comm, plan, spec, alloc) -> list[dict]:
+        dtype, counts = _prepare(self.name, comm, plan, spec)
         p, server = comm.size, comm.rank == 0
-        params = [alloc(n, dtype.numpy) for n in counts]
-        grads = [alloc(n, dtype.numpy) for n in counts]
-        tables = [alloc(n * p, dtype.numpy) if server else None for n in counts]
-        sums = [alloc(n, dtype.numpy) if server else None for n in counts]
+        params = [alloc(dtype, n) for n in counts]
+        grads = [alloc(dtype, n) for n in counts]
+        tables = [alloc(dtype, n * p) if server else None for n in counts]
+        sums = [alloc(dtype, n) if server else None for n in counts]
         bcasts = [comm.bind("broadcast", x, root=0) for x in params]
         gathers = [comm.bind("gather", g, t, root=0) for g, t in zip(grads, tables)]
         scale = dtype.numpy.type(1.0 / (p - 1))
@@ -116,13 +114,13 @@ class PSAsync:
     name: str = "ps-async"
     min_ranks: int = 2
 
-    def measure(self, comm, plan, spec) -> list[dict]:
-        dtype, counts, alloc = _prepare(self.name, comm, plan, spec)
+    def measure(self, comm, plan, spec, alloc) -> list[dict]:
+        dtype, counts = _prepare(self.name, comm, plan, spec)
         p, steps = comm.size, plan.steps or plan.iters or DEFAULT_ASYNC_STEPS
         # Two gradient patterns of 0s and 1s: sums stay exact (float16 up to 2048 pushes).
         patterns = [[(np.arange(n) + k) % 2 for n in counts] for k in (0, 1)]
         patterns = [[a.astype(dtype.numpy) for a in pat] for pat in patterns]
-        params = [alloc(n, dtype.numpy) for n in counts]
+        params = [alloc(dtype, n) for n in counts]
         header = np.zeros(1, np.int64)
         comm.barrier()
         if comm.rank == 0:
@@ -155,7 +153,7 @@ class PSAsync:
 
     @staticmethod
     def _serve(comm, params, counts, dtype, total, alloc, header):
-        grads = [alloc(n, dtype.numpy) for n in counts]
+        grads = [alloc(dtype, n) for n in counts]
         version, apply_s, staleness = 0, [], []
         reply = np.zeros(1, np.int64)
         clock = base.clock

@@ -68,3 +68,21 @@ def test_points_table_shows_time_over_one_reduction_pass():
     assert [r[col] for r in rows] == ["3.00x", "1.49x"]
     headers, _ = points_table([{**points[0], "extra": {}}])
     assert "x_add" not in headers
+
+
+def test_group_renumbers_and_checks_members():
+    from types import SimpleNamespace
+
+    from ddlcomm.comm.group import Group
+    sent = []
+    parent = SimpleNamespace(rank=3, size=5, _send=lambda buf, dest, tag: sent.append(dest))
+    g = Group(parent, [1, 3, 4])
+    assert (g.rank, g.size) == (1, 3)
+    g._send(np.zeros(1), 2, 0)
+    assert sent == [4]                                   # group rank 2 is parent rank 4
+    with pytest.raises(UsageError, match="not in the group"):
+        Group(parent, [0, 1])
+    with pytest.raises(UsageError, match="distinct"):
+        Group(parent, [3, 3])
+    with pytest.raises(UsageError, match="distinct"):
+        Group(parent, [3, 7])

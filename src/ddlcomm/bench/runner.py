@@ -17,7 +17,7 @@ import numpy as np
 
 from ..collectives import get_collective
 from ..dtypes import get_dtype, get_op
-from ..errors import DdlcommError, RankFailure, UnsupportedError
+from ..errors import RankFailure, UnsupportedError
 from . import stats
 from .buffers import PointBuffers
 from .cimpl import measure_c
@@ -194,9 +194,3 @@ def run_sweep(comms: dict, plan: BenchPlan, watchdog: Watchdog, store: Any,
     flag = np.array([failed], np.int64)
     first.broadcast(flag, 0)
     return int(flag[0])
-
-
-def fail_message(rank: int, what: Optional[str], exc: BaseException) -> str:
-    where = f" during {what}" if what else ""
-    text = str(exc) if isinstance(exc, DdlcommError) else f"{type(exc).__name__}: {exc}"
-    return f"rank {rank}{where}: {text}"

@@ -77,7 +77,7 @@ def check(collective: str, algorithm: str) -> None:
     if KERNEL_SEP in algorithm:
         if base == "library" or not get_collective(collective).reduces:
             raise UsageError(f"{algorithm}: a reduction kernel applies to ddlcomm's own reducing "
-                             "algorithms", f"e.g. ring+numpy for allreduce")
+                             "algorithms", "e.g. ring+numpy for allreduce")
         if kernel not in KERNELS:
             raise UsageError(f"unknown reduction kernel {kernel!r} in {algorithm}",
                              f"choose {' or '.join(KERNELS)}")

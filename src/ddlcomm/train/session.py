@@ -13,38 +13,17 @@ they were given and rank 0 owns the run.
 """
 from __future__ import annotations
 
-import os
-import signal
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..bench.watchdog import Watchdog
+from ..bench.runs import EXIT_CHECK_FAILED, own, program, rank_run, run_info, settle
 from ..comm import registry
-from ..errors import DdlcommError
 from ..launch import mpirun, spawn
-from ..results import Store, sysinfo
+from ..results import Store
 from .config import TrainJob
 
-RUN_ID_ENV = "DDLCOMM_RUN_ID"
 JOB_ENV = "DDLCOMM_TRAIN_JOB"
-EXIT_CHECK_FAILED = 1
-EXIT_RANK_FAILED = 3
-
-
-def run_info(argv: Sequence[str], config: dict) -> dict:
-    info = sysinfo.collect()
-    info["command"] = " ".join(["ddlcomm", *argv])
-    info["config"] = config
-    return info
-
-
-def _program(argv: Sequence[str]) -> list[str]:
-    return [sys.executable, "-m", "ddlcomm", *argv]
-
-
-def _terminate(signum, frame):
-    raise SystemExit(128 + signum)
 
 
 def start(job: TrainJob, argv: Sequence[str], env: dict) -> int:
@@ -54,30 +33,24 @@ def start(job: TrainJob, argv: Sequence[str], env: dict) -> int:
     env = dict(env, **{JOB_ENV: job.to_json()})
     if launcher == "mpirun":
         found = mpirun.find()
-        return mpirun.run(found.command(job.ranks, _program(argv)), found.environment(env))
-    return spawn.run(job.ranks, _program(argv), env)
+        return mpirun.run(found.command(job.ranks, program(argv)), found.environment(env))
+    return spawn.run(job.ranks, program(argv), env)
 
 
 def launch(jobs: list[TrainJob], argv: Sequence[str], db_path: Path, config: dict,
            report_dir: Optional[Path]) -> int:
     """Own a run: create it, run every job in turn, add scaling points, finish."""
-    with Store(db_path) as store:
-        run_id = store.create_run(run_info(argv, config))
-    env = dict(os.environ, **{RUN_ID_ENV: str(run_id), "DDLCOMM_DB": str(db_path)})
-    previous = signal.signal(signal.SIGTERM, _terminate)
-    rc = 0
-    try:
+    def start_all(env: dict) -> int:
         for job in jobs:
             print(f"== {job.ranks} rank{'s' if job.ranks > 1 else ''}, backend {job.backend}: "
                   f"{len(job.configs)} configuration{'s' if len(job.configs) > 1 else ''}",
                   file=sys.stderr, flush=True)
             rc = start(job, argv, env)
             if rc != 0:
-                break
-    except (KeyboardInterrupt, SystemExit):
-        rc = 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+                return rc
+        return 0
+
+    run_id, rc = own(db_path, run_info(argv, config), {}, start_all)
     return finish(db_path, run_id, rc, report_dir, scaling=len(jobs) > 1)
 
 
@@ -91,15 +64,7 @@ def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path], scal
             for rec in scaling_points(points):
                 store.add_point(run_id, rec)
             points = store.points(run_id)
-        failed = sum(p["check"] == "failed" for p in points)
-        if rc == 0:
-            store.finish_run(run_id, "failed" if failed else "passed",
-                             f"{failed} points failed their check" if failed else None)
-        else:
-            why = "interrupted" if rc == 130 else f"ranks ended with exit code {rc}"
-            print(f"ddlcomm: error: {why}", file=sys.stderr, flush=True)
-            store.mark_failed_if_running(run_id, why)
-        run = store.run(run_id)
+        points, failed, run = settle(store, run_id, rc)
     if points:
         print(train_report.render_summary(points), flush=True)
     print(f"run {run_id}: {len(points)} points, status {run['status']}")
@@ -122,60 +87,29 @@ def rank_main(job: TrainJob, argv: Sequence[str], db_path: Path,
     gloo = comm
     if job.needs_gloo:
         gloo = registry.create("gloo", local_rank=comm.local_rank)
-    state: dict = {"run_id": int(os.environ[RUN_ID_ENV]) if RUN_ID_ENV in os.environ else None}
-    owner = state["run_id"] is None
 
-    def record_failure(message: str) -> None:
-        if state["run_id"] is not None and db_path.exists():
-            try:
-                with Store(db_path) as store:
-                    store.mark_failed_if_running(state["run_id"], message)
-            except Exception:          # best effort: the rank is going down anyway
-                pass
-
-    def on_timeout(what: str, limit: float) -> None:
-        message = f"rank {comm.rank}: {what} did not finish within {limit:g} s"
-        print(f"ddlcomm: error: {message}", file=sys.stderr, flush=True)
-        record_failure(message)
-        os._exit(EXIT_RANK_FAILED)
-
-    watchdog = Watchdog(job.timeout_s, on_timeout)
-    try:
+    def prepare(watchdog) -> None:
         from ..errors import RankFailure
         if comm.size != job.ranks:
             raise RankFailure(f"the launcher started {comm.size} ranks but --ranks {job.ranks} "
                               "was asked", "start as many ranks as --ranks says, or leave it out")
-        store = None
-        if comm.rank == 0:
-            store = Store(db_path)
-            if owner:
-                state["run_id"] = store.create_run(run_info(argv, config))
-            store.update_run(state["run_id"], mpi_library=comm.library,
-                             mpi_version=comm.library_version)
-        if owner:
-            state["run_id"] = comm.broadcast_object(state["run_id"], 0)
+
+    def body(watchdog, store, run_id) -> int:
         for n, cfg in enumerate(job.configs, 1):
             progress(comm.rank, f"[{n}/{len(job.configs)}] {comm.size} rank{'s' if comm.size > 1 else ''} "
                                 f"{comm.name}: {cfg.label()}")
             with watchdog.guard(f"training {cfg.label()}"):
                 records = run_ddp(comm, gloo, cfg) if cfg.peer == "ddp" else run_config(comm, cfg)
-            for rec in records:
-                store.add_point(state["run_id"], rec)
-        if store is not None:
-            store.close()
-        comm.barrier()
-    except Exception as exc:  # noqa: BLE001 - any failure must end every rank
-        where = f" during {watchdog.current}" if watchdog.current else ""
-        text = str(exc) if isinstance(exc, DdlcommError) else f"{type(exc).__name__}: {exc}"
-        message = f"rank {comm.rank}{where}: {text}"
-        print(f"ddlcomm: error: {message}", file=sys.stderr, flush=True)
-        record_failure(message)
-        if comm.size > 1:
-            comm.abort(EXIT_RANK_FAILED)
-        return EXIT_RANK_FAILED if not isinstance(exc, DdlcommError) else 2
+            for rec in records:               # rank 0's (the others return none)
+                store.add_point(run_id, rec)
+        return 0                              # failed checks are in the points; the owner counts them
+
+    result = rank_run(comm, db_path, job.timeout_s, lambda: run_info(argv, config), prepare, body)
+    if result.code is not None:
+        return result.code
     if gloo is not comm:
         gloo.close()
     comm.close()
-    if owner and comm.rank == 0:
-        return finish(db_path, state["run_id"], 0, report_dir, scaling=False)
-    return 0                         # failed checks are in the points; the owner counts them
+    if result.owner and comm.rank == 0:
+        return finish(db_path, result.run_id, 0, report_dir, scaling=False)
+    return 0

@@ -1,0 +1,151 @@
+"""Owning a run, on both sides of the launcher: what ``ddlcomm bench`` and ``ddlcomm train`` share.
+
+Outside any launcher the command is the *owner*: :func:`own` creates the run
+row, starts the ranks (they re-run the same command line and find the run
+through ``DDLCOMM_RUN_ID``), and turns SIGTERM and Ctrl-C into a clean end;
+:func:`settle` marks the run from its points and the ranks' exit code.  In
+the ranks, :func:`rank_run` holds the run (created by rank 0 when no owner
+did), a per-rank watchdog, and the rule that any failure ends every rank and
+leaves the run marked failed with the rank's message.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from ..errors import DdlcommError
+from ..results import Store, sysinfo
+from .watchdog import Watchdog
+
+RUN_ID_ENV = "DDLCOMM_RUN_ID"
+EXIT_CHECK_FAILED = 1
+EXIT_RANK_FAILED = 3
+EXIT_INTERRUPTED = 130
+
+
+def program(argv: Sequence[str]) -> list[str]:
+    """This command again, as each rank runs it."""
+    return [sys.executable, "-m", "ddlcomm", *argv]
+
+
+def run_info(argv: Sequence[str], config: dict) -> dict:
+    """The run row: the machine, the command line and its resolved configuration."""
+    info = sysinfo.collect()
+    info["command"] = " ".join(["ddlcomm", *argv])
+    info["config"] = config
+    return info
+
+
+def _terminate(signum, frame):
+    """SIGTERM to the owner: end the ranks and mark the run, as Ctrl-C does."""
+    raise SystemExit(128 + signum)
+
+
+def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> tuple[int, int]:
+    """Create the run and call ``start(environment)`` to run the ranks; (run id, exit code).
+
+    The environment is ours plus ``env``, the run id and the database.
+    SIGTERM and Ctrl-C while the ranks run give exit code 130.
+    """
+    with Store(db_path) as store:
+        run_id = store.create_run(info)
+    env = dict(os.environ, **env, **{RUN_ID_ENV: str(run_id), "DDLCOMM_DB": str(db_path)})
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        rc = start(env)
+    except (KeyboardInterrupt, SystemExit):
+        rc = EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return run_id, rc
+
+
+def settle(store: Store, run_id: int, rc: int,
+           where: Callable[[list], str] = lambda points: "") -> tuple[list, int, dict]:
+    """Mark the run: passed or failed by its checks when the ranks ended well, else
+    failed with why (``where(points)`` may say where it ended).  (points, failed, run)."""
+    points = store.points(run_id)
+    failed = sum(p["check"] == "failed" for p in points)
+    if rc == 0:
+        store.finish_run(run_id, "failed" if failed else "passed",
+                         f"{failed} points failed their check" if failed else None)
+    else:
+        why = "interrupted" if rc == EXIT_INTERRUPTED else f"ranks ended with exit code {rc}"
+        why += where(points)
+        print(f"ddlcomm: error: {why}", file=sys.stderr, flush=True)
+        store.mark_failed_if_running(run_id, why)
+    return points, failed, store.run(run_id)
+
+
+def fail_message(rank: int, what: Optional[str], exc: BaseException) -> str:
+    where = f" during {what}" if what else ""
+    text = str(exc) if isinstance(exc, DdlcommError) else f"{type(exc).__name__}: {exc}"
+    return f"rank {rank}{where}: {text}"
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """How :func:`rank_run` ended: ``code`` is set when the rank failed (return it)."""
+
+    code: Optional[int]
+    owner: bool = False
+    run_id: Optional[int] = None
+    failed: int = 0
+
+
+def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
+             prepare: Callable[[Watchdog], None],
+             body: Callable[[Watchdog, Optional[Store], int], int]) -> RankResult:
+    """Run ``body`` in every rank of ``comm`` under a watchdog, within the run.
+
+    ``prepare(watchdog)`` runs first (checks every rank agrees on); then rank 0
+    opens the store (creating the run from ``info()`` when no owner made it),
+    and ``body(watchdog, store, run_id)`` (store None off rank 0) returns the
+    number of failed checks.  Any exception or timeout prints the rank's
+    message, marks the run failed and ends every rank.
+    """
+    state: dict = {"run_id": int(os.environ[RUN_ID_ENV]) if RUN_ID_ENV in os.environ else None}
+    owner = state["run_id"] is None
+
+    def record_failure(message: str) -> None:
+        if state["run_id"] is not None and db_path.exists():
+            try:
+                with Store(db_path) as store:
+                    store.mark_failed_if_running(state["run_id"], message)
+            except Exception:          # best effort: the rank is going down anyway
+                pass
+
+    def on_timeout(what: str, limit: float) -> None:
+        message = f"rank {comm.rank}: {what} did not finish within {limit:g} s"
+        print(f"ddlcomm: error: {message}", file=sys.stderr, flush=True)
+        record_failure(message)
+        os._exit(EXIT_RANK_FAILED)
+
+    watchdog = Watchdog(timeout_s, on_timeout)
+    try:
+        prepare(watchdog)
+        store = None
+        if comm.rank == 0:
+            store = Store(db_path)
+            if owner:
+                state["run_id"] = store.create_run(info())
+            store.update_run(state["run_id"], mpi_library=comm.library,
+                             mpi_version=comm.library_version)
+        if owner:
+            state["run_id"] = comm.broadcast_object(state["run_id"], 0)
+        failed = body(watchdog, store, state["run_id"])
+        if store is not None:
+            store.close()
+        comm.barrier()
+    except Exception as exc:  # noqa: BLE001 - any failure must end every rank
+        message = fail_message(comm.rank, watchdog.current, exc)
+        print(f"ddlcomm: error: {message}", file=sys.stderr, flush=True)
+        record_failure(message)
+        if comm.size > 1:
+            comm.abort(EXIT_RANK_FAILED)
+        return RankResult(EXIT_RANK_FAILED if not isinstance(exc, DdlcommError) else 2)
+    return RankResult(None, owner, state["run_id"], failed)

@@ -29,6 +29,10 @@ from ..lazy import load
 
 #: From this size up ``auto`` uses ddlcomm's all-reduce (ring or rhd).
 RING_MIN_BYTES = 1 << 20
+#: Pieces of this many bytes pipeline each step of the ring and rhd all-reduces that
+#: ``--algorithm`` runs: the piece just received is reduced while still in cache
+#: (15-25% faster at 64-256 MiB, 2 ranks, both MPIs: docs/benchmarks.md).
+PIPELINE_BYTES = 1 << 20
 #: (α s per message, β s per byte, γ s per reduced byte) by which ``auto`` ranks ring
 #: against rhd: ddlcomm's point-to-point over Open MPI here, to an order of magnitude.
 AUTO_PARAMS = (5e-6, 1e-10, 1e-10)
@@ -113,7 +117,8 @@ def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[R
     from . import native
     fn = native.get(collective, base)
     if collective == "allreduce":
-        return functools.partial(fn, comm, sendbuf, recvbuf, op, reduce=reduce)
+        return functools.partial(fn, comm, sendbuf, recvbuf, op, reduce=reduce,
+                                 chunk_bytes=PIPELINE_BYTES)
     if collective == "reduce":
         return functools.partial(fn, comm, sendbuf, recvbuf, op, root, reduce=reduce)
     if collective == "broadcast":

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..dtypes import ReduceOp
 from ..lazy import load
-from .algorithms import RING_MIN_BYTES
+from .algorithms import PIPELINE_BYTES, RING_MIN_BYTES
 from .group import Group
 from .native import ALGORITHMS
 from .shm import node_segment, reduce_slice, slices
@@ -87,6 +87,7 @@ def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
     lo, hi = slices(n, k)[local.rank]
     parts = [x[lo:hi] for x in inputs]
     several = len(groups) > 1 and n > 0
+    chunk = max(1, PIPELINE_BYTES // dtype.itemsize)
     inter = None
     if several and leaders is not None:
         module = ALGORITHMS["allreduce", leaders_algorithm(n * dtype.itemsize)].partition(":")[0]
@@ -101,7 +102,7 @@ def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
         local.barrier()
         if several:
             if inter is not None:
-                inter(leaders, result, result, reduce, None)
+                inter(leaders, result, result, reduce, chunk)
             local.barrier()
         np.copyto(recvbuf.reshape(-1), result)
 

@@ -427,8 +427,8 @@ def hierarchical_time(p: int, nbytes: float, intra: Params, setting: Setting) ->
     if nodes > 1:
         leaders = setting.leaders_algorithm
         if leaders == "auto":                     # comm/hierarchical.py's rule
-            from ..comm.algorithms import RING_MIN_BYTES
-            leaders = "ring" if nbytes >= RING_MIN_BYTES else "rhd"
+            from ..comm.hierarchical import leaders_algorithm
+            leaders = leaders_algorithm(nbytes)
         name, kw = resolve("allreduce", leaders, nodes, nbytes, setting)
         t += inter.time(terms("allreduce", name, nodes, nbytes, **kw))
     return t

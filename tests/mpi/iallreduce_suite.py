@@ -20,6 +20,7 @@ import ddlcomm
 from ddlcomm.dtypes import DTYPES
 
 from rank_suite import close, data, reference
+from suite_end import conclude
 
 COUNTS = (0, 1, 7, 1000)
 OPS = ("sum", "avg", "max")
@@ -77,18 +78,8 @@ def main() -> int:
     except Exception:
         traceback.print_exc()
         comm.abort(2)
-    everyone = comm.gather_object(failures, root=0)
-    code = 0
-    if comm.rank == 0:
-        flat = [f for fs in everyone for f in fs]
-        print(f"{comm.library} {comm.library_version}: iallreduce {comm.size} ranks, "
-              f"{len(flat)} failures")
-        for f in flat[:50]:
-            print("FAIL", f)
-        code = 1 if flat else 0
-    code = comm.broadcast_object(code, 0)
-    comm.close()
-    return code
+    return conclude(comm, failures, lambda n, _: f"{comm.library} {comm.library_version}: "
+                                                 f"iallreduce {comm.size} ranks, {n} failures")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import ddlcomm
 from ddlcomm.comm import native
 from ddlcomm.dtypes import DTYPES, OPS
 from ddlcomm.errors import UsageError
+from suite_end import conclude
 
 COUNTS = (0, 1, 7, 13)
 BIG = 1_000_003
@@ -347,19 +348,9 @@ def main() -> int:
         sys.stderr.flush()
         comm.abort(2)
     elapsed = time.perf_counter() - start
-    everyone = comm.gather_object((suite.failures, suite.cases), root=0)
-    code = 0
-    if comm.rank == 0:
-        flat = [f for fs, _ in everyone for f in fs]
-        cases = sum(n for _, n in everyone)
-        print(f"{comm.library} {comm.library_version}: {comm.size} ranks, "
-              f"{len(flat)} failures, {cases} cases, {elapsed:.1f} s")
-        for f in flat[:50]:
-            print("FAIL", f)
-        code = 1 if flat else 0
-    code = comm.broadcast_object(code, 0)
-    comm.close()
-    return code
+    return conclude(comm, suite.failures,
+                    lambda n, cases: f"{comm.library} {comm.library_version}: {comm.size} ranks, "
+                                     f"{n} failures, {sum(cases)} cases, {elapsed:.1f} s", suite.cases)
 
 
 if __name__ == "__main__":

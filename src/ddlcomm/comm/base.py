@@ -243,19 +243,24 @@ class Communicator(abc.ABC):
             rop.finish(recvbuf, self.size)
         return recvbuf
 
+    def _allreduce_args(self, what: str, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray],
+                        op: str | ReduceOp) -> tuple[np.ndarray, ReduceOp]:
+        """(recvbuf, op) of an all-reduce, checked: recvbuf allocated when None."""
+        rop = self._op(op, self._dtype(sendbuf))
+        if recvbuf is None:
+            return np.empty_like(sendbuf), rop
+        if recvbuf.size != sendbuf.size or recvbuf.dtype != sendbuf.dtype:
+            self._check_len(recvbuf, sendbuf.size, f"{what}'s receive buffer")
+            raise UsageError(f"{what}'s receive buffer is {recvbuf.dtype}, not {sendbuf.dtype}")
+        return recvbuf, rop
+
     def allreduce(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
                   op: str | ReduceOp = "sum") -> np.ndarray:
         """Reduce every rank's ``sendbuf``; every rank gets the result.
 
         Pass ``recvbuf is sendbuf`` to reduce in place.
         """
-        dtype = self._dtype(sendbuf)
-        rop = self._op(op, dtype)
-        if recvbuf is None:
-            recvbuf = np.empty_like(sendbuf)
-        elif recvbuf.size != sendbuf.size or recvbuf.dtype != sendbuf.dtype:
-            self._check_len(recvbuf, sendbuf.size, "allreduce's receive buffer")
-            raise UsageError(f"allreduce's receive buffer is {recvbuf.dtype}, not {sendbuf.dtype}")
+        recvbuf, rop = self._allreduce_args("allreduce", sendbuf, recvbuf, op)
         self._allreduce(sendbuf, recvbuf, rop)
         if rop.divide_by_ranks:
             rop.finish(recvbuf, self.size)
@@ -273,13 +278,7 @@ class Communicator(abc.ABC):
         now and then while computing to overlap communication with work.  Used
         from one thread (MPI runs at ``THREAD_FUNNELED``).
         """
-        dtype = self._dtype(sendbuf)
-        rop = self._op(op, dtype)
-        if recvbuf is None:
-            recvbuf = np.empty_like(sendbuf)
-        elif recvbuf.size != sendbuf.size or recvbuf.dtype != sendbuf.dtype:
-            self._check_len(recvbuf, sendbuf.size, "iallreduce's receive buffer")
-            raise UsageError(f"iallreduce's receive buffer is {recvbuf.dtype}, not {sendbuf.dtype}")
+        recvbuf, rop = self._allreduce_args("iallreduce", sendbuf, recvbuf, op)
         wait, test = self._iallreduce(sendbuf, recvbuf, rop)
         finish = functools.partial(rop.finish, recvbuf, self.size) if rop.divide_by_ranks else None
         return CollectiveRequest(wait, test, recvbuf, finish)

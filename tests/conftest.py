@@ -42,7 +42,8 @@ class MPIEnv:
     def mpirun(self, nranks: int, program: list[str], timeout: float, **env: str):
         """Run ``program`` on ``nranks`` ranks; a hang fails the test after ``timeout`` s."""
         cmd = self.launcher.command(nranks, program)
-        return run(cmd, self.env(**env), timeout)
+        return run(cmd, self.launcher.environment(self.env(**env), self.launcher.oversubscribed(nranks)),
+                   timeout)
 
     def version(self) -> str:
         out = subprocess.run([str(self.python), "-c",

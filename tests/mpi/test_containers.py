@@ -24,7 +24,7 @@ import pytest
 from ddlcomm.errors import UnsupportedError, UsageError
 from ddlcomm.launch import containers, placement, spawn
 from ddlcomm.launch.containers import ContainerSet, check_available, cleanup_stale, transport
-from ddlcomm.launch.mpirun import MPILauncher
+from ddlcomm.launch.mpirun import HYDRA_OVERSUBSCRIBED, MPILauncher
 
 pytestmark = pytest.mark.mpi
 MPI_TIMEOUT_S = 180
@@ -151,8 +151,10 @@ def test_commands_without_containers():
                    "core:overload-allowed", "prog"] and env == {}
     cmd, _ = placement.mpirun_command(ompi, None, 2, ["prog"], "none", cores=2)
     assert cmd == ["mpirun", "-n", "2", "--bind-to", "none", "prog"]
-    cmd, _ = placement.mpirun_command(hydra, None, 2, ["prog"], "numa", cores=2)
-    assert cmd == ["mpiexec", "-n", "2", "-bind-to", "numa", "prog"]
+    cmd, env = placement.mpirun_command(hydra, None, 2, ["prog"], "numa", cores=2)
+    assert cmd == ["mpiexec", "-n", "2", "-bind-to", "numa", "prog"] and env == {}
+    cmd, env = placement.mpirun_command(hydra, None, 3, ["prog"], "none", cores=2)
+    assert cmd == ["mpiexec", "-n", "3", "prog"] and env == HYDRA_OVERSUBSCRIBED
     with pytest.raises(UnsupportedError, match="neither"):
         placement.mpirun_command(MPILauncher("x", "unknown"), None, 2, ["prog"], "core")
     assert placement.spawn_prefixes(None, 2) == [[], []]

@@ -101,3 +101,12 @@ def test_environment_adds_both_root_variables(monkeypatch):
     env = MPILauncher("mpirun", "openmpi").environment({})
     assert env == {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     assert MPILauncher("mpirun", "hydra").environment({}) == {}
+
+
+def test_oversubscribed_mpich_throttles_progress():
+    hydra, ompi = MPILauncher("mpiexec", "hydra"), MPILauncher("mpirun", "openmpi")
+    assert hydra.oversubscribed(3, cores=2) and not hydra.oversubscribed(2, cores=2)
+    assert hydra.environment({}, oversubscribed=True) == mpirun.HYDRA_OVERSUBSCRIBED
+    mine = {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "0"}
+    assert hydra.environment(mine, oversubscribed=True)["MPIR_CVAR_CH4_PROGRESS_THROTTLE"] == "0"
+    assert "MPIR_CVAR_CH4_PROGRESS_THROTTLE" not in ompi.environment({}, oversubscribed=True)

@@ -17,6 +17,16 @@ from typing import Mapping, Optional, Sequence
 
 from ..errors import BackendUnavailable
 
+#: MPICH (ch4) ranks waiting for a message busy-poll without ever giving up their
+#: core, so with more ranks than cores a handoff between two ranks waits for the
+#: scheduler's time slice (4 ms here): 3 ranks on 2 cores took 834 ms per 1 MiB
+#: all-reduce.  Throttled progress (a usleep(1) after every failed poll) gives the
+#: core away, as Open MPI's ``mpi_yield_when_idle`` (which ``--oversubscribe``
+#: turns on) does: the same all-reduce then took 1.4 ms.  Values set in the
+#: environment win.
+HYDRA_OVERSUBSCRIBED = {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1",
+                        "MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT": "1"}
+
 
 @dataclass(frozen=True)
 class MPILauncher:
@@ -25,20 +35,28 @@ class MPILauncher:
 
     def command(self, nranks: int, program: Sequence[str], cores: Optional[int] = None) -> list[str]:
         """The launcher's command line to start ``nranks`` copies of ``program`` on this host."""
-        if cores is None:
-            cores = os.cpu_count() or 1
         cmd = [self.path, "-n", str(nranks)]
-        if self.family == "openmpi" and nranks > cores:
+        if self.family == "openmpi" and self.oversubscribed(nranks, cores):
             cmd += ["--oversubscribe", "--bind-to", "none"]
         return cmd + list(program)
 
-    def environment(self, base: Mapping[str, str]) -> dict[str, str]:
-        """``base`` plus what the launcher needs here (Open MPI refuses root without it)."""
+    def environment(self, base: Mapping[str, str], oversubscribed: bool = False) -> dict[str, str]:
+        """``base`` plus what the launcher needs here (Open MPI refuses root
+        without it) and, with ``oversubscribed`` (more ranks than cores), what
+        keeps waiting MPICH ranks off the cores (:data:`HYDRA_OVERSUBSCRIBED`)."""
         env = dict(base)
         if self.family == "openmpi" and hasattr(os, "geteuid") and os.geteuid() == 0:
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        if oversubscribed and self.family == "hydra":
+            for key, value in HYDRA_OVERSUBSCRIBED.items():
+                env.setdefault(key, value)
         return env
+
+    @staticmethod
+    def oversubscribed(nranks: int, cores: Optional[int] = None) -> bool:
+        """More ranks than the cores of this host (default: ``os.cpu_count()``)."""
+        return nranks > (cores or os.cpu_count() or 1)
 
 
 def family_of(version_text: str) -> str:

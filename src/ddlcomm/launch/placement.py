@@ -41,7 +41,7 @@ from typing import Optional, Sequence
 
 from ..errors import UnsupportedError, UsageError
 from .containers import BINDS, CONTAINER_IFACE, ContainerSet, split_ranks, transport
-from .mpirun import MPILauncher
+from .mpirun import HYDRA_OVERSUBSCRIBED, MPILauncher
 
 __all__ = ["split_ranks", "transport", "mpirun_command", "spawn_prefixes", "master_addr",
            "hosts_argument", "BINDS"]
@@ -86,7 +86,9 @@ def mpirun_command(launcher: MPILauncher, cset: Optional[ContainerSet], nranks: 
     options (and ``--oversubscribe`` for Open MPI beyond ``cores``, as
     :meth:`MPILauncher.command` does; with containers, beyond ``cores``
     ``--mca mpi_yield_when_idle 1`` instead, since no container is
-    oversubscribed by itself).  ``cores``: the cpus of this machine (default:
+    oversubscribed by itself); MPICH gets
+    :data:`~.mpirun.HYDRA_OVERSUBSCRIBED` in the extra environment wherever
+    some cpus hold more ranks than one.  ``cores``: the cpus of this machine (default:
     those this process may use).  ``bind`` is ``none``, ``core`` or
     ``numa``; binding more ranks than cpus to cores lets them share
     (``:overload-allowed`` for Open MPI).  Pass the environment through
@@ -124,6 +126,8 @@ def mpirun_command(launcher: MPILauncher, cset: Optional[ContainerSet], nranks: 
             cmd += ["-hosts", hosts_argument(cset), "-launcher", "ssh",
                     "-launcher-exec", str(cset.agent_script()), "-iface", cset.bridge]
         cmd += _hydra_bind(bind)
+        if overloaded:
+            extra.update(HYDRA_OVERSUBSCRIBED)
     elif cset is not None or bind != "none":
         raise UnsupportedError(f"{launcher.path} is neither Open MPI's nor MPICH's launcher: "
                                "ddlcomm cannot place its ranks in containers or bind them",

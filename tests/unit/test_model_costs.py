@@ -44,16 +44,19 @@ def terms(coll, alg, p, n=N, **kw):
     ("broadcast", "binomial", 1, (0, 0, 0)),
     ("broadcast", "binomial", 2, (1, N, 0)),
     ("broadcast", "binomial", 5, (3, 3 * N, 0)),
-    ("broadcast", "linear", 4, (3, 3 * N, 0)),
-    ("broadcast", "chain", 4, (3, 3 * N, 0)),                   # 3 chains of one rank
-    ("broadcast", "chain", 9, (5, 5 * N, 0)),                   # 4 chains of two: 4 + 2 - 1
+    # Open MPI's trees post to all children at once: posts are rounds, a level one n
+    ("broadcast", "linear", 4, (3, N, 0)),
+    ("broadcast", "chain", 4, (3, N, 0)),                       # 3 chains of one rank
+    ("broadcast", "chain", 9, (5, 2 * N, 0)),                   # 4 chains of two: 4 + 2 - 1
+    ("broadcast", "chain", 7, (4, 2 * N, 0)),                   # chains 2, 2, 1, 1: 2nd ends at 2 + 1
     ("broadcast", "binary", 2, (1, N, 0)),
-    ("broadcast", "binary", 3, (2, 2 * N, 0)),
-    ("broadcast", "binary", 5, (3, 3 * N, 0)),                  # node 4: left (1) then right (2)
-    ("broadcast", "binary", 7, (4, 4 * N, 0)),                  # node 6: right, right
-    ("broadcast", "binary", 8, (4, 4 * N, 0)),
-    ("broadcast", "knomial", 4, (3, 3 * N, 0)),
-    ("broadcast", "knomial", 5, (6, 6 * N, 0)),
+    ("broadcast", "binary", 3, (2, N, 0)),
+    ("broadcast", "binary", 5, (3, 2 * N, 0)),                  # node 4: left (1) then right (2)
+    ("broadcast", "binary", 7, (4, 2 * N, 0)),                  # node 6: right, right
+    ("broadcast", "binary", 8, (4, 3 * N, 0)),
+    ("broadcast", "knomial", 4, (3, N, 0)),
+    ("broadcast", "knomial", 5, (4, N, 0)),                     # 4 first, then 1, 2, 3
+    ("broadcast", "knomial", 20, (7, 2 * N, 0)),                # 16, 4, 8, 12, then 1, 2, 3
     ("broadcast", "scatter_rd_allgather", 4, (4, 1500, 0)),
     ("broadcast", "scatter_ring_allgather", 4, (5, 1500, 0)),
     ("broadcast", "scatter_ring_allgather", 1, (0, 0, 0)),
@@ -66,6 +69,58 @@ def terms(coll, alg, p, n=N, **kw):
 ])
 def test_terms_by_hand(coll, alg, p, expected):
     assert terms(coll, alg, p) == expected
+
+
+def test_open_mpi_pipeline_is_one_chain():
+    assert terms("broadcast", "chain", 4, fanout=1) == (3, 3 * N, 0)
+
+
+def _walk(tree):
+    """(rounds, depth, widest) of a broadcast tree by walking it: a child is
+    its parent's i-th post (i from 1)."""
+    rounds = depth = 0
+    stack, width = [(0, 0, 0)], {}
+    while stack:
+        v, r, d = stack.pop()
+        rounds, depth = max(rounds, r), max(depth, d)
+        width[d] = width.get(d, 0) + 1
+        stack += [(c, r + i + 1, d + 1) for i, c in enumerate(tree[v])]
+    return rounds, depth, max([w for d, w in width.items() if d] or [1])
+
+
+def _chains(p, f):
+    kids, nxt = [[] for _ in range(p)], 1
+    for c in range(min(f, p - 1)):
+        length = (p - 1) // min(f, p - 1) + (c < (p - 1) % min(f, p - 1))
+        prev = 0
+        for r in range(nxt, nxt + length):
+            kids[prev].append(r)
+            prev = r
+        nxt += length
+    return kids
+
+
+def _kmtree(p, k):
+    kids, steps, step = [[] for _ in range(p)], [], 1
+    while step < p:
+        steps.append(step)
+        step *= k
+    for r in range(p):
+        for step in reversed(steps):
+            if r % (step * k) == 0:
+                kids[r] += [r + j * step for j in range(1, k) if r + j * step < p]
+    return kids
+
+
+@pytest.mark.parametrize("p", range(1, 130))
+def test_tree_shapes_match_the_trees(p):
+    assert costs.star_shape(p) == _walk([list(range(1, p))] + [[]] * (p - 1))
+    for f in (1, 2, 4):
+        assert costs.chain_shape(p, f) == _walk(_chains(p, f)), f
+    assert costs.binary_shape(p) == _walk([[c for c in (2 * i + 1, 2 * i + 2) if c < p]
+                                           for i in range(p)])
+    for k in (2, 4):
+        assert costs.knomial_shape(p, k) == _walk(_kmtree(p, k)), k
 
 
 def test_pipelined_pieces():
@@ -127,9 +182,9 @@ def test_hierarchical_by_hand():
 
 def test_ps_step_is_broadcast_plus_gather():
     s = Setting(library="Open MPI")
-    # Open MPI at 3 ranks, 1 MiB: binary broadcast (2 rounds of n), linear_sync gather
+    # Open MPI at 3 ranks, 1 MiB: binary broadcast (2 posts, one level of n), linear_sync gather
     n = 1 << 20
-    expected = P.time(Schedule(2, 2 * n)) + P.time(Schedule(4, 2 * n))
+    expected = P.time(Schedule(2, n)) + P.time(Schedule(4, 2 * n))
     assert costs.time("ps", "library", 3, n, P, s) == pytest.approx(expected)
     assert costs.time("ps", "binomial+linear", 3, n, P) == pytest.approx(
         P.time(Schedule(2, 2 * n)) + P.time(Schedule(2, 2 * n)))
@@ -148,7 +203,7 @@ def test_ps_step_is_broadcast_plus_gather():
     ("Open MPI 5.0.11", "broadcast", 3, 1 << 20, "binary"),
     ("Open MPI", "broadcast", 4, 1 << 20, "chain"),
     ("Open MPI", "broadcast", 4, 65536, "linear"),
-    ("Open MPI", "broadcast", 2, 16, "pipelined"),
+    ("Open MPI", "broadcast", 2, 16, "chain"),                   # pipeline, unsegmented
     ("Open MPI", "broadcast", 100, 1 << 20, "knomial"),
     ("Open MPI", "gather", 3, 65536, "binomial"),
     ("Open MPI", "gather", 4, 1 << 20, "linear_sync"),

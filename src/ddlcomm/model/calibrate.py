@@ -5,13 +5,18 @@ equation: its measured time = the cost model's terms of the algorithm that
 ran (:mod:`ddlcomm.model.costs`; ``library`` resolved by
 :mod:`ddlcomm.model.library`) times the unknown parameters::
 
-    t = rounds·α + bytes·β + reduced·γ + over·(rounds·α_over + (bytes + reduced)·β_over)
+    t = rounds·α + share·(bytes·β + reduced·γ + spill·(bytes + reduced)·β_spill)
+        + over·(rounds·α_over + (bytes + reduced)·β_over)
 
-``over`` = (ranks on the node - cores) / ranks on the node when positive (the harness
+``over`` > 0 when there are more ranks on the node than cores, by how the
+library waits (:func:`ddlcomm.model.costs.oversubscription`; the harness
 runs every rank on one host, so ranks on the node = ranks) and ``share`` =
 max(1, busy ranks / cores) multiplies the β and γ columns
 (:func:`ddlcomm.model.costs.share`); the two ``_over`` columns are left out
-when no point of a group is oversubscribed.
+when no point of a group is oversubscribed.  ``spill`` = max(0, 1 - cache /
+working set), the part of the ranks' buffers beyond the last-level cache
+(:func:`ddlcomm.model.costs.spill`; ``cache`` is the machine's, 0 leaves the
+column out): copies from memory cost β + β_spill a byte, from cache β.
 
 **Weighting.** Weighted least squares with weight 1/t_measured on each
 equation, i.e. the fit minimises the sum of squared *relative* errors
@@ -63,7 +68,7 @@ METRICS = {"avg": "t_avg_us", "p50": "t_p50_us", "min": "t_min_us", "max": "t_ma
 COMBINE = ("min", "median", "none")
 #: Collectives the fit understands (the model's cost table).
 FITTED = ("allreduce", "broadcast", "gather", "reduce")
-COLUMNS = ("alpha", "beta", "gamma", "alpha_over", "beta_over")
+COLUMNS = costs.PARAMETERS
 
 
 # ------------------------------------------------------------------ NNLS
@@ -176,13 +181,20 @@ class Row:
     terms: Any
     over: float
     share: float
+    spill: float
     measured_s: float
     heldout: bool
 
     def features(self) -> np.ndarray:
+        """The columns of :data:`COLUMNS`: what each parameter is multiplied by."""
         s = self.terms
+        moved = s.bytes + s.reduced_bytes
         return np.array([s.rounds, self.share * s.bytes, self.share * s.reduced_bytes,
-                         self.over * s.rounds, self.over * (s.bytes + s.reduced_bytes)], float)
+                         self.over * s.rounds, self.over * moved,
+                         self.share * self.spill * moved], float)
+
+    def model(self, params: Params) -> float:
+        return params.time(self.terms, self.over, self.share, self.spill)
 
 
 KEY_FIELDS = ("backend", "library", "placement", "form", "algorithm", "collective", "regime")
@@ -199,9 +211,11 @@ def regime_of(nbytes: float, split: Sequence[int]) -> str:
 
 
 def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "avg", shared: bool = False,
-              split: Sequence[int] = (), holdout: Sequence[Holdout] = ()) -> list[Row]:
+              split: Sequence[int] = (), holdout: Sequence[Holdout] = (),
+              cache: Optional[float] = None) -> list[Row]:
     """The points a fit can use (checked, buffer or object collectives the model
-    knows, above 0 bytes and 0 µs) as rows; the others are skipped silently."""
+    knows, above 0 bytes and 0 µs) as rows; the others are skipped silently.
+    ``cache``: the last-level cache of the machine they ran on (bytes)."""
     column = METRICS[metric]
     rows = []
     for p in points:
@@ -220,9 +234,10 @@ def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "avg", shared: 
             continue                                   # an algorithm the model cannot price
         key = (p.get("backend"), lib, placement_of(p), p.get("form"), alg,
                "*" if shared else coll, regime_of(nbytes, split))
-        over = costs.oversubscription(ranks, p.get("host_cores"))
+        over = costs.oversubscription(ranks, p.get("host_cores"), costs.waiting_of(lib))
         busy = costs.share(coll, name, ranks, ranks, p.get("host_cores")) if over > 0 else 1.0
-        rows.append(Row(dict(p), key, name, terms, over, busy, t_us * 1e-6,
+        rows.append(Row(dict(p), key, name, terms, over, busy,
+                        costs.spill(coll, ranks, nbytes, cache), t_us * 1e-6,
                         any(h.matches(p) for h in holdout)))
     return rows
 
@@ -335,7 +350,12 @@ class Fit:
                    nbytes: Optional[float] = None, **want) -> tuple[Params, Setting]:
         """(Params, Setting) of the group :meth:`select` picks."""
         g = self.select(collective, algorithm, nbytes, **want)
-        return g.params, Setting(library=g.key.get("library"), cores=g.cores)
+        return g.params, Setting(library=g.key.get("library"), cores=g.cores, cache=self.cache)
+
+    @property
+    def cache(self) -> Optional[float]:
+        """The last-level cache the fit assumed (bytes), None if it had none."""
+        return self.meta.get("cache_bytes") or None
 
     def describe_groups(self) -> str:
         seen = dict.fromkeys(f"{g.key.get('backend')}/{g.key.get('library')}/"
@@ -411,16 +431,17 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
               metric: str = "avg", combine: str = "min", shared: bool = False,
               split: Sequence[int] = (),
               holdout: Sequence[Holdout] = (), summary_bytes: int = 64 << 10,
-              meta: Optional[dict] = None) -> Fit:
+              cache: Optional[float] = None, meta: Optional[dict] = None) -> Fit:
     """Fit every group of ``points``; residuals for fitted and held-out points.
 
     Each point may carry ``host_cores``, the cores of the host its run
-    recorded (:func:`with_cores`), for the oversubscription terms.  Summaries
+    recorded (:func:`with_cores`), for the oversubscription terms; ``cache``
+    is the last-level cache of the machine (bytes) for the spill term.  Summaries
     are given over all points and over points of at least ``summary_bytes``.
     """
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}", f"choose from {', '.join(METRICS)}")
-    rows = combine_rows(make_rows(points, metric, shared, split, holdout), combine)
+    rows = combine_rows(make_rows(points, metric, shared, split, holdout, cache), combine)
     if not rows:
         raise UsageError("no stored points the model can fit",
                          "measure broadcast, gather or allreduce with `ddlcomm bench` first")
@@ -437,7 +458,7 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         run_cores = {r.point.get("host_cores") for r in members} - {None}
         errs = []
         for r in members:
-            model = params.time(r.terms, r.over, r.share)
+            model = r.model(params)
             e = rel_err(model, r.measured_s)
             if not r.heldout:
                 errs.append(e)
@@ -451,6 +472,7 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         "metric": METRICS[metric], "combine": combine,
         "weighting": "1/t (relative error), non-negative",
         "shared": shared, "split": list(split), "holdout": [h.text for h in holdout],
+        "cache_bytes": cache or 0,
         "summary_bytes": summary_bytes,
         "summary": error_summary(residuals, summary_bytes),
     })
@@ -462,7 +484,7 @@ def _residual(r: Row, model_s: float, err: float) -> dict:
     return {"source": p.get("source"), "run_id": p.get("run_id"), "backend": p.get("backend"), "library": library_of(p),
             "placement": placement_of(p), "form": p.get("form"), "collective": p.get("collective"),
             "algorithm": algorithm_of(p), "model_algorithm": r.algorithm,
-            "bytes": p.get("bytes"), "ranks": p.get("ranks"), "over": r.over,
+            "bytes": p.get("bytes"), "ranks": p.get("ranks"), "over": r.over, "spill": r.spill,
             "measured_s": r.measured_s, "model_s": model_s, "rel_err": err,
             "heldout": r.heldout, "repeats": p.get("repeats", 1)}
 

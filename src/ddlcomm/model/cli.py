@@ -135,6 +135,10 @@ def add_parser(sub, parser_class=None) -> None:
                    help="a point measured in several runs counts once, by its fastest "
                         "(default min: interference only adds time) or median measurement, "
                         "or once per run (none)")
+    c.add_argument("--cache", metavar="SIZE",
+                   help="last-level cache of the machine the points ran on, for the term of "
+                        "copies that spill out of it (default: this machine's, from sysfs; "
+                        "0: no such term)")
     c.add_argument("--summary-bytes", default="64KiB", metavar="SIZE",
                    help="also summarise errors from this size up (default 64KiB)")
     c.add_argument("--out", metavar="FIT.json", help="write the fit here")
@@ -259,15 +263,16 @@ def _load_points(args) -> list[dict]:
 
 def cmd_calibrate(args) -> int:
     from ..report import model as view
+    from ..results.sysinfo import last_level_cache
     from ..units import parse_size
     from .calibrate import calibrate, parse_holdout
     holdout = [parse_holdout(h) for h in (args.holdout or [])]
     split = [parse_size(s) for s in args.split.split(",") if s.strip()] if args.split else []
     summary_bytes = parse_size(args.summary_bytes)
+    cache = last_level_cache() if args.cache is None else parse_size(args.cache)
     points = _load_points(args)
     fit = calibrate(points, metric=args.metric, combine=args.combine, shared=args.shared,
-                    split=split,
-                    holdout=holdout, summary_bytes=summary_bytes,
+                    split=split, holdout=holdout, summary_bytes=summary_bytes, cache=cache,
                     meta={"databases": [str(p) for p in _db_paths(args)],
                           "command": "ddlcomm model " + " ".join(sys.argv[2:])})
     if args.out:

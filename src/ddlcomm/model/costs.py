@@ -27,11 +27,11 @@ allreduce  shm                     2 barriers (2⌈log2 p⌉); 2n copied (in, ou
 allreduce  hierarchical            shm reduce + fan-out in each node (intra-node
                                    parameters) + the leaders' all-reduce (inter-node)
 broadcast  binomial, pipelined     native: ⌈log2 p⌉ rounds of n; (p-2+m) rounds of n/m
-broadcast  linear                  the root sends p-1 messages of n
-broadcast  chain                   fan-out f chains (Open MPI: f = 4), no segments
-broadcast  binary                  heap-ordered binary tree, each parent sends twice
-broadcast  split_binary            two binary trees of n/2 each, then one exchange
-broadcast  knomial                 radix k = 4: (k-1)·⌈log_k p⌉ rounds of n
+broadcast  linear                  the root posts p-1 sends at once: p-1; n (*)
+broadcast  chain                   fan-out f chains (Open MPI: f = 4), no segments (*)
+broadcast  binary                  heap-ordered binary tree (*)
+broadcast  split_binary            two binary trees of n/2 each, then one exchange (*)
+broadcast  knomial                 radix k = 4 tree (*)
 broadcast  scatter_rd_allgather    binomial scatter + recursive-doubling allgather
 broadcast  scatter_ring_allgather  binomial scatter + ring allgather
 gather     linear, binomial        native: (p-1) messages of n; ⌈log2 p⌉ rounds, (p-1)n in
@@ -40,14 +40,19 @@ ps         <bcast>+<gather>        PS step: broadcast, then gather, both through
                                    the server's link (``library`` = each library's own)
 =========  ======================  =============================================
 
-Oversubscription: with more ranks on a node than cores (``over`` =
-(ranks on the node - cores) / ranks on the node > 0: the fraction of ranks
-waiting for a core at any moment) two things happen.  Copies and
+(*) Open MPI's trees post to every child at once (see :func:`star_shape` and the others): posts
+on the critical path are rounds, but each level's receivers copy at once, so
+a level costs one n of bytes, slowed by ``share`` when they outnumber the cores.
+
+Oversubscription: with more ranks on a node than cores (``over`` > 0: how
+likely a message waits for the scheduler, by how the library's ranks wait,
+:data:`OVERSUBSCRIPTION`) two things happen.  Copies and
 reductions of ranks that work at the same time share the cores: the β and γ
 terms are multiplied by ``share`` = max(1, busy ranks / cores), where the
 busy ranks are those of the algorithm that copy or reduce at once
 (:data:`ACTIVE`: all p in a ring, the power-of-two core in recursive halving
-and doubling, the root alone in a linear gather, ...).  And ranks wait for
+and doubling, the root alone in a linear gather, the widest level of an Open
+MPI broadcast tree, ...).  And ranks wait for
 the scheduler: the fitted ``alpha_over`` (seconds per message per unit of
 ``over``) and ``beta_over`` (seconds per byte moved or reduced per unit of
 ``over``) add ``over·(rounds·alpha_over + (bytes + reduced)·beta_over)``:
@@ -57,7 +62,7 @@ the time is the plain α-β-γ one.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Callable, Mapping, Optional
 
 from ..comm import native
@@ -79,6 +84,7 @@ class Params:
     gamma: float = 0.0
     alpha_over: float = 0.0
     beta_over: float = 0.0
+    beta_spill: float = 0.0
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -86,32 +92,66 @@ class Params:
                     or not math.isfinite(value) or value < 0:
                 raise UsageError(f"model parameter {name} must be a number >= 0, not {value!r}")
 
-    def time(self, terms: Schedule, over: float = 0.0, share: float = 1.0) -> float:
-        """Seconds for ``terms``; ``over`` is the oversubscription (0: none) and
-        ``share`` the busy ranks per core (>= 1) that slow copies and reductions."""
-        if over <= 0:
-            return terms.time(self.alpha, self.beta, self.gamma)
-        return (terms.rounds * self.alpha
-                + max(1.0, share) * (terms.bytes * self.beta + terms.reduced_bytes * self.gamma)
-                + over * (terms.rounds * self.alpha_over
-                          + (terms.bytes + terms.reduced_bytes) * self.beta_over))
+    def time(self, terms: Schedule, over: float = 0.0, share: float = 1.0,
+             spill: float = 0.0) -> float:
+        """Seconds for ``terms``; ``over`` is the oversubscription (0: none),
+        ``share`` the busy ranks per core (>= 1) that slow copies and
+        reductions, ``spill`` the part of the working set beyond the cache."""
+        moved = terms.bytes + terms.reduced_bytes
+        t = terms.rounds * self.alpha + max(1.0, share) * (
+            terms.bytes * self.beta + terms.reduced_bytes * self.gamma
+            + spill * moved * self.beta_spill)
+        if over > 0:
+            t += over * (terms.rounds * self.alpha_over + moved * self.beta_over)
+        return t
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, float]) -> "Params":
-        return cls(**{k: float(d.get(k, 0.0)) for k in ("alpha", "beta", "gamma",
-                                                        "alpha_over", "beta_over")})
+        return cls(**{k: float(d.get(k, 0.0)) for k in PARAMETERS})
 
 
-def oversubscription(ranks_per_node: int, cores: Optional[int]) -> float:
-    """(ranks on the node - cores) / ranks on the node when above 0, else 0
-    (``cores`` None: 0): the fraction of the node's ranks that wait for a core
-    at any moment when all are runnable."""
+#: The parameters, in the order of :class:`Params` (and of a fit's columns).
+PARAMETERS = tuple(f.name for f in fields(Params))
+#: Bytes a collective's buffers span per rank, in units of the message size:
+#: all-reduce and reduce a send and a receive buffer; broadcast one; gather
+#: one to send, and the root's receive buffer of p of them (2 per rank on average).
+FOOTPRINT = {"allreduce": 2, "reduce": 2, "broadcast": 1, "gather": 2}
+
+
+def spill(collective: str, ranks_on_node: int, nbytes: float, cache: Optional[float]) -> float:
+    """The part of a node's working set (its ranks' buffers) that does not fit
+    in the last-level cache of ``cache`` bytes: max(0, 1 - cache / working set);
+    0 when ``cache`` is unknown."""
+    if not cache:
+        return 0.0
+    working = FOOTPRINT.get(collective, 2) * ranks_on_node * nbytes
+    return max(0.0, 1.0 - cache / working) if working > 0 else 0.0
+
+
+#: How a library's waiting ranks share the cores when they outnumber them
+#: (:data:`ddlcomm.model.library.WAITING`) -> ``over`` for (ranks on the node,
+#: cores), ranks > cores.  ``sleep``: a waiting rank leaves its core (MPICH's
+#: throttled polling, Gloo's blocking waits), so the chance that the rank a
+#: message waits for is off its core is the share of ranks without one,
+#: (ranks - cores) / ranks.  ``yield``: waiting ranks stay runnable and give
+#: the core back at each poll (Open MPI's ``mpi_yield_when_idle``), so a
+#: message waits about one turn of the scheduler however many share the core: 1.
+OVERSUBSCRIPTION = {
+    "sleep": lambda ranks, cores: (ranks - cores) / ranks,
+    "yield": lambda ranks, cores: 1.0,
+}
+
+
+def oversubscription(ranks_per_node: int, cores: Optional[int], waiting: str = "sleep") -> float:
+    """``over`` of ``ranks_per_node`` ranks on ``cores`` cores whose library waits
+    as ``waiting`` says (:data:`OVERSUBSCRIPTION`); 0 without oversubscription
+    or when ``cores`` is None."""
     if not cores or ranks_per_node <= cores:
         return 0.0
-    return (ranks_per_node - cores) / ranks_per_node
+    return OVERSUBSCRIPTION[waiting](ranks_per_node, cores)
 
 
 # ------------------------------------------------------------------ helpers
@@ -181,43 +221,102 @@ def allreduce_shm_phases(p: int, nbytes: float) -> tuple[Schedule, Schedule]:
 
 
 # ------------------------------------------------------------------ broadcast
+# Open MPI's tree broadcasts (coll/base ``bcast_intra_generic``, unsegmented as
+# the tuned defaults run them, and ``basic_linear``) post a send to every child at
+# once and then wait for all.  On one node a single-copy transport (CMA through
+# ``smsc``) has each *receiver* copy its own message, so the children of a level
+# copy at the same time: a level costs one n of bytes on the critical path (the
+# cores they share are the ``share`` of :data:`ACTIVE`), while the posts, one α
+# each, follow one another.
+#
+# Each tree's shape is (rounds, depth, widest): the most posts ahead of and
+# including a rank's own along any path (a child's message is its parent's
+# i-th post), the deepest rank's depth in levels, and the most ranks on one
+# level (the receivers that copy at once, :data:`ACTIVE`).  Closed forms, so
+# that a million ranks cost nothing; tests check them against the trees.
+Shape = tuple[int, int, int]
+
+
+def star_shape(p: int) -> Shape:
+    """Linear: the root's children are all other ranks."""
+    return (p - 1, 1 if p > 1 else 0, max(1, p - 1))
+
+
+def chain_shape(p: int, fanout: int = CHAIN_FANOUT) -> Shape:
+    """``fanout`` chains hang from the root, ranks split as evenly as they go
+    (the first chains one longer): the last long chain is the latest."""
+    if p == 1:
+        return (0, 0, 1)
+    f = min(fanout, p - 1)
+    longest = math.ceil((p - 1) / f)
+    n_long = (p - 1) % f or f
+    rounds = max(n_long + longest - 1, f + longest - 2 if n_long < f else 0)
+    return (rounds, longest, f)
+
+
+def binary_shape(p: int) -> Shape:
+    """Heap-ordered binary tree (rank i's children 2i+1, then 2i+2)."""
+    if p == 1:
+        return (0, 0, 1)
+    d = p.bit_length() - 1                      # depth of the last level
+    j_max = p - (1 << d)                        # offsets 0..j_max exist on the last level
+    last = d + max(bin(j_max).count("1"), j_max.bit_length() - 1)  # left costs 1, right 2
+    rounds = max(last, 2 * (d - 1))             # or the rightmost rank of the full level
+    return (rounds, d, max(1 << (d - 1), j_max + 1))
+
+
+def _digits(n: int, radix: int) -> list[int]:
+    out = []
+    while n:
+        n, r = divmod(n, radix)
+        out.append(r)
+    return out[::-1] or [0]
+
+
+def knomial_shape(p: int, radix: int = KNOMIAL_RADIX) -> Shape:
+    """k-nomial tree: rank x's parent clears x's lowest nonzero base-k digit,
+    a parent posts to its farthest children first; x sits at depth = its
+    nonzero digits.  The root's last child (k-1) is the latest:
+    leading digit of p-1 + (k-1)·(digits of p-1, less one)."""
+    if p == 1:
+        return (0, 0, 1)
+    digits = _digits(p - 1, radix)
+    rounds = digits[0] + (radix - 1) * (len(digits) - 1)
+    # ranks 0..p-1 by their count of nonzero digits (digit by digit, below p-1's)
+    count = [0] * (len(digits) + 1)
+    nonzero = 0
+    for i, d in enumerate(digits):
+        rest = len(digits) - i - 1
+        for c in range(d):
+            for h in range(rest + 1):
+                count[nonzero + (c != 0) + h] += math.comb(rest, h) * (radix - 1) ** h
+        nonzero += d != 0
+    count[nonzero] += 1
+    depth = max(h for h, c in enumerate(count) if c)
+    return (rounds, depth, max(count[1:]))
+
+
+def _posted(shape: Shape, nbytes: float) -> Schedule:
+    rounds, depth, _ = shape
+    return Schedule(rounds, depth * nbytes)
+
+
 def bcast_linear(p: int, nbytes: float) -> Schedule:
-    """The root sends the buffer to each other rank in turn."""
-    p = _p(p)
-    return Schedule(p - 1, (p - 1) * nbytes)
+    """Open MPI's ``basic_linear``: the root posts p-1 sends at once, the
+    receivers copy together: p-1 posts, one n."""
+    return _posted(star_shape(_p(p)), nbytes)
 
 
 def bcast_chain(p: int, nbytes: float, fanout: int = CHAIN_FANOUT) -> Schedule:
-    """``fanout`` chains from the root, whole buffer per hop: the root sends
-    min(f, p-1) times, the longest chain has ⌈(p-1)/f⌉ ranks."""
-    p = _p(p)
-    if p == 1:
-        return Schedule(0, 0.0)
-    f = min(fanout, p - 1)
-    rounds = f + math.ceil((p - 1) / f) - 1
-    return Schedule(rounds, rounds * nbytes)
-
-
-def _binary_depth_rounds(p: int) -> int:
-    """Critical path of a heap-ordered binary tree (node i's children 2i+1, 2i+2;
-    a parent sends to its left child, then its right one): the latest arrival."""
-    if p <= 1:
-        return 0
-    d = p.bit_length() - 1                      # depth of the last level
-    if d == 0:
-        return 0
-    j_max = p - (1 << d)                        # offsets 0..j_max exist on the last level
-    best_pop = max(bin(j_max).count("1"), j_max.bit_length() - 1)
-    last = d + best_pop                         # left edge costs 1, right edge 2
-    full = 2 * (d - 1)                          # rightmost node of the full level above
-    return max(last, full)
+    """``fanout`` chains from the root, whole buffer per hop (Open MPI's
+    ``pipeline`` unsegmented is one chain): f posts, then one hop per rank of
+    the longest chain."""
+    return _posted(chain_shape(_p(p), fanout), nbytes)
 
 
 def bcast_binary(p: int, nbytes: float) -> Schedule:
-    """Binary tree, unsegmented: each parent sends the whole buffer to its two
-    children in turn; time is the latest arrival."""
-    rounds = _binary_depth_rounds(_p(p))
-    return Schedule(rounds, rounds * nbytes)
+    """Heap-ordered binary tree, unsegmented: log2 p levels of n, two posts per parent."""
+    return _posted(binary_shape(_p(p)), nbytes)
 
 
 def bcast_split_binary(p: int, nbytes: float) -> Schedule:
@@ -226,22 +325,13 @@ def bcast_split_binary(p: int, nbytes: float) -> Schedule:
     p = _p(p)
     if p <= 2:
         return native.schedule("broadcast", "binomial", p, nbytes)
-    half = (p - 1 + 1) // 2                     # ranks in the larger subtree
-    rounds = 1 + _binary_depth_rounds(half) + 1
-    return Schedule(rounds, rounds * nbytes / 2)
+    down = _posted(binary_shape((p + 1) // 2), nbytes / 2)
+    return Schedule(down.rounds + 1, down.bytes + nbytes / 2)
 
 
 def bcast_knomial(p: int, nbytes: float, radix: int = KNOMIAL_RADIX) -> Schedule:
-    """k-nomial tree: ⌈log_k p⌉ levels, a parent sends to up to k-1 children per level."""
-    p = _p(p)
-    if p == 1:
-        return Schedule(0, 0.0)
-    levels, reach = 0, 1
-    while reach < p:
-        reach *= radix
-        levels += 1
-    rounds = levels * (radix - 1)
-    return Schedule(rounds, rounds * nbytes)
+    """k-nomial tree (radix 4): ⌈log_k p⌉ levels of n, up to k-1 posts per level."""
+    return _posted(knomial_shape(_p(p), radix), nbytes)
 
 
 def bcast_scatter_rd_allgather(p: int, nbytes: float) -> Schedule:
@@ -313,9 +403,11 @@ ACTIVE: dict[tuple[str, str], Callable[[int], int]] = {
     ("allreduce", "recursive_doubling"): _pow2, ("allreduce", "linear"): lambda p: 1,
     ("allreduce", "nonoverlapping"): _pairs, ("reduce", "binomial"): _pairs,
     ("broadcast", "binomial"): _pairs, ("broadcast", "pipelined"): lambda p: max(1, p - 1),
-    ("broadcast", "linear"): lambda p: 1, ("broadcast", "chain"): lambda p: min(CHAIN_FANOUT, max(1, p - 1)),
-    ("broadcast", "binary"): _pairs, ("broadcast", "split_binary"): _pairs,
-    ("broadcast", "knomial"): _pairs, ("broadcast", "scatter_rd_allgather"): lambda p: p,
+    ("broadcast", "linear"): lambda p: star_shape(p)[2],
+    ("broadcast", "chain"): lambda p: chain_shape(p)[2],
+    ("broadcast", "binary"): lambda p: binary_shape(p)[2],
+    ("broadcast", "split_binary"): lambda p: 2 * binary_shape((p + 1) // 2)[2],
+    ("broadcast", "knomial"): lambda p: knomial_shape(p)[2], ("broadcast", "scatter_rd_allgather"): lambda p: p,
     ("broadcast", "scatter_ring_allgather"): lambda p: p,
     ("gather", "linear"): lambda p: 1, ("gather", "linear_sync"): lambda p: 1,
     ("gather", "binomial"): _pairs,
@@ -373,13 +465,21 @@ class Setting:
     """Where a call runs: the library whose ``library`` algorithm is meant, the
     ranks per node (``None``: one node's worth of cores each, so none are
     oversubscribed), the cores per node, and the inter-node parameters of a
-    hierarchical all-reduce with the leaders' algorithm."""
+    hierarchical all-reduce with the leaders' algorithm, and the last-level
+    cache of a node in bytes (``None``: no spill term)."""
 
     library: Optional[str] = None
     ranks_per_node: Optional[int] = None
     cores: Optional[int] = None
     inter: Optional[Params] = None
     leaders_algorithm: str = "auto"
+    cache: Optional[float] = None
+
+
+def waiting_of(library: Optional[str]) -> str:
+    """How ``library``'s ranks wait (``sleep`` when it is unknown)."""
+    from .library import waiting
+    return waiting(library)
 
 
 def resolve(collective: str, algorithm: str, p: int, nbytes: float,
@@ -399,14 +499,15 @@ def time(collective: str, algorithm: str, p: int, nbytes: float, params: Params,
     if collective == "ps":
         return ps_step_time(algorithm, p, nbytes, params, setting)
     per_node = setting.ranks_per_node or (min(p, setting.cores) if setting.cores else p)
-    over = oversubscription(min(per_node, p), setting.cores)
+    over = oversubscription(min(per_node, p), setting.cores, waiting_of(setting.library))
     if algorithm == "hierarchical":
         if collective != "allreduce":
             raise UsageError("the hierarchical algorithm is an all-reduce")
         return hierarchical_time(p, nbytes, params, setting)
     name, kw = resolve(collective, algorithm, p, nbytes, setting)
     busy = share(collective, name, p, min(per_node, p), setting.cores) if over > 0 else 1.0
-    return params.time(terms(collective, name, p, nbytes, **kw), over, busy)
+    return params.time(terms(collective, name, p, nbytes, **kw), over, busy,
+                       spill(collective, min(per_node, p), nbytes, setting.cache))
 
 
 def hierarchical_time(p: int, nbytes: float, intra: Params, setting: Setting) -> float:
@@ -420,17 +521,19 @@ def hierarchical_time(p: int, nbytes: float, intra: Params, setting: Setting) ->
     g = max(1, min(g, p))
     nodes = math.ceil(p / g)
     inter = setting.inter or intra
-    over = oversubscription(g, setting.cores)
+    over = oversubscription(g, setting.cores, waiting_of(setting.library))
     busy = max(1.0, g / setting.cores) if over > 0 else 1.0
     reduce_in, fan_out = allreduce_shm_phases(g, nbytes)
-    t = intra.time(reduce_in, over, busy) + intra.time(fan_out, over, busy)
+    inside = spill("allreduce", g, nbytes, setting.cache)
+    t = intra.time(reduce_in, over, busy, inside) + intra.time(fan_out, over, busy, inside)
     if nodes > 1:
         leaders = setting.leaders_algorithm
         if leaders == "auto":                     # comm/hierarchical.py's rule
             from ..comm.hierarchical import leaders_algorithm
             leaders = leaders_algorithm(nbytes)
         name, kw = resolve("allreduce", leaders, nodes, nbytes, setting)
-        t += inter.time(terms("allreduce", name, nodes, nbytes, **kw))
+        t += inter.time(terms("allreduce", name, nodes, nbytes, **kw),
+                        spill=spill("allreduce", 1, nbytes, setting.cache))
     return t
 
 

@@ -32,6 +32,28 @@ def cpu_model(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> str | None:
     return platform.processor() or None
 
 
+def last_level_cache(cpu: str | os.PathLike[str] = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """Bytes of the highest-level data or unified cache of ``cpu`` (sysfs), None if unknown."""
+    best: tuple[int, int] | None = None
+    for index in Path(cpu).glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction" or not size:
+            continue
+        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1].upper(), 1)
+        try:
+            nbytes = int(size.rstrip("KMGkmg")) * unit
+        except ValueError:
+            continue
+        if best is None or level > best[0]:
+            best = (level, nbytes)
+    return best[1] if best else None
+
+
 def ddlcomm_version() -> str:
     """The installed ddlcomm's version, else ``ddlcomm.__version__``, else ``'unknown'``."""
     try:

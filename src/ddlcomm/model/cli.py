@@ -335,10 +335,11 @@ def cmd_predict(args) -> int:
             params, library, host_cores = explicit, args.library, None
         setting = costs.Setting(library=library, ranks_per_node=per_node,
                                 cores=cores if cores is not None else host_cores,
-                                inter=inter, leaders_algorithm=args.leaders)
+                                inter=inter, leaders_algorithm=args.leaders,
+                                cache=fit.cache if fit is not None else None)
         for p in ranks:
             if collective == "ps" and fit is not None:
-                t = _ps_with_fit(fit, args.algorithm, p, n, want, setting)
+                t = costs.ps_time(fit, args.algorithm, p, n, setting, **want)
             else:
                 t = costs.time(collective, args.algorithm, p, n, params, setting)
             rows.append({"collective": collective, "algorithm": args.algorithm,
@@ -349,16 +350,6 @@ def cmd_predict(args) -> int:
     else:
         print(view.render_predictions(rows))
     return 0
-
-
-def _ps_with_fit(fit, algorithm, p, n, want, setting):
-    from . import costs
-    b = fit.select("broadcast", "library", n, **want)
-    g = fit.select("gather", "library", n, **want)
-    bcast, gather = ("library", "library") if algorithm == "library" else \
-        tuple(algorithm.partition("+")[::2])
-    return costs.time("broadcast", bcast, p, n, b.params, setting) \
-        + costs.time("gather", gather, p, n, g.params, setting)
 
 
 def _ran_as(collective, algorithm, p, n, setting) -> str:
@@ -440,12 +431,8 @@ def _comm_from_fit(fit, arch: str, algorithm: str, library: Optional[str]):
     def comm_at(workers: int) -> Callable[[int], float]:
         def comm(nbytes: int) -> float:
             if arch == "ps":
-                setting = costs.Setting(library=fit.select("broadcast", "library", nbytes,
-                                                           **want).key.get("library"))
-                return _ps_with_fit(fit, algorithm, workers + 1, nbytes, want, setting)
-            g = fit.select("allreduce", algorithm, nbytes, **want)
-            return costs.time("allreduce", algorithm, workers, nbytes, g.params,
-                              costs.Setting(library=g.key.get("library")))
+                return costs.ps_time(fit, algorithm, workers + 1, nbytes, **want)
+            return costs.allreduce_time(fit, algorithm, workers, nbytes, **want)
         return comm
     return comm_at
 

@@ -538,11 +538,12 @@ def hierarchical_time(p: int, nbytes: float, intra: Params, setting: Setting) ->
 
 
 def ps_step_time(algorithm: str, p: int, nbytes: float, params: Params,
-                 setting: Setting = Setting()) -> float:
+                 setting: Setting = Setting(), gather_params: Optional[Params] = None) -> float:
     """One PS step on ``p`` ranks (a server and p-1 workers): the server
     broadcasts the parameters, then gathers every worker's gradients, both
     through its own link.  ``algorithm``: ``library`` or ``BCAST+GATHER``
-    (e.g. ``binomial+linear``)."""
+    (e.g. ``binomial+linear``); ``gather_params``: the gather's own
+    parameters (default: ``params``)."""
     if algorithm == "library":
         bcast, gather = "library", "library"
     else:
@@ -551,31 +552,30 @@ def ps_step_time(algorithm: str, p: int, nbytes: float, params: Params,
             raise UsageError(f"PS step algorithm {algorithm!r} is not library or BCAST+GATHER",
                              "e.g. binomial+linear")
     return time("broadcast", bcast, p, nbytes, params, setting) \
-        + time("gather", gather, p, nbytes, params, setting)
+        + time("gather", gather, p, nbytes, gather_params or params, setting)
 
 
-def allreduce_time(fit, algorithm: str, p: int, nbytes: float) -> float:
+def allreduce_time(fit, algorithm: str, p: int, nbytes: float, **want: Optional[str]) -> float:
     """Seconds of one all-reduce of ``nbytes`` on ``p`` ranks with a calibrated
-    ``fit`` (:class:`ddlcomm.model.calibrate.Fit`) or plain :class:`Params`.
+    ``fit`` (:class:`ddlcomm.model.calibrate.Fit`; ``want`` picks its
+    parameter set: library, backend, placement, form) or plain :class:`Params`.
 
     ``functools.partial(allreduce_time, fit, "ring", p)`` is the ``comm``
     callable :func:`ddlcomm.model.ssgd.predict` takes.
     """
     if isinstance(fit, Params):
         return time("allreduce", algorithm, p, nbytes, fit)
-    params, setting = fit.params_for("allreduce", algorithm, nbytes)
+    params, setting = fit.params_for("allreduce", algorithm, nbytes, **want)
     return time("allreduce", algorithm, p, nbytes, params, setting)
 
 
-def ps_time(fit, algorithm: str, p: int, nbytes: float) -> float:
-    """Seconds of one PS step (see :func:`ps_step_time`) with a fit or Params."""
+def ps_time(fit, algorithm: str, p: int, nbytes: float, setting: Optional[Setting] = None,
+            **want: Optional[str]) -> float:
+    """Seconds of one PS step (see :func:`ps_step_time`) with a fit (its
+    broadcast's and gather's parameter sets, picked by ``want``) or Params;
+    ``setting`` replaces the fit's own (its library, cores and cache)."""
     if isinstance(fit, Params):
-        return ps_step_time(algorithm, p, nbytes, fit)
-    b_params, setting = fit.params_for("broadcast", "library", nbytes)
-    g_params, _ = fit.params_for("gather", "library", nbytes)
-    if algorithm == "library":
-        bcast, gather = "library", "library"
-    else:
-        bcast, _, gather = algorithm.partition("+")
-    return time("broadcast", bcast, p, nbytes, b_params, setting) \
-        + time("gather", gather, p, nbytes, g_params, setting)
+        return ps_step_time(algorithm, p, nbytes, fit, setting or Setting())
+    b_params, own = fit.params_for("broadcast", "library", nbytes, **want)
+    g_params, _ = fit.params_for("gather", "library", nbytes, **want)
+    return ps_step_time(algorithm, p, nbytes, b_params, setting or own, g_params)

@@ -14,6 +14,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from ..model.calibrate import summarize
 from ..units import format_size
 from .tables import format_table, format_us
 
@@ -29,7 +30,7 @@ def _sci(value: float) -> str:
 # ------------------------------------------------------------------ terminal
 def render_groups(fit) -> str:
     headers = ["backend", "library", "placement", "form", "algorithm", "collective", "sizes",
-               "alpha_s", "beta_s/B", "gamma_s/B", "alpha_over", "beta_over", "points",
+               "alpha_s", "beta_s/B", "gamma_s/B", "alpha_over", "beta_over", "beta_spill", "points",
                "median_err", "max_err"]
     rows = []
     for g in fit.groups:
@@ -37,7 +38,7 @@ def render_groups(fit) -> str:
         rows.append([str(k.get("backend")), str(k.get("library")), str(k.get("placement")),
                      str(k.get("form")), str(k.get("algorithm")), str(k.get("collective")),
                      str(k.get("regime")), _sci(pr.alpha), _sci(pr.beta), _sci(pr.gamma),
-                     _sci(pr.alpha_over), _sci(pr.beta_over), str(g.points),
+                     _sci(pr.alpha_over), _sci(pr.beta_over), _sci(pr.beta_spill), str(g.points),
                      _pct(g.median_rel_err), _pct(g.max_rel_err)])
     return format_table(headers, rows)
 
@@ -64,6 +65,11 @@ def render_summary(fit) -> str:
             if v.get("points"):
                 lines.append(f"{name:8} {label:>12}: {v['points']:4} points, median |error| "
                              f"{_pct(v['median_rel_err'])}, max {_pct(v['max_rel_err'])}")
+    held = [r for r in fit.residuals if r["heldout"] and r["bytes"] >= from_b]
+    for lib in sorted({str(r["library"]) for r in held}):
+        v = summarize([r["rel_err"] for r in held if str(r["library"]) == lib])
+        lines.append(f"heldout  {'>= ' + format_size(from_b):>12}: {v['points']:4} points, median "
+                     f"|error| {_pct(v['median_rel_err'])}, max {_pct(v['max_rel_err'])}  ({lib})")
     return "\n".join(lines)
 
 
@@ -75,7 +81,9 @@ def render_fit(fit, residuals: bool = False) -> str:
         held = [r for r in fit.residuals if r["heldout"]]
         if held:
             parts.append("held-out points:\n" + render_residuals(held))
-    parts.append(f"weighting: {fit.meta.get('weighting')}; metric: {fit.meta.get('metric')}")
+    cache = fit.meta.get("cache_bytes")
+    parts.append(f"weighting: {fit.meta.get('weighting')}; metric: {fit.meta.get('metric')}; "
+                 f"cache: {format_size(cache) if cache else 'none (no spill term)'}")
     parts.append(render_summary(fit))
     return "\n\n".join(p for p in parts if p)
 
@@ -197,23 +205,13 @@ def scaling_rows(fit, max_ranks: int, sizes: Sequence[int]) -> list[dict]:
             for what, coll, alg in (("allreduce (library)", "allreduce", "library"),
                                     ("allreduce (ring)", "allreduce", "ring"),
                                     ("PS step (library)", "ps", "library")):
+                price = costs.ps_time if coll == "ps" else costs.allreduce_time
                 try:
-                    if coll == "ps":
-                        b = fit.select("broadcast", "library", n, library=lib)
-                        g = fit.select("gather", "library", n, library=lib)
-                    else:
-                        a = fit.select("allreduce", alg, n, library=lib)
+                    times = [price(fit, alg, p, n, library=lib) for p in ranks]
                 except UsageError:                     # the fit lacks this collective
                     continue
-                for p in ranks:
-                    setting = costs.Setting(library=lib)
-                    if coll == "ps":
-                        t = costs.time("broadcast", "library", p, n, b.params, setting) \
-                            + costs.time("gather", "library", p, n, g.params, setting)
-                    else:
-                        t = costs.time("allreduce", alg, p, n, a.params, setting)
-                    rows.append({"library": lib, "what": what, "bytes": n, "ranks": p,
-                                 "seconds": t})
+                rows += [{"library": lib, "what": what, "bytes": n, "ranks": p, "seconds": t}
+                         for p, t in zip(ranks, times)]
     return rows
 
 
@@ -266,7 +264,8 @@ def write_model_report(fit, out_dir: Path, max_ranks: int = 1024,
             p = g.params
             lines.append(f"sizes {g.key.get('regime')}: α = {p.alpha:.3g} s, β = {p.beta:.3g} s/B, "
                          f"γ = {p.gamma:.3g} s/B, α_over = {p.alpha_over:.3g} s, "
-                         f"β_over = {p.beta_over:.3g} s/B; {g.points} points fitted, median "
+                         f"β_over = {p.beta_over:.3g} s/B, β_spill = {p.beta_spill:.3g} s/B; "
+                         f"{g.points} points fitted, median "
                          f"|error| {_pct(g.median_rel_err)}, max {_pct(g.max_rel_err)}")
         caption = "<br>".join(escape(line) for line in lines)
         sections.append(f"<figure>{_inline_svg(paths['svg'])}<figcaption>{caption}"

@@ -210,9 +210,10 @@ def test_container_command_lines(namespaces):
         assert "--oversubscribe" not in cmd and cmd[-1] == "prog"
         if all(len(c.cpus) < 2 for c in cs.containers):
             assert "core:overload-allowed" in cmd
-        cmd, _ = placement.mpirun_command(hydra, cs, 4, ["prog"], "core")
+        cmd, env = placement.mpirun_command(hydra, cs, 4, ["prog"], "core", cores=2)
         assert cmd == ["mpiexec", "-n", "4", "-hosts", hosts, "-launcher", "ssh",
                        "-launcher-exec", agent, "-iface", cs.bridge, "-bind-to", "core", "prog"]
+        assert env == HYDRA_OVERSUBSCRIBED                       # 4 ranks on 2 cores
         with pytest.raises(UsageError, match="hold 4 ranks"):
             placement.mpirun_command(hydra, cs, 3, ["prog"], "none")
         # the agent takes ssh's options, then HOST and the command words, like ssh

@@ -87,9 +87,9 @@ def mpirun_command(launcher: MPILauncher, cset: Optional[ContainerSet], nranks: 
     :meth:`MPILauncher.command` does; with containers, beyond ``cores``
     ``--mca mpi_yield_when_idle 1`` instead, since no container is
     oversubscribed by itself); MPICH gets
-    :data:`~.mpirun.HYDRA_OVERSUBSCRIBED` in the extra environment wherever
-    some cpus hold more ranks than one.  ``cores``: the cpus of this machine (default:
-    those this process may use).  ``bind`` is ``none``, ``core`` or
+    :data:`~.mpirun.HYDRA_OVERSUBSCRIBED` in the extra environment beyond
+    ``cores`` too, or where a container has more ranks than cpus.
+    ``cores``: the cpus of this machine (default: those this process may use).  ``bind`` is ``none``, ``core`` or
     ``numa``; binding more ranks than cpus to cores lets them share
     (``:overload-allowed`` for Open MPI).  Pass the environment through
     ``launcher.environment(base | extra)``.
@@ -126,7 +126,7 @@ def mpirun_command(launcher: MPILauncher, cset: Optional[ContainerSet], nranks: 
             cmd += ["-hosts", hosts_argument(cset), "-launcher", "ssh",
                     "-launcher-exec", str(cset.agent_script()), "-iface", cset.bridge]
         cmd += _hydra_bind(bind)
-        if overloaded:
+        if nranks > cores or overloaded:
             extra.update(HYDRA_OVERSUBSCRIBED)
     elif cset is not None or bind != "none":
         raise UnsupportedError(f"{launcher.path} is neither Open MPI's nor MPICH's launcher: "

@@ -48,6 +48,27 @@ def test_recovers_known_parameters():
         assert g.cores == 2
 
 
+def test_recovers_the_spill_term():
+    cache = 8 << 20
+    true = Params(2e-6, 1e-10, 3e-10, 5e-6, 4e-10, beta_spill=2e-10)
+    points = []
+    for p in (2, 3, 4):
+        for n in SIZES:
+            t = costs.time("allreduce", "library", p, n, true,
+                           Setting(library="MPICH", ranks_per_node=p, cores=2, cache=cache))
+            points.append({"run_id": p, "backend": "mpi", "library": "MPICH",
+                           "collective": "allreduce", "form": "buffer", "algorithm": "library",
+                           "bytes": n, "ranks": p, "t_avg_us": t * 1e6, "check": "passed",
+                           "host_cores": 2})
+    fit = cal.calibrate(points, cache=cache)
+    (g,) = fit.groups
+    assert g.params.beta_spill == pytest.approx(2e-10, rel=1e-6)
+    assert g.max_rel_err < 1e-6
+    assert fit.cache == cache and fit.params_for("allreduce")[1].cache == cache
+    # without the cache the same points cannot be fitted exactly
+    assert cal.calibrate(points).groups[0].max_rel_err > 0.01
+
+
 def test_holdout_ranks_predicted():
     fit = cal.calibrate(synthetic(TRUE), holdout=[cal.parse_holdout("ranks=4")])
     held = [r for r in fit.residuals if r["heldout"]]

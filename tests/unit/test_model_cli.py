@@ -66,9 +66,10 @@ def test_predict_million_ranks(capsys):
 def test_calibrate_predict_report(capsys, db, tmp_path):
     fit = tmp_path / "fit.json"
     rc, out, _ = run(capsys, "calibrate", "--db", str(db), "--holdout", "ranks=4",
-                     "--out", str(fit))
-    assert rc == 0 and "heldout" in out and fit.exists()
+                     "--cache", "16MiB", "--out", str(fit))
+    assert rc == 0 and "heldout" in out and fit.exists() and "cache: 16MiB" in out
     data = json.loads(fit.read_text())
+    assert data["cache_bytes"] == 16 << 20
     assert data["summary"]["heldout"]["max_rel_err"] < 1e-6
     assert {g["key"]["collective"] for g in data["groups"]} == {"allreduce", "broadcast", "gather"}
     rc, out, _ = run(capsys, "predict", "--fit", str(fit), "--ranks", "4", "--bytes", "1MiB",

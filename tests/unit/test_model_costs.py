@@ -165,6 +165,36 @@ def test_oversubscription_terms():
     assert costs.time("gather", "linear", 4, N, q, Setting(cores=2)) == pytest.approx(33.0)
 
 
+def test_oversubscription_by_how_the_library_waits():
+    assert costs.oversubscription(3, 2, "yield") == 1.0 == costs.oversubscription(6, 2, "yield")
+    assert costs.oversubscription(2, 2, "yield") == 0.0
+    assert costs.oversubscription(6, 2, "sleep") == pytest.approx(2 / 3)
+    assert library.waiting("Open MPI 5.0.11") == "yield"
+    assert library.waiting("MPICH") == library.waiting("gloo") == library.waiting(None) == "sleep"
+    q = Params(1.0, 0.01, alpha_over=2.0)
+    # Open MPI's linear gather at 4 ranks on 2 cores: over = 1, not 0.5
+    t = costs.time("gather", "linear", 4, N, q, Setting(library="Open MPI", ranks_per_node=4, cores=2))
+    assert t == pytest.approx(3 * 11 + 1.0 * 3 * 2)
+
+
+def test_cache_spill():
+    # working set: all-reduce 2 buffers x 4 ranks x n; gather 2; broadcast 1
+    assert costs.spill("allreduce", 4, 1 << 20, 32 << 20) == 0.0           # 8 MiB fits
+    assert costs.spill("allreduce", 4, 8 << 20, 32 << 20) == pytest.approx(0.5)
+    assert costs.spill("broadcast", 4, 16 << 20, 32 << 20) == pytest.approx(0.5)
+    assert costs.spill("allreduce", 4, 8 << 20, None) == 0.0
+    q = Params(1.0, 0.01, 0.001, beta_spill=0.02)
+    s = Schedule(2, 100.0, 50.0)
+    assert q.time(s, spill=0.5) == pytest.approx(2 + 1 + 0.05 + 0.5 * 150 * 0.02)
+    assert q.time(s, share=2.0, spill=0.5) == pytest.approx(2 + 2 * (1 + 0.05 + 0.5 * 150 * 0.02))
+    # through time(): a 2-rank ring of 32 MiB against a 32 MiB cache spills half
+    n = 32 << 20
+    plain = costs.time("allreduce", "ring", 2, n, q)
+    spilt = costs.time("allreduce", "ring", 2, n, q, Setting(cache=64 << 20))
+    moved = n + n / 2
+    assert spilt - plain == pytest.approx(0.5 * moved * 0.02)
+
+
 def test_hierarchical_by_hand():
     inter = Params(10.0, 0.1, 0.001)
     s = Setting(ranks_per_node=4, inter=inter, leaders_algorithm="ring")

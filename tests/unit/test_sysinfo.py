@@ -40,3 +40,15 @@ def test_git_commit(tmp_path):
     (repo / "f").write_text("y")
     assert sysinfo.git_commit(repo) == head + "-dirty"
     assert sysinfo.git_commit(repo / "lib" / "site-packages") is None
+
+
+def test_last_level_cache(tmp_path):
+    for name, level, kind, size in (("index0", 1, "Data", "48K"), ("index1", 1, "Instruction", "32K"),
+                                    ("index2", 2, "Unified", "1024K"), ("index3", 3, "Unified", "32M")):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert sysinfo.last_level_cache(tmp_path) == 32 << 20
+    assert sysinfo.last_level_cache(tmp_path / "missing") is None

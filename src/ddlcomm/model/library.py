@@ -166,9 +166,10 @@ def gloo(collective: str, p: int, nbytes: float, itemsize: int = 4) -> tuple[str
 #: core at each poll (``mpi_yield_when_idle``, which ``--oversubscribe`` turns
 #: on); MPICH sleeps a moment after each empty poll as ddlcomm launches it
 #: then (``MPIR_CVAR_CH4_PROGRESS_THROTTLE``, ddlcomm.launch.mpirun); Gloo
-#: blocks in the kernel.  Chosen with 5- and 6-rank runs on 2 cores: fitted at
-#: 2 and 3 ranks, "yield" predicted Open MPI's from 64 KiB with a median error
-#: of 20% against 28% for "sleep", and "sleep" MPICH's with 23% against 41%.
+#: blocks in the kernel.  Chosen with 5- and 6-rank runs on 2 cores (one run
+#: each; docs/benchmarks.md, issue 6): fitted at 2 and 3 ranks, "yield"
+#: predicted Open MPI's from 64 KiB with a median error of 20% against 28% for
+#: "sleep", and "sleep" MPICH's with 23% against 41%.
 WAITING = {"open mpi": "yield", "mpich": "sleep", "gloo": "sleep"}
 
 

@@ -40,24 +40,31 @@ ps         <bcast>+<gather>        PS step: broadcast, then gather, both through
                                    the server's link (``library`` = each library's own)
 =========  ======================  =============================================
 
-(*) Open MPI's trees post to every child at once (see :func:`star_shape` and the others): posts
-on the critical path are rounds, but each level's receivers copy at once, so
-a level costs one n of bytes, slowed by ``share`` when they outnumber the cores.
+(*) Open MPI's trees post to every child at once (see :func:`star_shape`
+and the others): posts on the critical path are rounds, but each level's
+receivers copy at once, so a level costs one n of bytes, slowed by
+``share`` when they outnumber the cores.
 
 Oversubscription: with more ranks on a node than cores (``over`` > 0: how
 likely a message waits for the scheduler, by how the library's ranks wait,
-:data:`OVERSUBSCRIPTION`) two things happen.  Copies and
-reductions of ranks that work at the same time share the cores: the β and γ
-terms are multiplied by ``share`` = max(1, busy ranks / cores), where the
-busy ranks are those of the algorithm that copy or reduce at once
-(:data:`ACTIVE`: all p in a ring, the power-of-two core in recursive halving
-and doubling, the root alone in a linear gather, the widest level of an Open
-MPI broadcast tree, ...).  And ranks wait for
-the scheduler: the fitted ``alpha_over`` (seconds per message per unit of
-``over``) and ``beta_over`` (seconds per byte moved or reduced per unit of
-``over``) add ``over·(rounds·alpha_over + (bytes + reduced)·beta_over)``:
-a message whose peer is off its core waits for the scheduler.  Both are 0 unless a fit saw oversubscribed points; without oversubscription
-the time is the plain α-β-γ one.
+:data:`OVERSUBSCRIPTION`) two things happen.  Copies and reductions of ranks
+that work at the same time share the cores: the β and γ terms are
+multiplied by ``share`` = max(1, busy ranks / cores), where the busy ranks
+are those of the algorithm that copy or reduce at once (:data:`ACTIVE`: all
+p in a ring, the power-of-two core in recursive halving and doubling, the
+root alone in a linear gather, the widest level of an Open MPI broadcast
+tree, ...).  And ranks wait for the scheduler: the fitted ``alpha_over``
+(seconds per message per unit of ``over``) and ``beta_over`` (seconds per
+byte moved or reduced per unit of ``over``) add ``over·(rounds·alpha_over +
+(bytes + reduced)·beta_over)``: a message whose peer is off its core waits
+for the scheduler.  Both are 0 unless a fit saw oversubscribed points.
+
+Cache: when the node's working set (its ranks' buffers, :data:`FOOTPRINT`)
+outgrows the last-level cache, the part ``spill`` beyond it
+(:func:`spill`) streams from memory: ``share·spill·(bytes +
+reduced)·beta_spill`` more.  0 when the cache is not known
+(:class:`Setting`); without oversubscription or spill the time is the plain
+α-β-γ one.
 """
 from __future__ import annotations
 
@@ -407,7 +414,8 @@ ACTIVE: dict[tuple[str, str], Callable[[int], int]] = {
     ("broadcast", "chain"): lambda p: chain_shape(p)[2],
     ("broadcast", "binary"): lambda p: binary_shape(p)[2],
     ("broadcast", "split_binary"): lambda p: 2 * binary_shape((p + 1) // 2)[2],
-    ("broadcast", "knomial"): lambda p: knomial_shape(p)[2], ("broadcast", "scatter_rd_allgather"): lambda p: p,
+    ("broadcast", "knomial"): lambda p: knomial_shape(p)[2],
+    ("broadcast", "scatter_rd_allgather"): lambda p: p,
     ("broadcast", "scatter_ring_allgather"): lambda p: p,
     ("gather", "linear"): lambda p: 1, ("gather", "linear_sync"): lambda p: 1,
     ("gather", "binomial"): _pairs,

@@ -89,10 +89,11 @@ def mpirun_command(launcher: MPILauncher, cset: Optional[ContainerSet], nranks: 
     oversubscribed by itself); MPICH gets
     :data:`~.mpirun.HYDRA_OVERSUBSCRIBED` in the extra environment beyond
     ``cores`` too, or where a container has more ranks than cpus.
-    ``cores``: the cpus of this machine (default: those this process may use).  ``bind`` is ``none``, ``core`` or
-    ``numa``; binding more ranks than cpus to cores lets them share
-    (``:overload-allowed`` for Open MPI).  Pass the environment through
-    ``launcher.environment(base | extra)``.
+    ``cores``: the cpus of this machine (default: those this process may
+    use).  ``bind`` is ``none``, ``core`` or ``numa``; binding more ranks
+    than cpus to cores lets them share (``:overload-allowed`` for Open MPI).
+    Pass the environment through ``launcher.environment(extra | base)``, so
+    that what the caller set wins.
     """
     _check_bind(bind)
     if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:

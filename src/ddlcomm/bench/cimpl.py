@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..collectives import get_collective
+from ..comm import registry
 from ..dtypes import get_dtype, get_op
 from ..errors import UnsupportedError
 from . import stats
@@ -23,7 +24,7 @@ _REFERENCES: dict[int, object] = {}
 
 def reference(comm):
     """The C reference bound to ``comm`` (built and loaded on first use)."""
-    if comm.name != "mpi":
+    if not registry.get_spec(comm.name).mpi_handle:
         raise UnsupportedError(f"--impl c needs the mpi backend, not {comm.name}",
                                "run the C reference with --backend mpi")
     ref = _REFERENCES.get(id(comm))

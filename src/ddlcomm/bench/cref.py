@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 import numpy as np
 
+from ..comm import registry
 from ..errors import (BackendUnavailable, DdlcommError, RankFailure, UnsupportedError,
                       UsageError)
 
@@ -195,7 +196,7 @@ class CReference:
 
     def __init__(self, comm: "MPICommunicator", mpicc: Optional[str] = None) -> None:
         mcomm = getattr(comm, "_comm", None)
-        if mcomm is None or getattr(comm, "name", None) != "mpi":
+        if mcomm is None or not registry.get_spec(getattr(comm, "name", "?")).mpi_handle:
             raise UnsupportedError(
                 f"the C reference runs on backend mpi only, not {getattr(comm, 'name', comm)!r}",
                 "init ddlcomm with backend mpi to time C calls")

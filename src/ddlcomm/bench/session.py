@@ -97,8 +97,7 @@ def _where_it_ended(plan: BenchPlan, points: list) -> str:
 def rank_main(plan: BenchPlan, argv: Sequence[str], info: LaunchInfo, db_path: Path,
               report_dir: Optional[Path]) -> int:
     """Run inside a launcher: measure, store (rank 0), and finish if we own the run."""
-    # MPI first: a gloo backend started under mpirun rendezvouses through it.
-    order = sorted(plan.backends, key=lambda b: b != "mpi")
+    order = registry.start_order(plan.backends)
     comms = {name: registry.create(name, local_rank=info.local_rank) for name in order}
     comm = comms[order[0]]
 

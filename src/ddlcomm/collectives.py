@@ -1,7 +1,9 @@
-"""Each collective described once: sizes, bandwidth factor, inputs, check, call.
+"""Each collective described once: sizes, bandwidth factor, inputs, expected results.
 
-The harness, the validator and (later) the cost models read this table, so a
-collective's conventions live in one place (nccl-tests' ``struct testColl``).
+The harness, the validator, the backends' argument checks and the cost models
+read this table, so a collective's conventions live in one place (nccl-tests'
+``struct testColl``).  Pure: NumPy only; the code that calls a Communicator
+with these buffers is :mod:`ddlcomm.measure.calls`.
 
 Size convention: ``count`` is the number of elements of the per-rank message.
 
@@ -81,22 +83,94 @@ def as_flat(result: Any, dtype: DType) -> np.ndarray:
     return np.asarray(result, dtype=dtype.numpy).ravel()
 
 
+# ------------------------------------------------------------------ what each rank holds
+# ``expect(dtype, count, rank, nranks, op, root)``: what a receiving rank holds (flat).
+def _root_input(dtype: DType, count: int, rank: int, nranks: int, op, root: int) -> np.ndarray:
+    return fill(dtype, count, root, op)
+
+
+def _every_input(dtype: DType, count: int, rank: int, nranks: int, op, root: int) -> np.ndarray:
+    parts = [fill(dtype, count, r, op) for r in range(nranks)]
+    return np.concatenate(parts) if parts else np.empty(0, dtype.numpy)
+
+
+def _my_block_of_every_input(dtype: DType, count: int, rank: int, nranks: int, op,
+                             root: int) -> np.ndarray:
+    block = count // nranks
+    return np.concatenate([fill(dtype, count, r, op)[rank * block:(rank + 1) * block]
+                           for r in range(nranks)])
+
+
+def _fold(dtype: DType, count: int, rank: int, nranks: int, op: ReduceOp, root: int) -> np.ndarray:
+    return op.fold([fill(dtype, count, r, op) for r in range(nranks)])
+
+
+def _my_block_of_fold(dtype: DType, count: int, rank: int, nranks: int, op: ReduceOp,
+                      root: int) -> np.ndarray:
+    block = count // nranks
+    return _fold(dtype, count, rank, nranks, op, root)[rank * block:(rank + 1) * block]
+
+
+def _nothing(dtype: DType, count: int, rank: int, nranks: int, op, root: int) -> None:
+    return None
+
+
+def _const(value: float) -> Callable[[int], float]:
+    return lambda p: value
+
+
+#: Who holds a result afterwards.
+ALL, ROOT, NONE = "all", "root", "none"
+
+
 @dataclass(frozen=True)
 class Collective:
-    """One collective: its conventions, expected results and how to call it."""
+    """One collective: its conventions and what every rank must hold afterwards (pure)."""
 
     name: str
-    reduces: bool
-    rooted: bool
-    in_place_ok: bool
-    divisible: bool            # per-rank count must be a multiple of p
-    gathers: bool              # the receiver holds p times the message
+    #: (p) -> nccl-tests' bus-bandwidth factor.
     busbw_factor: Callable[[int], float]
+    #: (dtype, count, rank, nranks, op, root) -> what a receiving rank holds (flat).
+    expect: Callable[..., Optional[np.ndarray]]
+    #: Applies a reduction op.
+    reduces: bool = False
+    #: Has a root rank (the calls take ``root``).
+    rooted: bool = False
+    #: Who holds a result: ALL ranks, the ROOT only, or NONE (barrier).
+    receivers: str = ALL
+    #: The result lands in the send buffer (broadcast): there is no receive buffer.
+    in_send: bool = False
+    #: Can run with ``recvbuf is sendbuf``.
+    in_place_ok: bool = False
+    #: The per-rank count must be a multiple of p (one block per rank).
+    divisible: bool = False
+    #: The receiver holds p times the message (gathers) ...
+    gathers: bool = False
+    #: ... or one p-th of it (scatters).
+    scatters: bool = False
+
+    @property
+    def moves_data(self) -> bool:
+        """False for the barrier, whose messages carry nothing."""
+        return self.receivers != NONE
+
+    @property
+    def object_per_rank(self) -> bool:
+        """The object form takes one object per rank (its blocks) instead of one object."""
+        return self.divisible
+
+    def receives(self, rank: int, root: int) -> bool:
+        """Whether ``rank`` holds a result afterwards."""
+        return self.receivers == ALL or (self.receivers == ROOT and rank == root)
+
+    def has_recvbuf(self, rank: int, root: int) -> bool:
+        """Whether ``rank`` passes a receive buffer to the buffer-form call."""
+        return not self.in_send and self.receives(rank, root)
 
     # ------------------------------------------------------------ sizes
     def count_for(self, nbytes: int, dtype: DType, nranks: int) -> int:
         """Elements per rank for a message of ``nbytes`` (rounded down)."""
-        if self.name == "barrier":
+        if not self.moves_data:
             return 0
         count = nbytes // dtype.itemsize
         if self.divisible:
@@ -104,9 +178,10 @@ class Collective:
         return count
 
     def recv_count(self, count: int, nranks: int) -> int:
+        """Elements the receive buffer holds for ``count`` elements per rank."""
         if self.gathers:
             return count * nranks
-        if self.name == "reduce_scatter":
+        if self.scatters:
             return count // nranks
         return count
 
@@ -116,7 +191,7 @@ class Collective:
 
     def receiver_bytes(self, nbytes: int, nranks: int) -> int:
         """Bytes the largest receiver must hold (the root of a gather)."""
-        return self.recv_count(nbytes, nranks) if self.name != "barrier" else 0
+        return self.recv_count(nbytes, nranks) if self.moves_data else 0
 
     # ------------------------------------------------------------ data
     def check_request(self, *, op: Optional[ReduceOp], dtype: DType) -> None:
@@ -127,26 +202,11 @@ class Collective:
     def expected(self, dtype: DType, count: int, rank: int, nranks: int,
                  op: Optional[ReduceOp], root: int) -> Optional[np.ndarray]:
         """What ``rank`` must hold afterwards (flat), or None if it receives nothing."""
-        name = self.name
-        if name == "barrier":
+        if not self.receives(rank, root):
             return None
-        if name == "broadcast":
-            return fill(dtype, count, root, op)
-        if self.rooted and rank != root:
-            return None
-        if name in ("gather", "allgather"):
-            return np.concatenate([fill(dtype, count, r, op) for r in range(nranks)]) \
-                if nranks else np.empty(0, dtype.numpy)
-        if name == "alltoall":
-            block = count // nranks
-            return np.concatenate([fill(dtype, count, r, op)[rank * block:(rank + 1) * block]
-                                   for r in range(nranks)])
-        assert op is not None
-        total = op.fold([fill(dtype, count, r, op) for r in range(nranks)])
-        if name == "reduce_scatter":
-            block = count // nranks
-            return total[rank * block:(rank + 1) * block]
-        return total
+        if self.reduces and op is None:
+            raise UsageError(f"the expected result of {self.name} needs a reduction op")
+        return self.expect(dtype, count, rank, nranks, op, root)
 
     def verify(self, result: Any, expected: Optional[np.ndarray], dtype: DType) -> bool:
         """True when ``result`` (buffer or object form) equals ``expected``."""
@@ -154,158 +214,61 @@ class Collective:
             return True
         return _matches(as_flat(result, dtype), expected, dtype)
 
-    # ------------------------------------------------------------ calls
     def buffers(self, dtype: DType, count: int, rank: int, nranks: int, op: Optional[ReduceOp],
                 root: int, in_place: bool, alloc: Alloc = numpy_alloc):
-        """(send, recv) of one rank: the input filled, the output cleared (None if none)."""
+        """(send, recv) of one rank: the input filled, the output cleared (None if none).
+
+        Where the result lands in the send buffer (broadcast), a rank other
+        than the root has its input cleared too: only the root's data may arrive.
+        """
         send = alloc(dtype, count)
         send[:] = fill(dtype, count, rank, op)
-        if self.name in ("broadcast", "barrier") or (self.rooted and rank != root):
+        if self.in_send and rank != root:
+            send.view(np.uint8)[:] = SENTINEL_BYTE
+        if not self.has_recvbuf(rank, root):
             return send, None
         if in_place:
             return send, send
         return send, cleared(dtype, self.recv_count(count, nranks), alloc)
 
-    def prepare(self, comm: Any, form: str, dtype: DType, count: int, op: Optional[ReduceOp],
-                root: int, in_place: bool, alloc: Alloc = numpy_alloc,
-                algorithm: str = "library") -> "Prepared":
-        """Allocate inputs/outputs and return the call to time and the result getter.
-
-        ``algorithm`` "library" calls the backend's own collective; any other
-        name runs ddlcomm's own algorithm of that name (buffer form only).
-        """
-        rank, nranks = comm.rank, comm.size
-        send, recv = self.buffers(dtype, count, rank, nranks, op, root,
-                                  in_place and form == "buffer", alloc)
-        if self.name == "broadcast" and rank != root:
-            send.view(np.uint8)[:] = SENTINEL_BYTE     # only the root's data may arrive
-        if algorithm != "library":
-            return Prepared(bind_algorithm(comm, self.name, algorithm, send, recv, op, root),
-                            lambda: send if self.name == "broadcast" else recv,
-                            _reset_outputs(self, send, recv, dtype, count, rank, op, root))
-        build = _BUFFER_CALLS[self.name] if form == "buffer" else _OBJECT_CALLS[self.name]
-        return build(comm, send, recv, dtype, count, op, root, in_place, rank, nranks)
-
-
-@dataclass
-class Prepared:
-    """A ready call: ``run()`` does one collective; ``result()`` gives what this rank got."""
-
-    run: Callable[[], Any]
-    result: Callable[[], Any]
-    reset: Callable[[], None]
-
-
-def _no_reset() -> None:
-    return None
-
-
-def bind_algorithm(comm, collective: str, algorithm: str, send, recv, op, root) -> Callable[[], None]:
-    """ddlcomm's own ``algorithm`` for ``collective`` bound to these buffers."""
-    from .comm import algorithms
-    return algorithms.bind(comm, collective, algorithm, send, recv, op, root)
-
-
-def _reset_outputs(coll, send, recv, dtype, count, rank, op, root):
-    def reset():
-        if coll.name == "broadcast":
+    def reset(self, send: np.ndarray, recv: Optional[np.ndarray], dtype: DType, count: int,
+              rank: int, op: Optional[ReduceOp], root: int) -> None:
+        """Put ``buffers()``' pair back as it was before a call (the check's call)."""
+        if self.in_send:
             if rank != root:
                 send.view(np.uint8)[:] = SENTINEL_BYTE
         elif recv is send:
             send[:] = fill(dtype, count, rank, op)
         elif recv is not None:
             recv.view(np.uint8)[:] = SENTINEL_BYTE
-    return reset
 
+    def call_args(self, send: Any, recv: Any, op: Any, root: int) -> tuple:
+        """A call's positional arguments in MPI's order: the send buffer, the receive
+        buffer (unless the result lands in the send buffer), the op (if it reduces),
+        the root (if rooted)."""
+        return (send,) + (() if self.in_send else (recv,)) + ((op,) if self.reduces else ()) \
+            + ((root,) if self.rooted else ())
 
-def _buffer_broadcast(comm, send, recv, dtype, count, op, root, in_place, rank, p):
-    buf = send
-
-    def reset():
-        if rank != root:
-            buf.view(np.uint8)[:] = SENTINEL_BYTE
-    return Prepared(comm.bind("broadcast", buf, root=root), lambda: buf, reset)
-
-
-def _rooted_recv(self_name):
-    def build(comm, send, recv, dtype, count, op, root, in_place, rank, p):
-        in_place = recv is send
-        # Checked once, bound to these buffers: the timed call adds no work of its own.
-        run = comm.bind(self_name, send, recv, op=op, root=root)
-
-        def reset():
-            if in_place:
-                send[:] = fill(dtype, count, rank, op)
-            elif recv is not None:
-                recv.view(np.uint8)[:] = SENTINEL_BYTE
-        return Prepared(run, lambda: recv, reset)
-    return build
-
-
-def _barrier(comm, send, recv, dtype, count, op, root, in_place, rank, p):
-    return Prepared(comm.barrier, lambda: None, _no_reset)
-
-
-def _object_broadcast(comm, send, recv, dtype, count, op, root, in_place, rank, p):
-    box = {"out": None}
-    obj = send if rank == root else None
-
-    def run():
-        box["out"] = comm.broadcast_object(obj, root)
-    return Prepared(run, lambda: box["out"], _no_reset)
-
-
-def _object_call(name, *, split):
-    def build(comm, send, recv, dtype, count, op, root, in_place, rank, p):
-        coll = COLLECTIVES[name]
-        obj = list(np.split(send, p)) if split else send
-        call = getattr(comm, name + "_object")
-        kwargs = {}
-        if coll.reduces:
-            kwargs["op"] = op
-        if coll.rooted:
-            kwargs["root"] = root
-        box = {"out": None}
-
-        def run():
-            box["out"] = call(obj, **kwargs)
-        return Prepared(run, lambda: box["out"], _no_reset)
-    return build
-
-
-def _const(value: float) -> Callable[[int], float]:
-    return lambda p: value
+    def result_of(self, send: np.ndarray, recv: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        """Which of ``buffers()``' pair holds this rank's result."""
+        return send if self.in_send else recv
 
 
 COLLECTIVES: dict[str, Collective] = {
     c.name: c
     for c in (
-        Collective("broadcast", False, True, False, False, False, _const(1.0)),
-        Collective("reduce", True, True, True, False, False, _const(1.0)),
-        Collective("allreduce", True, False, True, False, False, lambda p: 2 * (p - 1) / p),
-        Collective("gather", False, True, False, False, True, lambda p: (p - 1) / p),
-        Collective("allgather", False, False, False, False, True, lambda p: (p - 1) / p),
-        Collective("reduce_scatter", True, False, False, True, False, lambda p: (p - 1) / p),
-        Collective("alltoall", False, False, False, True, False, lambda p: (p - 1) / p),
-        Collective("barrier", False, False, False, False, False, _const(0.0)),
+        Collective("broadcast", _const(1.0), _root_input, rooted=True, in_send=True),
+        Collective("reduce", _const(1.0), _fold, reduces=True, rooted=True, receivers=ROOT,
+                   in_place_ok=True),
+        Collective("allreduce", lambda p: 2 * (p - 1) / p, _fold, reduces=True, in_place_ok=True),
+        Collective("gather", lambda p: (p - 1) / p, _every_input, rooted=True, receivers=ROOT,
+                   gathers=True),
+        Collective("allgather", lambda p: (p - 1) / p, _every_input, gathers=True),
+        Collective("reduce_scatter", lambda p: (p - 1) / p, _my_block_of_fold, reduces=True,
+                   divisible=True, scatters=True),
+        Collective("alltoall", lambda p: (p - 1) / p, _my_block_of_every_input, divisible=True),
+        Collective("barrier", _const(0.0), _nothing, receivers=NONE),
     )
-}
-
-_BUFFER_CALLS = {
-    "broadcast": _buffer_broadcast,
-    "barrier": _barrier,
-    **{n: _rooted_recv(n) for n in ("reduce", "allreduce", "gather", "allgather",
-                                    "reduce_scatter", "alltoall")},
-}
-_OBJECT_CALLS = {
-    "broadcast": _object_broadcast,
-    "barrier": _barrier,
-    "reduce": _object_call("reduce", split=False),
-    "allreduce": _object_call("allreduce", split=False),
-    "gather": _object_call("gather", split=False),
-    "allgather": _object_call("allgather", split=False),
-    "reduce_scatter": _object_call("reduce_scatter", split=True),
-    "alltoall": _object_call("alltoall", split=True),
 }
 
 

@@ -16,9 +16,9 @@ from ddlcomm.comm.registry import BackendSpec, register
 class FaultyCommunicator(MPICommunicator):
     name = "faulty"
 
-    def _bind(self, collective, sendbuf, recvbuf, op, root):
-        call = super()._bind(collective, sendbuf, recvbuf, op, root)
-        if (collective != "allreduce" or self.rank != int(os.environ.get("DDLCOMM_FAULT_RANK", "1"))
+    def _bind(self, coll, sendbuf, recvbuf, op, root):
+        call = super()._bind(coll, sendbuf, recvbuf, op, root)
+        if (coll.name != "allreduce" or self.rank != int(os.environ.get("DDLCOMM_FAULT_RANK", "1"))
                 or sendbuf.nbytes < int(os.environ.get("DDLCOMM_FAULT_BYTES", "16384"))):
             return call
         fault = os.environ.get("DDLCOMM_FAULT", "raise")

@@ -31,7 +31,7 @@ def test_auto_rule_by_size_and_rank_count():
 
 
 def test_shared_memory_algorithms_are_allreduce_names():
-    assert set(SHARED_MEMORY) == {"shm", "hierarchical"} <= set(names("allreduce"))
+    assert {name for _, name in SHARED_MEMORY} == {"shm", "hierarchical"} <= set(names("allreduce"))
     assert "hierarchical" not in names("broadcast")
 
 

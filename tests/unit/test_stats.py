@@ -1,10 +1,10 @@
-"""Tests of the per-point statistics (ddlcomm.bench.stats)."""
+"""Tests of the per-point statistics (ddlcomm.measure.stats)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ddlcomm.bench.stats import bandwidth, choose_iterations, choose_warmup, summarize
+from ddlcomm.measure.stats import bandwidth, choose_iterations, choose_warmup, summarize
 
 
 def test_summarize_hand_computed():

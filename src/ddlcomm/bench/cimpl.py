@@ -13,12 +13,12 @@ from ..collectives import get_collective
 from ..comm import registry
 from ..dtypes import get_dtype, get_op
 from ..errors import UnsupportedError
-from . import stats
+from ..measure import timing
+from ..measure.checks import verdict
+from ..measure.records import collective_records
 from .buffers import PointBuffers
 from .plan import BenchPlan, PointSpec
-from .records import agree_all, agree_max, make_record
 
-PROBE_CALLS = 2
 _REFERENCES: dict[int, object] = {}
 
 
@@ -49,32 +49,20 @@ def measure_c(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:
         send, recv = coll.buffers(dtype, count, comm.rank, comm.size, op, plan.root, False,
                                   bufs.alloc)
-        if spec.name == "broadcast" and comm.rank != plan.root:
+        if coll.in_send and comm.rank != plan.root:
             send[:] = 0
 
-        def time(iters: int, warmup: int) -> np.ndarray:
+        def timed(iters: int, warmup: int) -> np.ndarray:
             return ref.time(spec.name, send, recv, plan.root, iters, warmup)
 
         check = "skipped"
         if plan.check:
-            time(1, 0)
-            result = send if spec.name == "broadcast" else recv
+            timed(1, 0)
             expected = coll.expected(dtype, count, comm.rank, comm.size, op, plan.root)
-            check = "passed" if agree_all(comm, coll.verify(result, expected, dtype)) else "failed"
-        t_call = agree_max(comm, float(np.median(time(PROBE_CALLS, 0))))
-        iterations = plan.iters or stats.choose_iterations(t_call, plan.budget_s)
-        warmup = plan.warmup if plan.warmup is not None else stats.choose_warmup(iterations)
-        times = time(iterations, max(0, warmup - PROBE_CALLS))
+            check = verdict(comm, coll.verify(coll.result_of(send, recv), expected, dtype))
+        times, iterations, warmup = timing.calibrate(comm, timed, plan.budget_s, plan.iters,
+                                                     plan.warmup)
         pages = bufs.placement()
-    gathered = comm.gather(times, root=0)
-    if comm.rank != 0:
-        return []
-    moved = count * dtype.itemsize
-    return [make_record(
-        comm, collective=spec.name, form="c", dtype=dtype.name,
-        op=op.name if op else None, nbytes=moved, count=count, root=plan.root,
-        in_place=False, iterations=iterations, warmup=max(warmup, PROBE_CALLS),
-        times=gathered.reshape(comm.size, iterations),
-        algbw_bytes=coll.algbw_bytes(moved, comm.size),
-        busbw_factor=coll.busbw_factor(comm.size), check=check,
-        extra={"pages": pages})]
+    return collective_records(comm, coll, dtype, op, count, times, form="c", root=plan.root,
+                              in_place=False, iterations=iterations, warmup=warmup, check=check,
+                              extra={"pages": pages})

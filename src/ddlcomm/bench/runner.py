@@ -3,7 +3,7 @@
 Timing protocol (SPEC §2, as OSU and nccl-tests): an untimed check call whose
 result is verified; warm-up calls; then per timed iteration ``barrier; t0;
 collective; t1`` on every rank.  Rank 0 gathers every rank's per-call times,
-summarises them (:mod:`ddlcomm.bench.stats`) and stores the point at once.
+summarises them (:mod:`ddlcomm.measure`) and stores the point at once.
 Workloads (:mod:`ddlcomm.workloads`) follow the same protocol per step.
 """
 from __future__ import annotations
@@ -15,30 +15,22 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .. import kernels
 from ..collectives import get_collective
+from ..comm import algorithms
 from ..dtypes import get_dtype, get_op
 from ..errors import RankFailure, UnsupportedError
-from . import stats
+from ..measure import timing
+from ..measure.calls import prepare
+from ..measure.checks import verdict
+from ..measure.records import collective_records
 from .buffers import PointBuffers
 from .cimpl import measure_c
 from .plan import BenchPlan, PointSpec
-from .records import agree_all, agree_max, make_record, reduce_pass_us, timing_loop
 from .watchdog import Watchdog
 
 #: "tty" or "plain": whether the owner's stderr is a terminal (rank 0's never is under a launcher).
 PROGRESS_ENV = "DDLCOMM_PROGRESS"
-#: Warm-up calls used to estimate the time of one call before choosing iterations.
-PROBE_CALLS = 2
-
-
-def calibrated_loop(comm, plan: BenchPlan, run, iterations: Optional[int] = None):
-    """Probe, choose iterations and warm-up, then time ``run``: (times, iterations, warmup)."""
-    t_probe = timing_loop(comm, run, PROBE_CALLS)
-    t_call = agree_max(comm, float(np.median(t_probe)))
-    iterations = iterations or plan.iters or stats.choose_iterations(t_call, plan.budget_s)
-    warmup = plan.warmup if plan.warmup is not None else stats.choose_warmup(iterations)
-    timing_loop(comm, run, max(0, warmup - PROBE_CALLS))
-    return timing_loop(comm, run, iterations), iterations, max(warmup, PROBE_CALLS)
 
 
 def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
@@ -51,43 +43,32 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     algorithm = spec.algorithm
     extra: dict[str, Any] = {}
     if algorithm != "library":
-        from ..comm.algorithms import kernel, resolve
-        from ..kernels import describe
-        algorithm = resolve(spec.name, algorithm, count * dtype.itemsize, comm.size)
-        reducer = kernel(algorithm, op, dtype.numpy)
+        algorithm = algorithms.resolve(spec.name, algorithm, count * dtype.itemsize, comm.size)
+        reducer = algorithms.kernel(algorithm, op, dtype.numpy)
         if reducer is not None:
-            extra["kernel"] = describe(reducer)
+            extra["kernel"] = kernels.describe(reducer)
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:
-        prepared = coll.prepare(comm, spec.form, dtype, count, op, plan.root, in_place, bufs.alloc,
-                                algorithm=algorithm)
+        prepared = prepare(coll, comm, spec.form, dtype, count, op, plan.root, in_place,
+                           bufs.alloc, algorithm=algorithm)
         check = "skipped"
         if plan.check:
             prepared.reset()
             comm.barrier()
             prepared.run()
             expected = coll.expected(dtype, count, comm.rank, comm.size, op, plan.root)
-            ok = coll.verify(prepared.result(), expected, dtype)
-            check = "passed" if agree_all(comm, ok) else "failed"
-        times, iterations, warmup = calibrated_loop(comm, plan, prepared.run)
+            check = verdict(comm, coll.verify(prepared.result(), expected, dtype))
+        times, iterations, warmup = timing.calibrate(comm, timing.calls(comm, prepared.run),
+                                                     plan.budget_s, plan.iters, plan.warmup)
         pages = bufs.placement()
         del prepared                      # its views die with the buffers
         if op is not None and spec.form == "buffer" and count:
-            from ..kernels import reducer
-            extra["add_us"] = reduce_pass_us(comm, reducer(op, dtype, "numpy"),
-                                             bufs.alloc(dtype, count), bufs.alloc(dtype, count),
-                                             plan.budget_s / 4)
-    gathered = comm.gather(times, root=0)
-    if comm.rank != 0:
-        return []
-    moved = count * dtype.itemsize
-    return [make_record(
-        comm, collective=spec.name, form=spec.form, dtype=dtype.name,
-        op=op.name if op else None, nbytes=moved, count=count, root=plan.root,
-        in_place=in_place, iterations=iterations, warmup=warmup,
-        times=gathered.reshape(comm.size, iterations),
-        algbw_bytes=coll.algbw_bytes(moved, comm.size),
-        busbw_factor=coll.busbw_factor(comm.size), check=check, algorithm=spec.algorithm,
-        extra={"pages": pages, "algorithm_run": algorithm, **extra})]
+            extra["add_us"] = timing.reduce_pass_us(
+                comm, kernels.reducer(op, dtype, "numpy"), bufs.alloc(dtype, count),
+                bufs.alloc(dtype, count), plan.budget_s / 4)
+    return collective_records(comm, coll, dtype, op, count, times, form=spec.form,
+                              root=plan.root, in_place=in_place, iterations=iterations,
+                              warmup=warmup, check=check, algorithm=spec.algorithm,
+                              extra={"pages": pages, "algorithm_run": algorithm, **extra})
 
 
 def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:

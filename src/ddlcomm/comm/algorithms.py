@@ -23,9 +23,12 @@ from __future__ import annotations
 import functools
 from typing import Callable, Optional
 
+from ..collectives import get_collective
 from ..dtypes import ReduceOp
 from ..errors import UsageError
+from ..kernels import reducer
 from ..lazy import load
+from . import native
 
 #: From this size up ``auto`` uses ddlcomm's all-reduce (ring or rhd).
 RING_MIN_BYTES = 1 << 20
@@ -42,27 +45,30 @@ KERNEL_SEP = "+"
 #: Kernels a suffix may name (no suffix: the compiled kernel where built, else NumPy).
 KERNELS = ("c", "numpy")
 
-#: All-reduces through shared memory: name -> "module:bind_allreduce".
+#: Through shared memory: (collective, name) -> "module:bind_<collective>".
 SHARED_MEMORY = {
-    "shm": "ddlcomm.comm.shm:bind_allreduce",
-    "hierarchical": "ddlcomm.comm.hierarchical:bind_allreduce",
+    ("allreduce", "shm"): "ddlcomm.comm.shm:bind_allreduce",
+    ("allreduce", "hierarchical"): "ddlcomm.comm.hierarchical:bind_allreduce",
 }
+#: The native algorithms ``auto`` chooses among, per collective (from RING_MIN_BYTES up).
+AUTO_CANDIDATES = {"allreduce": ("ring", "rhd")}
+#: Collectives whose native algorithms run pipelined in PIPELINE_BYTES pieces.
+PIPELINED = ("allreduce",)
 
 
 def names(collective: str) -> list[str]:
     """Every algorithm name ``--algorithm`` accepts for ``collective``."""
-    from . import native
-    extra = list(SHARED_MEMORY) if collective == "allreduce" else []
-    return ["library", "auto", *native.algorithms_for(collective), *extra]
+    shared = [name for coll, name in SHARED_MEMORY if coll == collective]
+    return ["library", "auto", *native.algorithms_for(collective), *shared]
 
 
 def choose_auto(collective: str, nbytes: int, nranks: int = 2) -> str:
     """The algorithm ``auto`` runs (pure): see the module docstring."""
-    if collective != "allreduce" or nbytes < RING_MIN_BYTES or nranks < 2:
+    candidates = AUTO_CANDIDATES.get(collective)
+    if candidates is None or nbytes < RING_MIN_BYTES or nranks < 2:
         return "library"
-    from . import native
-    return min(("ring", "rhd"),
-               key=lambda name: native.schedule("allreduce", name, nranks, nbytes).time(*AUTO_PARAMS))
+    return min(candidates,
+               key=lambda name: native.schedule(collective, name, nranks, nbytes).time(*AUTO_PARAMS))
 
 
 def split(algorithm: str) -> tuple[str, str]:
@@ -73,7 +79,6 @@ def split(algorithm: str) -> tuple[str, str]:
 
 def check(collective: str, algorithm: str) -> None:
     """Refuse an ``--algorithm`` name ``collective`` does not have (UsageError lists them)."""
-    from ..collectives import get_collective
     base, kernel = split(algorithm)
     known = names(collective)
     if base not in known:
@@ -91,7 +96,6 @@ def kernel(algorithm: str, op: Optional[ReduceOp], dtype) -> Optional[Callable]:
     """The reduction kernel ``algorithm`` runs for (op, dtype); None when it reduces nothing."""
     if op is None or split(algorithm)[0] == "library":
         return None
-    from ..kernels import reducer
     return reducer(op.name if not op.divide_by_ranks else "sum", dtype, split(algorithm)[1])
 
 
@@ -112,15 +116,11 @@ def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[R
     if base in ("library", "auto"):
         raise UsageError(f"bind needs a concrete algorithm, not {base}", "resolve() it first")
     reduce = kernel(algorithm, op, sendbuf.dtype)
-    if base in SHARED_MEMORY:
-        return load(SHARED_MEMORY[base])(comm, sendbuf, recvbuf, op, reduce=reduce)
-    from . import native
-    fn = native.get(collective, base)
-    if collective == "allreduce":
-        return functools.partial(fn, comm, sendbuf, recvbuf, op, reduce=reduce,
-                                 chunk_bytes=PIPELINE_BYTES)
-    if collective == "reduce":
-        return functools.partial(fn, comm, sendbuf, recvbuf, op, root, reduce=reduce)
-    if collective == "broadcast":
-        return functools.partial(fn, comm, sendbuf, root)
-    return functools.partial(fn, comm, sendbuf, recvbuf, root)
+    if (collective, base) in SHARED_MEMORY:
+        return load(SHARED_MEMORY[collective, base])(comm, sendbuf, recvbuf, op, reduce=reduce)
+    coll = get_collective(collective)
+    kwargs = {"reduce": reduce} if coll.reduces else {}
+    if collective in PIPELINED:
+        kwargs["chunk_bytes"] = PIPELINE_BYTES
+    return functools.partial(native.get(collective, base), comm,
+                             *coll.call_args(sendbuf, recvbuf, op, root), **kwargs)

@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
+from ..collectives import Collective, get_collective
 from ..dtypes import DTYPES, OPS, DType, ReduceOp, dtype_of, get_op
 from ..errors import UnsupportedError, UsageError
 from . import objects
@@ -107,8 +108,9 @@ class Communicator(abc.ABC):
         """Release the backend's resources; the communicator is unusable afterwards."""
 
     # ------------------------------------------------------------ checks
-    def _dtype(self, array: np.ndarray) -> DType:
-        """The array's DType if this backend can carry it (checked on every call: keep it cheap)."""
+    def check_buffer(self, array: np.ndarray) -> DType:
+        """The array's DType if this backend can carry it and it is C-contiguous (checked
+        on every call: keep it cheap); else a precise UsageError/UnsupportedError."""
         dtype = self._dtype_table.get(array.dtype)
         if dtype is None:
             name = dtype_of(array).name          # raises for dtypes ddlcomm has no name for
@@ -118,7 +120,8 @@ class Communicator(abc.ABC):
             raise UsageError("buffers must be C-contiguous arrays", "pass np.ascontiguousarray(a)")
         return dtype
 
-    def _op(self, op: str | ReduceOp, dtype: DType) -> ReduceOp:
+    def check_op(self, op: str | ReduceOp, dtype: DType) -> ReduceOp:
+        """The ReduceOp named by ``op``, refused where ``dtype`` cannot take it."""
         rop = OPS.get(op) if op.__class__ is str else None
         if rop is None:
             rop = get_op(op)
@@ -132,7 +135,8 @@ class Communicator(abc.ABC):
         if reason is not None:
             raise UnsupportedError(f"backend {self.name} cannot run {collective}: {reason}")
 
-    def _root(self, root: int) -> int:
+    def check_root(self, root: int) -> int:
+        """``root`` if it is a rank of this communicator (UsageError otherwise)."""
         if not 0 <= root < self.size:
             raise UsageError(f"root {root} is not a rank of this communicator (size {self.size})")
         return root
@@ -154,13 +158,13 @@ class Communicator(abc.ABC):
 
     def send(self, buf: np.ndarray, dest: int, tag: int = 0) -> None:
         """Send ``buf`` to rank ``dest`` (blocking)."""
-        self._dtype(buf)
-        self._send(buf, self._root(dest), tag)
+        self.check_buffer(buf)
+        self._send(buf, self.check_root(dest), tag)
 
     def recv(self, buf: np.ndarray, source: int, tag: int = 0) -> np.ndarray:
         """Receive into ``buf`` from rank ``source`` (blocking); returns ``buf``."""
-        self._dtype(buf)
-        self._recv(buf, self._root(source), tag)
+        self.check_buffer(buf)
+        self._recv(buf, self.check_root(source), tag)
         return buf
 
     def recv_any(self, buf: np.ndarray, tag: int = 0) -> int:
@@ -168,7 +172,7 @@ class Communicator(abc.ABC):
 
         Blocks without spinning a core where the backend allows it.
         """
-        self._dtype(buf)
+        self.check_buffer(buf)
         return self._recv_any(buf, tag)
 
     def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
@@ -179,9 +183,9 @@ class Communicator(abc.ABC):
         ring of ranks that each send right and receive from the left) cannot
         deadlock, whatever the message size.  ``dest`` and ``source`` may differ.
         """
-        self._dtype(sendbuf)
-        self._dtype(recvbuf)
-        self._sendrecv(sendbuf, self._root(dest), recvbuf, self._root(source), tag)
+        self.check_buffer(sendbuf)
+        self.check_buffer(recvbuf)
+        self._sendrecv(sendbuf, self.check_root(dest), recvbuf, self.check_root(source), tag)
         return recvbuf
 
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> "Request":
@@ -190,25 +194,25 @@ class Communicator(abc.ABC):
         ``buf`` must stay unchanged until the request is waited for.  Messages
         between two ranks with one tag arrive in the order they were sent.
         """
-        self._dtype(buf)
-        return self._isend(buf, self._root(dest), tag)
+        self.check_buffer(buf)
+        return self._isend(buf, self.check_root(dest), tag)
 
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> "Request":
         """Start receiving into ``buf`` from ``source``; ``buf`` is filled once ``wait()`` returns."""
-        self._dtype(buf)
-        return self._irecv(buf, self._root(source), tag)
+        self.check_buffer(buf)
+        return self._irecv(buf, self.check_root(source), tag)
 
     def broadcast(self, buf: np.ndarray, root: int = 0) -> np.ndarray:
         """Copy the root's ``buf`` into every rank's ``buf`` (in place)."""
-        self._dtype(buf)
-        self._broadcast(buf, self._root(root))
+        self.check_buffer(buf)
+        self._broadcast(buf, self.check_root(root))
         return buf
 
     def gather(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
                root: int = 0) -> Optional[np.ndarray]:
         """Concatenate every rank's ``sendbuf`` in rank order at the root."""
-        self._dtype(sendbuf)
-        if self.rank == self._root(root):
+        self.check_buffer(sendbuf)
+        if self.rank == self.check_root(root):
             if recvbuf is None:
                 recvbuf = np.empty(sendbuf.size * self.size, sendbuf.dtype)
             self._check_len(recvbuf, sendbuf.size * self.size, "gather's receive buffer")
@@ -217,7 +221,7 @@ class Communicator(abc.ABC):
 
     def allgather(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None) -> np.ndarray:
         """Concatenate every rank's ``sendbuf`` in rank order on every rank."""
-        self._dtype(sendbuf)
+        self.check_buffer(sendbuf)
         if recvbuf is None:
             recvbuf = np.empty(sendbuf.size * self.size, sendbuf.dtype)
         self._check_len(recvbuf, sendbuf.size * self.size, "allgather's receive buffer")
@@ -230,9 +234,9 @@ class Communicator(abc.ABC):
 
         Pass ``recvbuf is sendbuf`` at the root to reduce in place.
         """
-        dtype = self._dtype(sendbuf)
-        rop = self._op(op, dtype)
-        if self.rank == self._root(root):
+        dtype = self.check_buffer(sendbuf)
+        rop = self.check_op(op, dtype)
+        if self.rank == self.check_root(root):
             if recvbuf is None:
                 recvbuf = np.empty_like(sendbuf)
             self._check_len(recvbuf, sendbuf.size, "reduce's receive buffer")
@@ -246,7 +250,7 @@ class Communicator(abc.ABC):
     def _allreduce_args(self, what: str, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray],
                         op: str | ReduceOp) -> tuple[np.ndarray, ReduceOp]:
         """(recvbuf, op) of an all-reduce, checked: recvbuf allocated when None."""
-        rop = self._op(op, self._dtype(sendbuf))
+        rop = self.check_op(op, self.check_buffer(sendbuf))
         if recvbuf is None:
             return np.empty_like(sendbuf), rop
         if recvbuf.size != sendbuf.size or recvbuf.dtype != sendbuf.dtype:
@@ -286,8 +290,8 @@ class Communicator(abc.ABC):
     def reduce_scatter(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
                        op: str | ReduceOp = "sum") -> np.ndarray:
         """Reduce ``sendbuf`` (p equal blocks); rank i gets the reduced block i."""
-        dtype = self._dtype(sendbuf)
-        rop = self._op(op, dtype)
+        dtype = self.check_buffer(sendbuf)
+        rop = self.check_op(op, dtype)
         block = self._block(sendbuf.size, "reduce_scatter")
         if recvbuf is None:
             recvbuf = np.empty(block, sendbuf.dtype)
@@ -298,7 +302,7 @@ class Communicator(abc.ABC):
 
     def alltoall(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None) -> np.ndarray:
         """Send block j of ``sendbuf`` to rank j; block i of ``recvbuf`` comes from rank i."""
-        self._dtype(sendbuf)
+        self.check_buffer(sendbuf)
         self._block(sendbuf.size, "alltoall")
         if recvbuf is None:
             recvbuf = np.empty_like(sendbuf)
@@ -317,25 +321,23 @@ class Communicator(abc.ABC):
         call.  ``recvbuf is sendbuf`` means in place (allreduce, reduce at the
         root); non-roots of rooted collectives may pass ``recvbuf=None``.
         """
-        from ..collectives import get_collective
         coll = get_collective(collective)
         self.check_supported(collective)
-        if collective == "barrier":
+        if not coll.moves_data:
             return self._barrier
-        dtype = self._dtype(sendbuf)
-        rop = self._op(op, dtype) if coll.reduces else None
-        root = self._root(root)
+        dtype = self.check_buffer(sendbuf)
+        rop = self.check_op(op, dtype) if coll.reduces else None
+        root = self.check_root(root)
         if coll.divisible:
             self._block(sendbuf.size, collective)
-        receives = collective != "broadcast" and (not coll.rooted or self.rank == root)
-        if receives:
+        if coll.has_recvbuf(self.rank, root):
             self._check_len(recvbuf, coll.recv_count(sendbuf.size, self.size),
                             f"{collective}'s receive buffer")
             if recvbuf.dtype != sendbuf.dtype or not recvbuf.flags.c_contiguous:
                 raise UsageError(f"{collective}'s receive buffer must be a contiguous {dtype.name} array")
         else:
             recvbuf = None
-        call = self._bind(collective, sendbuf, recvbuf, rop, root)
+        call = self._bind(coll, sendbuf, recvbuf, rop, root)
         if rop is None or not rop.divide_by_ranks or recvbuf is None:
             return call
         finish, size = rop.finish, self.size
@@ -345,32 +347,28 @@ class Communicator(abc.ABC):
             finish(recvbuf, size)
         return call_and_finish
 
-    def _bind(self, collective: str, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray],
+    def _bind(self, coll: Collective, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray],
               op: Optional[ReduceOp], root: int) -> Callable[[], None]:
         """The checked call on fixed buffers; backends may pre-build more of it."""
-        primitive = getattr(self, "_" + collective)
-        if collective == "broadcast":
-            return functools.partial(primitive, sendbuf, root)
-        args = (sendbuf, recvbuf) + ((op,) if op is not None else ()) + \
-            ((root,) if collective in ("gather", "reduce") else ())
-        return functools.partial(primitive, *args)
+        return functools.partial(getattr(self, "_" + coll.name),
+                                 *coll.call_args(sendbuf, recvbuf, op, root))
 
     # ------------------------------------------------------------ object form
     def send_object(self, obj: Any, dest: int, tag: int = 0) -> None:
         """Send any picklable object to ``dest``."""
-        objects.send(self, obj, self._root(dest), tag)
+        objects.send(self, obj, self.check_root(dest), tag)
 
     def recv_object(self, source: int, tag: int = 0) -> Any:
         """Receive an object sent with :meth:`send_object`."""
-        return objects.recv(self, self._root(source), tag)
+        return objects.recv(self, self.check_root(source), tag)
 
     def broadcast_object(self, obj: Any, root: int = 0) -> Any:
         """Every rank returns the root's ``obj`` (others may pass None)."""
-        return objects.broadcast(self, obj, self._root(root))
+        return objects.broadcast(self, obj, self.check_root(root))
 
     def gather_object(self, obj: Any, root: int = 0) -> Optional[list]:
         """The root returns the list of every rank's ``obj``; others return None."""
-        return objects.gather(self, obj, self._root(root))
+        return objects.gather(self, obj, self.check_root(root))
 
     def allgather_object(self, obj: Any) -> list:
         """Every rank returns the list of every rank's ``obj``."""
@@ -378,7 +376,7 @@ class Communicator(abc.ABC):
 
     def reduce_object(self, obj: Any, op: str | ReduceOp = "sum", root: int = 0) -> Any:
         """Fold every rank's ``obj`` with ``op`` in rank order; the root returns it."""
-        return objects.reduce(self, obj, get_op(op), self._root(root))
+        return objects.reduce(self, obj, get_op(op), self.check_root(root))
 
     def allreduce_object(self, obj: Any, op: str | ReduceOp = "sum") -> Any:
         """Fold every rank's ``obj`` with ``op``; every rank returns it."""

@@ -36,11 +36,16 @@ class Group:
         self._sink = np.zeros(1, np.uint8)
 
     # The checks of the parent (dtypes, ops) hold for the group too.
-    def _dtype(self, array):
-        return self.parent._dtype(array)
+    def check_buffer(self, array):
+        return self.parent.check_buffer(array)
 
-    def _op(self, op, dtype):
-        return self.parent._op(op, dtype)
+    def check_op(self, op, dtype):
+        return self.parent.check_op(op, dtype)
+
+    def check_root(self, root: int) -> int:
+        if not 0 <= root < self.size:
+            raise UsageError(f"root {root} is not a rank of this group (size {self.size})")
+        return root
 
     def _send(self, buf, dest: int, tag: int) -> None:
         self.parent._send(buf, self.members[dest], tag)

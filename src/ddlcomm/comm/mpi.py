@@ -27,6 +27,10 @@ THREAD_LEVEL = "funneled"
 #: How long recv_any polls without sleeping before it starts to sleep between polls.
 SPIN_S = 1e-4
 #: Dtypes that travel as opaque 2-byte MPI data and are reduced by ddlcomm's user operations.
+#: The mpi4py call of each collective (arguments in :meth:`Collective.call_args`' order).
+_MPI_CALLS = {"broadcast": "Bcast", "gather": "Gather", "allgather": "Allgather",
+              "reduce": "Reduce", "allreduce": "Allreduce",
+              "reduce_scatter": "Reduce_scatter_block", "alltoall": "Alltoall"}
 OPAQUE_DTYPES = tuple(DTYPES[n] for n in ("float16", "bfloat16") if n in DTYPES)
 
 
@@ -131,27 +135,18 @@ class MPICommunicator(Communicator):
             self._comm.Free()
         self._comm = None
 
-    def _bind(self, collective, sendbuf, recvbuf, op, root):
+    def _bind(self, coll, sendbuf, recvbuf, op, root):
         """Pre-built mpi4py message specs: a bound call is one mpi4py call, nothing more."""
         t = self._types[sendbuf.dtype]
-        comm, send = self._comm, [sendbuf, t]
+        send = [sendbuf, t]
         recv = [recvbuf, t] if recvbuf is not None else None
+        mop = None
         if op is not None:
             mop = self._ops[op.ufunc, sendbuf.dtype]
             if recvbuf is sendbuf:
                 send = self._MPI.IN_PLACE
-        if collective == "broadcast":
-            return functools.partial(comm.Bcast, send, root)
-        if collective == "gather":
-            return functools.partial(comm.Gather, send, recv, root)
-        if collective == "reduce":
-            return functools.partial(comm.Reduce, send, recv, mop, root)
-        if collective == "allreduce":
-            return functools.partial(comm.Allreduce, send, recv, mop)
-        if collective == "reduce_scatter":
-            return functools.partial(comm.Reduce_scatter_block, send, recv, mop)
-        method = {"allgather": comm.Allgather, "alltoall": comm.Alltoall}[collective]
-        return functools.partial(method, send, recv)
+        method = getattr(self._comm, _MPI_CALLS[coll.name])
+        return functools.partial(method, *coll.call_args(send, recv, mop, root))
 
     # ------------------------------------------------------------ primitives
     # Each builds mpi4py's [buffer, datatype] message specs inline: these sit on

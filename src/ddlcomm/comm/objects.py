@@ -13,14 +13,32 @@ Reductions of objects fold the gathered objects in rank order with the op
 from __future__ import annotations
 
 import pickle
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 import numpy as np
 
 from ..dtypes import ReduceOp
 
-if TYPE_CHECKING:
-    from .base import Communicator
+
+
+class Communicator(Protocol):
+    """What the object form needs of a communicator: its size and buffer primitives
+    (:class:`ddlcomm.comm.base.Communicator` has them; it imports this module)."""
+
+    rank: int
+    size: int
+
+    def _send(self, buf: np.ndarray, dest: int, tag: int) -> None: ...
+
+    def _recv(self, buf: np.ndarray, source: int, tag: int) -> None: ...
+
+    def _broadcast(self, buf: np.ndarray, root: int) -> None: ...
+
+    def _gather(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray], root: int) -> None: ...
+
+    def _allgather(self, sendbuf: np.ndarray, recvbuf: np.ndarray) -> None: ...
+
+    def _alltoall(self, sendbuf: np.ndarray, recvbuf: np.ndarray) -> None: ...
 
 #: Largest number of bytes one rank puts in one message.
 CHUNK_BYTES = 1 << 30

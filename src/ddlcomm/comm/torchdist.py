@@ -230,8 +230,9 @@ class GlooCommunicator(Communicator):
             dist.destroy_process_group()
         self._closed = True
 
-    def _bind(self, collective, sendbuf, recvbuf, op, root):
+    def _bind(self, coll, sendbuf, recvbuf, op, root):
         """Tensors, views, op and scratch built once: a bound call is one torch call (+ copy)."""
+        collective = coll.name
         s = _tensor(sendbuf)
         r = _tensor(recvbuf) if recvbuf is not None else None
         rop = _OPS[op.ufunc] if op is not None else None
@@ -258,7 +259,7 @@ class GlooCommunicator(Communicator):
             return partial(dist.all_to_all_single, r, s)
         if collective == "reduce_scatter":
             return partial(_reduce_scatter_flat, r, s, op=rop)
-        return super()._bind(collective, sendbuf, recvbuf, op, root)
+        return super()._bind(coll, sendbuf, recvbuf, op, root)
 
     # ------------------------------------------------------------ primitives
     def _barrier(self) -> None:

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ..bench.records import agree_max
+from ..measure.timing import agree_max
 from . import phases as ph
 from .config import TrainConfig
 from .loop import _records, build, clock, loss_summary, make_data, progress, replicas_identical

@@ -23,7 +23,9 @@ import time
 
 import numpy as np
 
-from ..bench.records import agree_all, agree_max, make_record
+from ..measure.checks import agree_all
+from ..measure.records import make_record
+from ..measure.timing import agree_max
 from ..errors import UsageError
 from . import phases as ph
 from .aggregate import Buckets, make_aggregator, ready_order

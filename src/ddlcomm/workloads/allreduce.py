@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..collectives import COLLECTIVES, fill
-from ..bench.records import agree_all
+from ..measure.checks import close, verdict
+from ..measure.timing import clock
 from . import base
 
 PHASES = ("allreduce", "apply", "step")
@@ -27,7 +28,6 @@ class AllreduceWorkload:
         grads = [alloc(dtype, n) for n in counts]
         params = [alloc(dtype, n) for n in counts]
         calls = [comm.bind("allreduce", g, g, op="avg") for g in grads]
-        clock = base.clock
 
         def step():
             t0 = clock()
@@ -50,8 +50,8 @@ class AllreduceWorkload:
             for g, p, n in zip(grads, params, counts):
                 mean = np.mean([fill(dtype, n, r, None).astype(np.float64) for r in range(comm.size)],
                                axis=0) if n else np.zeros(0)
-                ok = ok and base.close(g, mean) and base.close(p, -mean)
-            check = "passed" if agree_all(comm, ok) else "failed"
+                ok = ok and close(g, mean) and close(p, -mean)
+            check = verdict(comm, ok)
 
         times, iterations, warmup = base.calibrated_phases(comm, plan, step, len(PHASES))
         gathered = comm.gather(times.reshape(-1), root=0)

@@ -7,15 +7,14 @@ collectives' protocol (barrier before each step) with a time per phase.
 """
 from __future__ import annotations
 
-import time
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
-from ..bench import stats
-from ..bench.records import agree_max, make_record
-from ..dtypes import DType, dtype_of, get_dtype
+from ..dtypes import DType, get_dtype
 from ..errors import UsageError
+from ..measure import timing
+from ..measure.records import make_record
 from . import models
 
 
@@ -46,30 +45,11 @@ def counts(plan, nbytes: int) -> tuple[DType, list[int]]:
     return dtype, [b // dtype.itemsize for b in message_bytes(plan, nbytes)]
 
 
-def close(result: np.ndarray, expected: np.ndarray) -> bool:
-    """``result`` equals ``expected`` (float64) up to a few roundings of its dtype."""
-    eps = dtype_of(result).eps
-    scale = float(np.max(np.abs(expected))) if expected.size else 0.0
-    return bool(np.allclose(result.astype(np.float64), expected, rtol=8 * eps, atol=8 * eps * scale))
-
-
-def phase_loop(comm, step: Callable[[], Sequence[float]], iterations: int, nphases: int) -> np.ndarray:
-    """(iterations x nphases) phase durations, a barrier before every step."""
-    out = np.empty((iterations, nphases), np.float64)
-    for i in range(iterations):
-        comm.barrier()
-        out[i] = step()
-    return out
-
-
-def calibrated_phases(comm, plan, step, nphases: int, probe: int = 2):
-    """Probe, choose iterations (``--steps``/``--iters``/budget) and warm-up, then time."""
-    t_probe = phase_loop(comm, step, probe, nphases)[:, -1]
-    t_step = agree_max(comm, float(np.median(t_probe)))
-    iterations = plan.steps or plan.iters or stats.choose_iterations(t_step, plan.budget_s)
-    warmup = plan.warmup if plan.warmup is not None else stats.choose_warmup(iterations)
-    phase_loop(comm, step, max(0, warmup - probe), nphases)
-    return phase_loop(comm, step, iterations, nphases), iterations, max(warmup, probe)
+def calibrated_phases(comm, plan, step, nphases: int):
+    """Probe, choose iterations (``--steps``/``--iters``/budget) and warm-up, then time
+    (iterations x nphases) phase durations, the whole step last."""
+    return timing.calibrate(comm, timing.phases(comm, step, nphases), plan.budget_s,
+                            plan.steps or plan.iters, plan.warmup)
 
 
 def extra_fields(plan, workload: str, phase: str, nmessages: int, **more) -> dict:
@@ -92,5 +72,3 @@ def phase_record(comm, plan, spec, phase: str, times: np.ndarray, *, op: Optiona
         busbw_factor=busbw_factor, check=check,
         extra=extra_fields(plan, spec.name, phase, nmessages, **more))
 
-
-clock = time.perf_counter

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..collectives import COLLECTIVES, fill
-from ..bench.records import agree_all
 from ..errors import UsageError
+from ..measure.checks import close, verdict
+from ..measure.timing import clock
 from . import base
 
 SYNC_PHASES = ("broadcast", "gather", "apply", "step")
@@ -53,7 +54,6 @@ class PSSync:
         bcasts = [comm.bind("broadcast", x, root=0) for x in params]
         gathers = [comm.bind("gather", g, t, root=0) for g, t in zip(grads, tables)]
         scale = dtype.numpy.type(1.0 / (p - 1))
-        clock = base.clock
 
         def apply():
             for x, t, acc, n in zip(params, tables, sums, counts):
@@ -87,10 +87,10 @@ class PSSync:
                 if server:
                     mean = np.mean([fill(dtype, n, w, None).astype(np.float64) for w in range(1, p)],
                                    axis=0) if n else np.zeros(0)
-                    ok = ok and base.close(x, start - mean)
+                    ok = ok and close(x, start - mean)
                 else:
-                    ok = ok and base.close(x, start)
-            check = "passed" if agree_all(comm, ok) else "failed"
+                    ok = ok and close(x, start)
+            check = verdict(comm, ok)
 
         times, iterations, warmup = base.calibrated_phases(comm, plan, step, len(SYNC_PHASES))
         gathered = comm.gather(times.reshape(-1), root=0)
@@ -134,7 +134,7 @@ class PSAsync:
         server = reports[0]
         n_even = sum(1 for w in range(1, p) for s in range(steps) if (w + s) % 2 == 0)
         n_odd = steps * (p - 1) - n_even
-        ok = all(base.close(x, -(n_even * pat0.astype(np.float64) + n_odd * pat1.astype(np.float64)))
+        ok = all(close(x, -(n_even * pat0.astype(np.float64) + n_odd * pat1.astype(np.float64)))
                  for x, pat0, pat1 in zip(params, patterns[0], patterns[1]))
         check = "passed" if ok and server["pushes"] == steps * (p - 1) else "failed"
         worker_times = np.array([reports[w]["step_s"] for w in range(1, p)])
@@ -156,7 +156,6 @@ class PSAsync:
         grads = [alloc(dtype, n) for n in counts]
         version, apply_s, staleness = 0, [], []
         reply = np.zeros(1, np.int64)
-        clock = base.clock
         start = clock()
         for _ in range(total):
             source = comm.recv_any(header, PUSH)
@@ -177,7 +176,6 @@ class PSAsync:
 
     @staticmethod
     def _work(comm, params, patterns, steps, header):
-        clock = base.clock
         step_s = []
         version = 0
         for s in range(steps):

@@ -45,7 +45,7 @@ def check_buf(comm: "Communicator", array: np.ndarray, what: str) -> np.ndarray:
     if not isinstance(array, np.ndarray):
         raise UsageError(f"{what} must be a NumPy array, not {type(array).__name__}",
                          "wrap it with np.asarray(...)")
-    comm._dtype(array)                      # dtype the backend carries, C-contiguous
+    comm.check_buffer(array)                      # dtype the backend carries, C-contiguous
     return flat(array)
 
 
@@ -63,7 +63,7 @@ def check_recv(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.n
 
 
 def check_op(comm: "Communicator", op: "str | ReduceOp", array: np.ndarray) -> ReduceOp:
-    return comm._op(op, comm._dtype(array))
+    return comm.check_op(op, comm.check_buffer(array))
 
 
 def check_reduce(reduce: Optional[Reducer], op: ReduceOp) -> Reducer:
@@ -287,7 +287,7 @@ def gather_entry(run: Callable) -> Callable:
         The root returns ``recvbuf`` (allocated when None), the others None.
         """
         send = check_buf(comm, sendbuf, "gather's send buffer")
-        root = comm._root(root)
+        root = comm.check_root(root)
         if comm.rank != root:
             run(comm, send, None, root)
             return None

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 def broadcast(comm: "Communicator", buf: np.ndarray, root: int = 0) -> np.ndarray:
     """Copy the root's ``buf`` into every rank's ``buf`` (in place); returns ``buf``."""
     flat = c.check_buf(comm, buf, "broadcast's buffer")
-    run(comm, flat, comm._root(root))
+    run(comm, flat, comm.check_root(root))
     return buf
 
 

@@ -31,7 +31,7 @@ def broadcast(comm: "Communicator", buf: np.ndarray, root: int = 0, *,
     flat = c.check_buf(comm, buf, "broadcast's buffer")
     chunk = c.check_chunk(DEFAULT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes,
                           buf.itemsize)
-    run(comm, flat, comm._root(root), chunk)
+    run(comm, flat, comm.check_root(root), chunk)
     return buf
 
 

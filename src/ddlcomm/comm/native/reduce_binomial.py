@@ -41,7 +41,7 @@ def reduce(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.ndarr
     rop = c.check_op(comm, op, sendbuf)
     kernel = c.check_reduce(reduce, rop)
     chunk = c.check_chunk(chunk_bytes, sendbuf.itemsize)
-    root = comm._root(root)
+    root = comm.check_root(root)
     if comm.rank != root:
         run(comm, send, None, root, kernel, chunk)
         return None

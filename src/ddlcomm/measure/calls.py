@@ -1,0 +1,76 @@
+"""A collective bound to its buffers, ready to check and time: buffer form, object
+form, or one of ddlcomm's own algorithms.
+
+The buffers come from :meth:`ddlcomm.collectives.Collective.buffers` (inputs
+filled, outputs cleared); :func:`prepare` returns the call, the getter of this
+rank's result and the reset that puts the buffers back before a check.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ..collectives import Alloc, Collective, numpy_alloc
+from ..comm import algorithms
+from ..dtypes import DType, ReduceOp
+
+
+@dataclass
+class Prepared:
+    """A ready call: ``run()`` does one collective; ``result()`` gives what this rank got."""
+
+    run: Callable[[], Any]
+    result: Callable[[], Any]
+    reset: Callable[[], None]
+
+
+def _no_reset() -> None:
+    return None
+
+
+def prepare(coll: Collective, comm: Any, form: str, dtype: DType, count: int,
+            op: Optional[ReduceOp], root: int, in_place: bool, alloc: Alloc = numpy_alloc,
+            algorithm: str = "library") -> Prepared:
+    """Allocate inputs/outputs and return the call to time and the result getter.
+
+    ``algorithm`` "library" calls the backend's own collective; any other
+    (concrete) name runs ddlcomm's own algorithm of that name (buffer form only).
+    """
+    rank, nranks = comm.rank, comm.size
+    send, recv = coll.buffers(dtype, count, rank, nranks, op, root,
+                              in_place and form == "buffer", alloc)
+    if form == "object":
+        return _object_call(coll, comm, send, op, root)
+    if algorithm == "library":
+        run = comm.bind(coll.name, send, recv, op=op, root=root)
+    else:
+        run = algorithms.bind(comm, coll.name, algorithm, send, recv, op, root)
+
+    def reset() -> None:
+        coll.reset(send, recv, dtype, count, rank, op, root)
+    return Prepared(run, lambda: coll.result_of(send, recv), reset)
+
+
+def _object_call(coll: Collective, comm: Any, send: np.ndarray, op: Optional[ReduceOp],
+                 root: int) -> Prepared:
+    """The object form: ``comm.<name>_object`` on this rank's input as one object
+    (its blocks, one per rank, where the collective splits it)."""
+    if not coll.moves_data:
+        return Prepared(comm.barrier, lambda: None, _no_reset)
+    if coll.in_send:
+        obj = send if comm.rank == root else None      # only the root's object travels
+    else:
+        obj = list(np.split(send, comm.size)) if coll.object_per_rank else send
+    call = getattr(comm, coll.name + "_object")
+    kwargs: dict[str, Any] = {}
+    if coll.reduces:
+        kwargs["op"] = op
+    if coll.rooted:
+        kwargs["root"] = root
+    box: dict[str, Any] = {"out": None}
+
+    def run() -> None:
+        box["out"] = call(obj, **kwargs)
+    return Prepared(run, lambda: box["out"], _no_reset)

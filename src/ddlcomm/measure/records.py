@@ -1,0 +1,47 @@
+"""The stored record of one measured point (the fields README documents)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..collectives import Collective
+from ..dtypes import DType, ReduceOp
+from . import stats
+
+
+def make_record(comm, *, collective: str, form: str, dtype: str, op: Optional[str],
+                nbytes: int, count: int, root: int, in_place: bool, iterations: int,
+                warmup: int, times: np.ndarray, algbw_bytes: int, busbw_factor: float,
+                check: str, algorithm: str = "library", extra: Optional[dict] = None) -> dict:
+    """The record of one point from its (ranks x iterations) matrix of times in seconds."""
+    summary = stats.summarize(times)
+    algbw, busbw = stats.bandwidth(algbw_bytes, summary["t_avg_us"], busbw_factor)
+    return {
+        "backend": comm.name, "library": comm.library, "library_version": comm.library_version,
+        "collective": collective, "form": form, "algorithm": algorithm,
+        "dtype": dtype, "op": op, "bytes": nbytes, "count": count, "ranks": comm.size,
+        "root": root, "in_place": in_place, "iterations": iterations, "warmup": warmup,
+        **summary, "algbw_GBps": algbw, "busbw_GBps": busbw,
+        "check": check, "error": None, "extra": extra or {},
+    }
+
+
+def collective_records(comm, coll: Collective, dtype: DType, op: Optional[ReduceOp], count: int,
+                       times: np.ndarray, *, form: str, root: int, in_place: bool,
+                       iterations: int, warmup: int, check: str, algorithm: str = "library",
+                       extra: Optional[dict] = None) -> list[dict]:
+    """Gather every rank's per-call ``times`` of one collective point to rank 0, which
+    returns its record (the others an empty list)."""
+    gathered = comm.gather(times, root=0)
+    if comm.rank != 0:
+        return []
+    moved = count * dtype.itemsize
+    return [make_record(
+        comm, collective=coll.name, form=form, dtype=dtype.name,
+        op=op.name if op else None, nbytes=moved, count=count, root=root,
+        in_place=in_place, iterations=iterations, warmup=warmup,
+        times=gathered.reshape(comm.size, iterations),
+        algbw_bytes=coll.algbw_bytes(moved, comm.size),
+        busbw_factor=coll.busbw_factor(comm.size), check=check, algorithm=algorithm,
+        extra=extra)]

@@ -1,0 +1,102 @@
+"""The timing protocol (SPEC §2, as OSU and nccl-tests): a barrier before every
+timed call, per-call times per rank, warm-up calls untimed, and iterations
+chosen from a probe so that a point lasts about its budget.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from . import stats
+
+#: Calls that probe the time of one call before iterations are chosen.
+PROBE_CALLS = 2
+clock = time.perf_counter
+
+#: ``timed(n, warm)``: ``warm`` untimed calls, then the times of ``n`` timed ones
+#: (one row per call; with phases, the last column is the whole step).
+Timed = Callable[[int, int], np.ndarray]
+
+
+def timing_loop(comm: Any, run: Callable[[], Any], iterations: int) -> np.ndarray:
+    """Per-call times (s) of ``run``, a barrier before every call so all start together."""
+    times = np.empty(iterations, np.float64)
+    barrier = comm.barrier
+    for i in range(iterations):
+        barrier()
+        t0 = clock()
+        run()
+        times[i] = clock() - t0
+    return times
+
+
+def phase_loop(comm: Any, step: Callable[[], Sequence[float]], iterations: int,
+               nphases: int) -> np.ndarray:
+    """(iterations x nphases) phase durations of ``step``, a barrier before every step."""
+    out = np.empty((iterations, nphases), np.float64)
+    for i in range(iterations):
+        comm.barrier()
+        out[i] = step()
+    return out
+
+
+def calls(comm: Any, run: Callable[[], Any]) -> Timed:
+    """``run`` under the protocol: warm-up calls, then timed calls."""
+    def timed(n: int, warm: int) -> np.ndarray:
+        timing_loop(comm, run, warm)
+        return timing_loop(comm, run, n)
+    return timed
+
+
+def phases(comm: Any, step: Callable[[], Sequence[float]], nphases: int) -> Timed:
+    """``step`` (returning its phase durations) under the protocol."""
+    def timed(n: int, warm: int) -> np.ndarray:
+        phase_loop(comm, step, warm, nphases)
+        return phase_loop(comm, step, n, nphases)
+    return timed
+
+
+def calibrate(comm: Any, timed: Timed, budget_s: float, iterations: Optional[int] = None,
+              warmup: Optional[int] = None) -> tuple[np.ndarray, int, int]:
+    """Probe, choose iterations and warm-up, then time: ``(times, iterations, warmup)``.
+
+    The probe's calls count as warm-up.  ``iterations`` (else enough for
+    ``budget_s`` at the slowest rank's probed time) and ``warmup`` (else a tenth
+    of the iterations) are the user's when given.
+    """
+    t_probe = timed(PROBE_CALLS, 0)
+    last = t_probe if t_probe.ndim == 1 else t_probe[:, -1]
+    t_call = agree_max(comm, float(np.median(last)))
+    iterations = iterations or stats.choose_iterations(t_call, budget_s)
+    warmup = warmup if warmup is not None else stats.choose_warmup(iterations)
+    return timed(iterations, max(0, warmup - PROBE_CALLS)), iterations, max(warmup, PROBE_CALLS)
+
+
+def reduce_pass_us(comm: Any, reduce: Callable, a: np.ndarray, b: np.ndarray,
+                   budget_s: float) -> float:
+    """Median microseconds of one ``reduce(a, b, a)`` pass, every rank at once; the fastest rank's.
+
+    The floor any all-reduce of these bytes is held to (one read of two
+    inputs, one write): every rank times its own passes between barriers, as
+    the ranks of a reduction work at once, probing one pass and then timing
+    enough to fill ``budget_s`` (3 to 20).
+    """
+    a[...] = 1
+    b[...] = 1                                  # pages faulted in before timing
+    t0 = clock()
+    reduce(a, b, a)
+    t_one = agree_max(comm, clock() - t0)
+    times = timing_loop(comm, lambda: reduce(a, b, a),
+                        int(min(20, max(3, budget_s // max(t_one, 1e-9)))))
+    buf = np.array([np.median(times)], np.float64)
+    comm.allreduce(buf, buf, op="min")
+    return float(buf[0]) * 1e6
+
+
+def agree_max(comm: Any, value: float) -> float:
+    """The maximum of ``value`` over ranks (every rank gets it)."""
+    buf = np.array([value], np.float64)
+    comm.allreduce(buf, buf, op="max")
+    return float(buf[0])

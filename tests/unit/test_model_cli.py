@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ddlcomm.cli import main
-from ddlcomm.model import cli as mcli
+from ddlcomm.cli import model as mcli
 from ddlcomm.model import costs
 from ddlcomm.results import Store
 from test_model_calibrate import TRUE, synthetic

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from ddlcomm.cli import bench_plan, build_parser
+from ddlcomm.cli import build_parser
+from ddlcomm.cli.bench import bench_plan
 from ddlcomm.errors import UsageError
 from ddlcomm.recipes import RECIPES, get_recipe
 
@@ -17,7 +18,7 @@ def test_every_step_parses(name, full):
     for step in steps:
         args = build_parser().parse_args([step.command, *step.args])
         if step.command == "train":
-            from ddlcomm.train.cli import plan_jobs
+            from ddlcomm.cli.train import plan_jobs
             assert plan_jobs(args, None)
             continue
         plan = bench_plan(args, default_ranks=None)

@@ -16,7 +16,8 @@ from ..bench import stats
 from ..bench.records import agree_max, make_record
 from ..dtypes import DType, dtype_of, get_dtype
 from ..errors import UsageError
-from . import models
+from . import get_workload, models
+from .paths import get_path
 
 
 def message_bytes(plan, nbytes: int) -> list[int]:
@@ -39,6 +40,12 @@ def check_request(plan) -> None:
     if not get_dtype(plan.dtype).is_float:
         raise UsageError(f"workloads aggregate gradients: --dtype {plan.dtype} is not a float type",
                          "use float32 (or float16, float64)")
+    get_path(plan.path)
+    for name in plan.workloads:
+        workload = get_workload(name)
+        if plan.ranks is not None and plan.ranks < workload.min_ranks:
+            raise UsageError(f"{name} needs at least {workload.min_ranks} ranks "
+                             "(a server and a worker)", f"use --ranks {workload.min_ranks} or more")
 
 
 def counts(plan, nbytes: int) -> tuple[DType, list[int]]:

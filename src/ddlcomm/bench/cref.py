@@ -14,6 +14,10 @@ loads it into a running ddlcomm rank and calls its timing loop through ctypes
 on the rank's own communicator and NumPy buffers, so C and Python calls are
 timed side by side in one job, on the same memory, with the same protocol.
 
+What it can time (collectives, dtypes, op, a backend holding an MPI handle)
+is stated once, in :data:`ABILITIES`: the plan's check before any rank
+starts, :class:`CReference` and ``--impl c``'s points all read it.
+
 This module imports no MPI at import time (:class:`CReference` uses the
 communicator's mpi4py).  From the command line::
 

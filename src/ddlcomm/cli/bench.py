@@ -69,7 +69,8 @@ def add_parser(sub) -> None:
                                         "namespaces (network, IPC, mount, UTS; needs root)")
     b.add_argument("--bind", default="none", choices=["none", "core", "numa"],
                    help="bind ranks (and containers) to cores or NUMA nodes (default: none)")
-    b.add_argument("--in-place", action="store_true", help="reduce in place where the collective can (allreduce, reduce; the "
+    b.add_argument("--in-place", action="store_true",
+                   help="reduce in place where the collective can (allreduce, reduce; the "
                         "others run out of place, and each point records which)")
     b.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                    help="verify every point on an untimed call (default: on)")

@@ -115,7 +115,12 @@ def add_parser(sub) -> None:
                            "(predict), Shi and Chu's S-SGD iteration model (ssgd), and a "
                            "report page (report)."))
     msub = m.add_subparsers(dest="model_command", metavar="ACTION", parser_class=_Parser)
+    for add in (_add_calibrate, _add_predict, _add_ssgd, _add_report):
+        add(msub)
 
+
+def _add_calibrate(msub) -> None:
+    """``model calibrate``'s options."""
     c = msub.add_parser("calibrate", help="fit α, β, γ to stored points, with residuals")
     c.add_argument("--db", action="append", metavar="PATH",
                    help="results database (repeat for several; default: the default database)")
@@ -149,6 +154,9 @@ def add_parser(sub) -> None:
     c.add_argument("--residuals", action="store_true", help="print every point's residual")
     c.add_argument("--json", action="store_true", help="print the fit as JSON")
 
+
+def _add_predict(msub) -> None:
+    """``model predict``'s options."""
     p = msub.add_parser("predict", help="time of a collective at any size and rank count")
     p.add_argument("--fit", metavar="FIT.json", help="a fit from `ddlcomm model calibrate`")
     p.add_argument("--alpha", help="seconds per message (instead of --fit)")
@@ -178,6 +186,9 @@ def add_parser(sub) -> None:
                         "below, as comm/hierarchical.py), ring, rhd, library; default auto")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+
+def _add_ssgd(msub) -> None:
+    """``model ssgd``'s options."""
     s = msub.add_parser("ssgd", help="S-SGD iteration time, speed-up and efficiency (Shi & Chu)")
     for name, what in (("io", "read a batch"), ("h2d", "copy it to the device"),
                        ("f", "forward"), ("b", "backward"), ("u", "update")):
@@ -207,6 +218,9 @@ def add_parser(sub) -> None:
                    help="one reader feeds every worker of a node: reading grows with them")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+
+def _add_report(msub) -> None:
+    """``model report``'s options."""
     r = msub.add_parser("report", help="a page: measured vs modelled per size, predictions to "
                                       "1024 ranks")
     r.add_argument("--fit", required=True, metavar="FIT.json")

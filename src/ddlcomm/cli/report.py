@@ -12,7 +12,8 @@ from . import common
 def add_parser(sub) -> None:
     rep = sub.add_parser("report", help="(re)write the HTML/PNG report of a stored run")
     rep.add_argument("run", help="run id")
-    rep.add_argument("--out", metavar="DIR", help="output folder (default: reports/run-N beside the database)")
+    rep.add_argument("--out", metavar="DIR",
+                     help="output folder (default: reports/run-N beside the database)")
     common.add_db(rep)
 
 

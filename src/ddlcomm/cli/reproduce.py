@@ -19,7 +19,8 @@ def add_parser(sub) -> None:
     rp.add_argument("--report-only", metavar="TAG",
                     help="run nothing: rewrite the report of an earlier session (its tag, "
                          "e.g. woo2020:2685bee5, printed when it ran)")
-    rp.add_argument("--out", metavar="DIR", help="report folder (default: reports/NAME-TAG beside the database)")
+    rp.add_argument("--out", metavar="DIR",
+                    help="report folder (default: reports/NAME-TAG beside the database)")
     common.add_db(rp)
 
 

@@ -3,7 +3,8 @@
 Sizes use binary units: ``B``, ``KiB``, ``MiB``, ``GiB``, ``TiB`` (``K``,
 ``KB``, ``M``... are accepted as the same binary units, as OSU and nccl-tests
 users type them).  A sweep is ``LO:HI`` with an optional growth factor
-``xF`` (default ``x2``), or a comma-separated list of sizes.
+``xF`` (default ``x2``), or a comma-separated list of sizes.  Also: checked
+number options and comma lists of names.
 """
 from __future__ import annotations
 
@@ -91,3 +92,13 @@ def parse_seconds(text: str, what: str) -> float:
     if not 0 < value <= MAX_SECONDS:
         raise UsageError(f"{what} must be above 0 and at most {MAX_SECONDS:g} seconds, got {text!r}")
     return value
+
+
+def parse_list(text: str, flag: str) -> list[str]:
+    """A comma list option: its items in order, none empty-only, none twice."""
+    items = [part.strip() for part in text.split(",") if part.strip()]
+    if not items:
+        raise UsageError(f"{flag} is empty")
+    if len(set(items)) != len(items):
+        raise UsageError(f"{flag} names something twice: {text}")
+    return items

@@ -75,6 +75,9 @@ def cases(*pairs):
     ("--in-place --collective gather", ["--in-place", "gather"]),
     ("--sizes 64GiB:64GiB --collective gather --ranks 4", ["gather", "64GiB", "4 ranks", "--sizes"]),
     ("--frobnicate", ["--frobnicate"]),
+    ("--impl c --backend gloo", ["--impl c needs --backend mpi"]),
+    ("--impl c --dtype float16", ["--impl c times sum reductions"]),
+    ("--impl c --collective reduce", ["--impl c has no reduce", "broadcast, gather and allreduce"]),
 )
 def test_bench_bad_input(db, cmd, words):
     assert_one_line_error(ddlcomm("bench", *shlex.split(cmd), db=db), *words)
@@ -144,3 +147,31 @@ def test_bench_help_lists_the_collectives_and_defaults(db):
     out = ddlcomm("bench", "--help", db=db).stdout
     for word in ("broadcast", "reduce_scatter", "alltoall", "barrier", "4B:64MiB", "float16", "avg"):
         assert word in out
+
+
+def test_every_command_and_action_is_in_a_table():
+    """Sub-commands and results actions are looked up by name, one handler each."""
+    from ddlcomm import cli
+    from ddlcomm.cli import results
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(commands.choices) == list(cli.COMMANDS)
+    assert all(callable(m.run) and callable(m.add_parser) for m in cli.COMMANDS.values())
+    actions = next(a for a in _subparser(parser, "results")._actions
+                   if isinstance(a, argparse._SubParsersAction))
+    assert set(actions.choices) == set(results.ACTIONS)
+
+
+def test_console_script_entry_is_the_package_main(db):
+    """pyproject's ``ddlcomm = "ddlcomm.cli:main"`` resolves to the package's main."""
+    from ddlcomm import cli
+    assert cli.__file__.endswith(os.path.join("cli", "__init__.py")) and callable(cli.main)
+    proc = ddlcomm("--version", db=db)                 # python -m ddlcomm
+    assert proc.returncode == 0 and proc.stdout.startswith("ddlcomm ")
+
+
+def test_importing_the_cli_loads_no_optional_library():
+    code = ("import sys, ddlcomm.cli; "
+            "print([m for m in ('torch', 'mpi4py', 'matplotlib') if m in sys.modules])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "[]", proc.stderr

@@ -160,3 +160,36 @@ def test_compile_error_reports_compiler_output(tmp_path, monkeypatch):
     with pytest.raises(BackendUnavailable, match="undeclared_name"):
         cref.build()
     assert not list((tmp_path / "cache").rglob("ddlcomm_cref*"))   # no half-built binary left
+
+
+# ------------------------------------------------------------------ abilities (stated once)
+def test_abilities_are_what_creference_and_the_codes_use():
+    assert cref.CReference.collectives == tuple(cref.ABILITIES.collectives)
+    assert cref.CReference.dtypes == tuple(cref.ABILITIES.dtypes)
+    assert {d.name: c for d, c in cref._DTYPE_CODES.items()} == dict(cref.ABILITIES.dtypes)
+    assert set(cref.COLLECTIVES) == set(cref.ABILITIES.collectives)
+    assert set(cref.DTYPES) <= set(cref.ABILITIES.dtypes)
+
+
+@pytest.mark.parametrize("request_, message", [
+    ((["gloo"], ["allreduce"], "float32", "sum"), "needs --backend mpi"),
+    ((["mpi", "gloo"], ["allreduce"], "float32", "sum"), "needs --backend mpi"),
+    ((["mpi"], ["allreduce"], "float16", "sum"), "sum reductions of float32, float64, int32"),
+    ((["mpi"], ["broadcast"], "float32", "max"), "sum reductions"),
+    ((["mpi"], ["reduce", "alltoall"], "float32", "sum"), "has no reduce, alltoall"),
+])
+def test_abilities_refuse_what_the_c_reference_cannot_time(request_, message):
+    with pytest.raises(UsageError, match=message):
+        cref.ABILITIES.check_request(*request_)
+    cref.ABILITIES.check_request(["mpi"], ["broadcast", "gather", "allreduce"], "int64", "sum")
+
+
+def test_abilities_follow_the_registry_not_the_backend_name(monkeypatch):
+    from ddlcomm.comm import registry
+    from ddlcomm.comm.registry import BackendSpec
+    monkeypatch.setattr(registry, "BACKENDS", dict(registry.BACKENDS))
+    registry.register(BackendSpec("mympi", "x:Y", (), "", ("mpirun",), mpi_handle=True))
+    cref.ABILITIES.check_request(["mympi"], ["gather"], "float32", "sum")
+    assert cref.ABILITIES.mpi_backends() == ["mpi", "mympi"]
+    with pytest.raises(UsageError, match="needs --backend mpi or mympi"):
+        cref.ABILITIES.check_request(["gloo"], ["gather"], "float32", "sum")

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ddlcomm.cli import main
-from ddlcomm.model import cli as mcli
+from ddlcomm.cli import model as mcli
 from ddlcomm.model import costs
 from ddlcomm.results import Store
 from test_model_calibrate import TRUE, synthetic
@@ -153,3 +153,28 @@ def test_calibrate_errors(capsys, db):
     fail(capsys, "calibrate", "--db", str(db), "--holdout", "nodes=4", match="--holdout")
     fail(capsys, "calibrate", "--db", str(db), "--library", "MPICH", match="no stored points")
     fail(capsys, "calibrate", "--db", str(db), "--run", "x", match="--run")
+
+
+def test_predict_check_request_names_the_models():
+    from ddlcomm.errors import UsageError
+    from ddlcomm.model.predict import check_request
+    assert check_request("allreduce", "ring") == "allreduce"
+    assert check_request("ps", "anything") == "ps"
+    with pytest.raises(UsageError, match="no cost model for collective 'nope'"):
+        check_request("nope", "library")
+    with pytest.raises(UsageError, match="no cost model for allreduce algorithm 'nope'"):
+        check_request("allreduce", "nope")
+
+
+def test_model_package_imports_no_report_nor_cli():
+    """model/ is the model only: the command and its views live in cli/ and report/."""
+    import ast
+    from pathlib import Path
+
+    import ddlcomm.model
+    for path in Path(ddlcomm.model.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level >= 2:
+                assert not (node.module or "").startswith(("report", "cli", "results")), \
+                    f"{path.name} imports ..{node.module}"

@@ -104,3 +104,44 @@ def test_check_memory_passes_when_it_fits():
 
 def test_mem_available_is_positive():
     assert mem_available() > 0
+
+
+# ------------------------------------------------------------------ resolve (the option checks)
+def options(**over):
+    from dataclasses import fields
+
+    from ddlcomm.bench.plan import BenchOptions
+    given = dict(backend="mpi", path="host", dtype="float32", op="sum", algorithm="library",
+                 bind="none", in_place=False, check=True, budget="0.2", timeout="120", root="0")
+    given.update(over)
+    return BenchOptions(**{f.name: given.get(f.name) for f in fields(BenchOptions)})
+
+
+def test_resolve_defaults():
+    from ddlcomm.bench.plan import resolve
+    p = resolve(options(), default_ranks=2)
+    assert p.collectives == ["broadcast", "gather", "allreduce"] and p.forms == ["buffer", "object"]
+    assert p.ranks == 2 and p.sizes[0] == 4 and p.sizes[-1] == 64 << 20 and p.extra == {}
+
+
+@pytest.mark.parametrize("over, message", [
+    ({"workload": "ps-sync", "collective": "allreduce"}, "give --collective or --workload"),
+    ({"workload": "ps-sync", "ranks": "1"}, "ps-sync needs at least 2 ranks"),
+    ({"workload": "allreduce", "path": "nope"}, "nope"),
+    ({"model": "alexnet"}, "--model applies to --workload runs"),
+    ({"impl": "c", "form": "buffer"}, "give --form or --impl"),
+    ({"impl": "c", "backend": "gloo"}, "--impl c needs --backend mpi"),
+    ({"root": "2", "ranks": "2"}, "--root 2 is not one of the 2 ranks"),
+    ({"algorithm": "ring", "workload": "allreduce"}, "--algorithm applies to collectives"),
+])
+def test_resolve_refuses(over, message):
+    from ddlcomm.bench.plan import resolve
+    with pytest.raises(UsageError, match=message):
+        resolve(options(**over), default_ranks=2)
+
+
+def test_check_fits_refuses_a_point_too_big_for_memory():
+    from ddlcomm.bench.plan import check_fits
+    check_fits(plan(sizes=[4], ranks=2), available=GiB)
+    with pytest.raises(UsageError, match="of 1GiB per rank at 4 ranks needs about"):
+        check_fits(plan(sizes=[GiB], ranks=4), available=GiB)

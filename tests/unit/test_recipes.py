@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from ddlcomm.cli import bench_plan, build_parser
+from ddlcomm.cli import build_parser
+from ddlcomm.cli.bench import bench_plan
 from ddlcomm.errors import UsageError
 from ddlcomm.recipes import RECIPES, get_recipe
 
@@ -17,7 +18,7 @@ def test_every_step_parses(name, full):
     for step in steps:
         args = build_parser().parse_args([step.command, *step.args])
         if step.command == "train":
-            from ddlcomm.train.cli import plan_jobs
+            from ddlcomm.cli.train import plan_jobs
             assert plan_jobs(args, None)
             continue
         plan = bench_plan(args, default_ranks=None)
@@ -88,3 +89,24 @@ def test_recipe_report_panels(tmp_path):
     html = page.read_text()
     assert "<svg" in html and "no high-bandwidth memory" in html and "2 containers" in html
     assert (tmp_path / "allreduce.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_session_tag_and_points(tmp_path):
+    from ddlcomm.recipes.base import session_points, session_tag
+    from ddlcomm.results import Store
+    recipe = get_recipe("woo2020")
+    assert session_tag(recipe, None).startswith("woo2020:")
+    assert session_tag(recipe, "woo2020:abc") == "woo2020:abc"
+    with pytest.raises(UsageError, match="is not a woo2020 session"):
+        session_tag(recipe, "choi2021:abc")
+    db = tmp_path / "d.db"
+    Store(db).close()
+    with pytest.raises(UsageError, match="no points of session woo2020:abc"):
+        session_points(db, "woo2020:abc")
+
+
+def test_report_only_without_a_database(tmp_path):
+    from ddlcomm.recipes.base import reproduce
+    with pytest.raises(UsageError, match="no results database"):
+        reproduce(get_recipe("woo2020"), tmp_path / "none.db", report_only="woo2020:abc",
+                  out=tmp_path / "out")

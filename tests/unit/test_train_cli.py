@@ -5,7 +5,7 @@ import pytest
 
 from ddlcomm.cli import build_parser
 from ddlcomm.errors import UsageError
-from ddlcomm.train.cli import plan_jobs
+from ddlcomm.cli.train import plan_jobs
 from ddlcomm.train.config import TrainConfig, TrainJob
 
 from test_cli import ddlcomm  # the real command, outside any launcher

@@ -120,3 +120,12 @@ def test_parse_seconds_refuses_durations_no_timer_can_wait(text):
     assert parse_seconds(str(MAX_SECONDS), "--timeout") == MAX_SECONDS
     with pytest.raises(UsageError, match="at most"):
         parse_seconds(text, "--timeout")
+
+
+def test_parse_list_keeps_order_and_refuses_empty_and_repeats():
+    from ddlcomm.units import parse_list
+    assert parse_list(" a, b ,c,", "--x") == ["a", "b", "c"]
+    with pytest.raises(UsageError, match="--x is empty"):
+        parse_list(" , ", "--x")
+    with pytest.raises(UsageError, match="--x names something twice: a,a"):
+        parse_list("a,a", "--x")

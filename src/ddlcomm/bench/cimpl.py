@@ -10,13 +10,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..collectives import get_collective
-from ..comm import registry
 from ..dtypes import get_dtype, get_op
 from ..errors import UnsupportedError
 from ..measure import timing
 from ..measure.checks import verdict
 from ..measure.records import collective_records
 from .buffers import PointBuffers
+from .cref import ABILITIES
 from .plan import BenchPlan, PointSpec
 
 _REFERENCES: dict[int, object] = {}
@@ -24,7 +24,7 @@ _REFERENCES: dict[int, object] = {}
 
 def reference(comm):
     """The C reference bound to ``comm`` (built and loaded on first use)."""
-    if not registry.get_spec(comm.name).mpi_handle:
+    if not ABILITIES.runs_on(comm.name):
         raise UnsupportedError(f"--impl c needs the mpi backend, not {comm.name}",
                                "run the C reference with --backend mpi")
     ref = _REFERENCES.get(id(comm))
@@ -39,12 +39,13 @@ def measure_c(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     coll = get_collective(spec.name)
     dtype = get_dtype(plan.dtype)
     ref = reference(comm)
-    if spec.name not in ref.collectives:
+    if spec.name not in ABILITIES.collectives:
         raise UnsupportedError(f"the C reference has no {spec.name}",
-                               f"--impl c covers {', '.join(ref.collectives)}")
-    if coll.reduces and plan.op != "sum":
-        raise UnsupportedError(f"the C reference reduces with sum only, not {plan.op}")
-    op = get_op("sum") if coll.reduces else None
+                               f"--impl c covers {', '.join(ABILITIES.collectives)}")
+    if coll.reduces and plan.op not in ABILITIES.ops:
+        raise UnsupportedError(f"the C reference reduces with {' or '.join(ABILITIES.ops)} "
+                               f"only, not {plan.op}")
+    op = get_op(plan.op) if coll.reduces else None
     count = coll.count_for(spec.nbytes, dtype, comm.size)
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:
         send, recv = coll.buffers(dtype, count, comm.rank, comm.size, op, plan.root, False,

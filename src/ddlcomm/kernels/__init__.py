@@ -105,7 +105,8 @@ def describe(reduce: Reducer) -> str:
     return f"C kernel, {describe_isa(isa_name)}" if isa_name is not None else "NumPy"
 
 
-def _op_name(op: Union[str, ReduceOp]) -> str:
+def op_name(op: Union[str, ReduceOp]) -> str:
+    """The kernels' name of ``op`` (UsageError naming the choices if no kernel reduces with it)."""
     if isinstance(op, ReduceOp):
         name = _BY_UFUNC.get(op.ufunc.__name__)
         if name is not None:
@@ -137,7 +138,7 @@ def reducer(op: Union[str, ReduceOp], dtype, kernel: str = "auto",
     picks the C kernel's loop (default: :func:`isa`).  Reducers are cached:
     asking twice returns the same function.
     """
-    name, dt = _op_name(op), _dtype(dtype)
+    name, dt = op_name(op), _dtype(dtype)
     if kernel not in KERNELS and kernel != "auto":
         raise UsageError(f"unknown reduction kernel {kernel!r}", f"choose auto or one of {', '.join(KERNELS)}")
     return _cached(name, dt.name, kernel, isa)

@@ -4,7 +4,8 @@
 - :mod:`.library`: the algorithm each library runs by default (sources in its docstring)
 - :mod:`.calibrate`: weighted least-squares fits from stored points, residuals, holdout
 - :mod:`.ssgd`: Shi and Chu's iteration model (no overlap, I/O prefetch, WFBP)
-- :mod:`.cli`: ``ddlcomm model calibrate|predict|ssgd|report``
+- :mod:`.predict`: a collective's time over sizes and rank counts; S-SGD aggregation priced by a fit
 
-All pure: nothing here imports MPI or draws (``report/model.py`` draws).
+All pure: nothing here imports MPI, reads the store or draws (``report/model.py``
+draws; ``cli/model.py`` is ``ddlcomm model calibrate|predict|ssgd|report``).
 """

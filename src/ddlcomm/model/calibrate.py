@@ -499,3 +499,16 @@ def error_summary(residuals: Sequence[Mapping[str, Any]], summary_bytes: int) ->
         out[f"{name}_from_{summary_bytes}B"] = summarize(
             [r["rel_err"] for r in rs if r["bytes"] >= summary_bytes])
     return out
+
+
+def select_points(points: Iterable[Mapping[str, Any]], *, runs: Optional[set] = None,
+                  backend: Optional[str] = None, library: Optional[str] = None,
+                  placement: Optional[str] = None,
+                  collectives: Optional[set] = None) -> list[Mapping[str, Any]]:
+    """The points a calibration asks for (each filter left out keeps all)."""
+    return [p for p in points
+            if (runs is None or p.get("run_id") in runs)
+            and (not backend or p.get("backend") == backend)
+            and (not library or library_of(p).lower() == library.lower())
+            and (not placement or placement_of(p) == placement)
+            and (not collectives or p.get("collective") in collectives)]

@@ -1,5 +1,9 @@
 """What every recipe shares: its steps, running them, and its report.
 
+:func:`reproduce` is ``ddlcomm reproduce``: run a session's steps (or none,
+to rewrite an earlier session's report), collect its points by tag, write the
+report and say what failed.
+
 Each step is one ``ddlcomm bench`` (or ``ddlcomm train``) run in a given environment (``.venv/NAME``
 beside the running one, so MPICH and Open MPI runs go into one database), tagged
 with the recipe's session so the report finds exactly its own runs.  Steps a
@@ -17,6 +21,8 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from ..errors import RankFailure, UsageError
+from ..results import Store
+from ..results.export import point_record
 
 
 @dataclass(frozen=True)
@@ -88,3 +94,54 @@ def require_ok(results) -> None:
     failed = [s.label for s, rc, _ in results if rc != 0]
     if failed and len(failed) == len(results):
         raise RankFailure("every step of the recipe failed", "see the log it names")
+
+
+def session_tag(recipe: Recipe, report_only: Optional[str]) -> str:
+    """The session's tag: a new one, or the earlier session's (checked to be this recipe's)."""
+    tag = report_only or new_tag(recipe.name)
+    if not tag.startswith(recipe.name + ":"):
+        raise UsageError(f"tag {tag!r} is not a {recipe.name} session")
+    return tag
+
+
+def session_points(db: Path, tag: str) -> list[dict]:
+    """The points of every run tagged ``tag``, run by run (UsageError if there are none)."""
+    with Store(db) as store:
+        runs = [r for r in store.runs() if (r.get("config") or {}).get("extra", {}).get("tag") == tag]
+        points = [point_record(p) for r in sorted(runs, key=lambda r: r["id"])
+                  for p in store.points(r["id"])]
+    if not points:
+        raise UsageError(f"no points of session {tag} in {db}")
+    return points
+
+
+def reproduce(recipe: Recipe, db: Path, *, full: bool = False, report_only: Optional[str] = None,
+              out: Optional[Path] = None) -> int:
+    """Run ``recipe`` into ``db`` (or, with ``report_only``, only rewrite that session's
+    report) and print a summary; 1 if a step or a check failed, else 0."""
+    tag = session_tag(recipe, report_only)
+    out = out or db.parent / "reports" / tag.replace(":", "-")
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    if report_only is None:
+        steps = recipe.steps(full)
+        log = out / "runs.log"
+        print(f"{recipe.title}: {len(steps)} runs, tag {tag}, log {log}", flush=True)
+        for variant, reason in recipe.unavailable():
+            print(f"  not available here: {variant}: {reason}")
+        results = run_steps(steps, db, tag, log)
+        require_ok(results)
+    elif not db.exists():
+        raise UsageError(f"no results database at {db}", "pass the --db the session used")
+    points = session_points(db, tag)
+    page = recipe.report(recipe, points, out)
+    failed = [s.label for s, rc, _ in results if rc != 0]
+    checks_failed = sum(p["check"] == "failed" for p in points)
+    if results:
+        print(f"{len(results) - len(failed)} of {len(results)} runs completed", end=", ")
+    print(f"{len(points)} points, {checks_failed} failed checks")
+    for label in failed:
+        print(f"  FAILED: {label}")
+    print(f"database: {db}")
+    print(f"report:   {page}")
+    return 1 if failed or checks_failed else 0

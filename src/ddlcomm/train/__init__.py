@@ -5,6 +5,7 @@
 parameter server, through any ddlcomm Communicator), ``loop`` (one
 configuration in the ranks: timed phases, checks, records), ``ddp`` (torch
 DistributedDataParallel as the peer), ``phases``/``scaling`` (the pure
-arithmetic), ``predict`` (the S-SGD model on the measurements), ``session``
-(owning a run), ``cli`` (the options).
+arithmetic), ``predict`` (the S-SGD model on the measurements), ``config``
+(a configuration, a job, and the checks of the options that make them),
+``session`` (owning a run).  The options are parsed in ``cli/train.py``.
 """

@@ -1,11 +1,28 @@
-"""What one training configuration is, and the job a set of ranks runs (pure)."""
+"""What one training configuration is, the job a set of ranks runs, and the
+checks of ``ddlcomm train``'s options that make them (:func:`plan_jobs`).
+
+Every option is checked here, before any rank starts (UsageError: one line,
+exit 2).  The configurations of a launch are the product of ``--arch``,
+``--overlap``, ``--wait`` and the batch sizes, plus DDP's with ``--peer ddp``.
+"""
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Optional
 
-from ..units import format_size
+from ..comm import registry
+from ..errors import UsageError
+from ..units import format_size, parse_list, parse_positive_int, parse_seconds, parse_size
+from .aggregate import ARCHS
+from .data import data_files
+from .nets import check_image_size, get_net
+
+PEERS = ("none", "ddp")
+OVERLAP = {"off": (False,), "on": (True,), "both": (False, True)}
+WAIT_CHOICES = {"spin": ("spin",), "sleep": ("sleep",), "both": ("spin", "sleep")}
 
 
 @dataclass(frozen=True)
@@ -63,3 +80,119 @@ class TrainJob:
     def from_json(cls, text: str) -> "TrainJob":
         d = json.loads(text)
         return cls(d["backend"], d["ranks"], [TrainConfig(**c) for c in d["configs"]], d["timeout_s"])
+
+
+# ------------------------------------------------------------------ options
+@dataclass(frozen=True)
+class TrainOptions:
+    """``ddlcomm train``'s options as the user gave them: strings, flags, None when left out."""
+
+    model: str
+    backend: str
+    arch: str
+    fusion: str
+    overlap: str
+    wait: str
+    peer: str
+    ranks: Optional[str]
+    batch: Optional[str]
+    batch_sweep: Optional[str]
+    image_size: Optional[str]
+    iters: str
+    warmup: str
+    lr: Optional[str]
+    seed: str
+    threads: str
+    data: Optional[str]
+    prefetch: str
+    comm_reps: str
+    check: bool
+    timeout: str
+
+
+def base_config(o: TrainOptions) -> TrainConfig:
+    """The configuration every one of the run's starts from (checked)."""
+    spec = get_net(o.model)
+    image = parse_positive_int(o.image_size, "--image-size") if o.image_size else spec.image_size
+    check_image_size(spec, image)
+    lr = spec.lr
+    if o.lr is not None:
+        try:
+            lr = float(o.lr)
+        except ValueError:
+            raise UsageError(f"--lr must be a number, got {o.lr!r}") from None
+        if not 0 < lr < 10:
+            raise UsageError(f"--lr must be above 0 and below 10, got {o.lr}")
+    fusion = parse_size(o.fusion)
+    data = None
+    if o.data is not None:
+        data_files(o.data)                         # refuse a missing or empty folder now
+        data = str(Path(o.data).expanduser().resolve())
+    return TrainConfig(
+        model=spec.name, fusion=fusion, batch=spec.batch, image_size=image,
+        iters=parse_positive_int(o.iters, "--iters"),
+        warmup=parse_positive_int(o.warmup, "--warmup", 0), lr=lr,
+        seed=parse_positive_int(o.seed, "--seed", 0),
+        threads=parse_positive_int(o.threads, "--threads"), data=data,
+        prefetch=parse_positive_int(o.prefetch, "--prefetch"),
+        comm_reps=parse_positive_int(o.comm_reps, "--comm-reps"), check=o.check)
+
+
+def plan_jobs(o: TrainOptions, launcher_size: Optional[int]) -> list[TrainJob]:
+    """Every launch of the run with its configurations (raises UsageError)."""
+    registry.get_spec(o.backend)                          # unknown: names the choices
+    base = base_config(o)
+    archs = parse_list(o.arch, "--arch")
+    for a in archs:
+        if a not in ARCHS:
+            raise UsageError(f"unknown --arch {a!r}", f"choose from {', '.join(ARCHS)}")
+    overlaps, waits = OVERLAP[o.overlap], WAIT_CHOICES[o.wait]
+    if True in overlaps and archs == ["ps"]:
+        raise UsageError("--overlap applies to --arch allreduce", "drop --overlap for ps")
+    if "sleep" in waits and archs == ["ps"]:
+        raise UsageError("--wait applies to --arch allreduce", "drop --wait for ps")
+    batches = _batches(o, base)
+    ranks = _ranks(o, launcher_size)
+    if o.peer == "ddp":
+        registry.check("gloo")
+    timeout = parse_seconds(o.timeout, "--timeout")
+    jobs = []
+    for n in ranks:
+        if len(ranks) > 1 and n == 1:
+            # The weak-scaling baseline: one worker alone, nothing to aggregate, per batch size.
+            jobs.append(TrainJob(o.backend, 1, [base.with_(batch=b) for b in batches], timeout))
+            continue
+        if "ps" in archs and n < 2:
+            raise UsageError("--arch ps needs a server and at least one worker", "use --ranks 2 or more")
+        configs = [base.with_(arch=arch, overlap=overlap, wait=wait, batch=batch)
+                   for arch, overlap, wait, batch in itertools.product(archs, overlaps, waits, batches)
+                   if not (arch == "ps" and (overlap or wait != "spin"))]
+        if o.peer == "ddp":
+            configs += [base.with_(peer="ddp", batch=b) for b in batches]
+        jobs.append(TrainJob(o.backend, n, configs, timeout))
+    return jobs
+
+
+def _batches(o: TrainOptions, base: TrainConfig) -> list[int]:
+    if o.batch_sweep is not None and o.batch is not None:
+        raise UsageError("give --batch or --batch-sweep, not both")
+    if o.batch_sweep is not None:
+        return sorted({parse_positive_int(b, "--batch-sweep")
+                       for b in parse_list(o.batch_sweep, "--batch-sweep")})
+    return [parse_positive_int(o.batch, "--batch")] if o.batch else [base.batch]
+
+
+def _ranks(o: TrainOptions, launcher_size: Optional[int]) -> list[int]:
+    """The rank counts, one launch each (1 added as the weak-scaling baseline)."""
+    if o.ranks is not None:
+        ranks = sorted({parse_positive_int(r, "--ranks") for r in parse_list(o.ranks, "--ranks")})
+    else:
+        ranks = [launcher_size or (1 if o.batch_sweep else 2)]
+    if launcher_size is not None and ranks != [launcher_size]:
+        raise UsageError(f"the launcher started {launcher_size} ranks but --ranks {o.ranks} was asked",
+                         "start as many ranks as --ranks says, or leave it out")
+    if len(ranks) > 1 and launcher_size is None and 1 not in ranks:
+        ranks = [1] + ranks                      # the weak-scaling baseline: one worker alone
+    if o.batch_sweep is not None and ranks != [1]:
+        raise UsageError("--batch-sweep trains on one worker", "use --ranks 1 (or leave --ranks out)")
+    return ranks

@@ -13,17 +13,40 @@ they were given and rank 0 owns the run.
 """
 from __future__ import annotations
 
+import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
 from ..bench.runs import EXIT_CHECK_FAILED, own, program, rank_run, run_info, settle
 from ..comm import registry
+from ..errors import UsageError
 from ..launch import mpirun, spawn
+from ..launch.env import detect
 from ..results import Store
-from .config import TrainJob
+from .config import TrainJob, TrainOptions, plan_jobs
 
 JOB_ENV = "DDLCOMM_TRAIN_JOB"
+
+
+def main(options: TrainOptions, argv: Sequence[str], db_path: Path, report_dir: Optional[Path],
+         tag: Optional[str]) -> int:
+    """``ddlcomm train``: own the run, or (under a launcher) be one of its ranks."""
+    info = detect()
+    registry.check(options.backend)
+    if info is not None and JOB_ENV in os.environ:
+        job = TrainJob.from_json(os.environ[JOB_ENV])
+        return rank_main(job, argv, db_path, report_dir, config={})
+    jobs = plan_jobs(options, info.size if info else None)
+    if importlib.util.find_spec("torch") is None:
+        raise UsageError("ddlcomm train needs PyTorch", "pip install 'ddlcomm[torch]'")
+    config = {"backend": options.backend, "ranks": [j.ranks for j in jobs],
+              "configs": sorted({c.label() for j in jobs for c in j.configs}),
+              "extra": {"tag": tag} if tag else {}}
+    if info is not None:
+        return rank_main(jobs[0], argv, db_path, report_dir, config)
+    return launch(jobs, argv, db_path, config, report_dir)
 
 
 def start(job: TrainJob, argv: Sequence[str], env: dict) -> int:
@@ -79,7 +102,6 @@ def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path], scal
 def rank_main(job: TrainJob, argv: Sequence[str], db_path: Path,
               report_dir: Optional[Path], config: dict) -> int:
     """Inside the ranks: run every configuration of ``job``; rank 0 stores the points."""
-    from ..launch.env import detect
     from .ddp import run_ddp
     from .loop import progress, run_config
     info = detect()

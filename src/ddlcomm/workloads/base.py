@@ -15,7 +15,8 @@ from ..dtypes import DType, get_dtype
 from ..errors import UsageError
 from ..measure import timing
 from ..measure.records import make_record
-from . import models
+from . import get_workload, models
+from .paths import get_path
 
 
 def message_bytes(plan, nbytes: int) -> list[int]:
@@ -38,6 +39,12 @@ def check_request(plan) -> None:
     if not get_dtype(plan.dtype).is_float:
         raise UsageError(f"workloads aggregate gradients: --dtype {plan.dtype} is not a float type",
                          "use float32 (or float16, float64)")
+    get_path(plan.path)
+    for name in plan.workloads:
+        workload = get_workload(name)
+        if plan.ranks is not None and plan.ranks < workload.min_ranks:
+            raise UsageError(f"{name} needs at least {workload.min_ranks} ranks "
+                             "(a server and a worker)", f"use --ranks {workload.min_ranks} or more")
 
 
 def counts(plan, nbytes: int) -> tuple[DType, list[int]]:

@@ -1,7 +1,7 @@
 """``ddlcomm model calibrate|predict|ssgd|report``: parse, check, delegate.
 
-The parsers are added to ddlcomm's command line by :func:`add_parser`; the
-handler :func:`run` is registered as the ``model`` command in ``cli.py``.
+The model itself (``model/``) is pure: this module reads the stored points and
+the option files, and ``report/model.py`` renders what the model computes.
 """
 from __future__ import annotations
 
@@ -12,7 +12,19 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..dtypes import get_dtype
 from ..errors import UsageError
+from ..model import ssgd
+from ..model.calibrate import calibrate, load, parse_holdout, select_points, with_cores
+from ..model.costs import Params
+from ..model.predict import check_request, comm_from_fit, predict
+from ..model.ssgd import Phases, model_layers
+from ..report import model as view
+from ..results import Store, default_db_path
+from ..results.export import point_record
+from ..results.sysinfo import last_level_cache
+from ..units import parse_positive_int, parse_size, parse_sizes
+from .common import _Parser
 
 #: Largest rank or worker count accepted (the formulas are O(log p); this bounds typos).
 MAX_RANKS = 1 << 40
@@ -22,7 +34,6 @@ MAX_RANKS = 1 << 40
 def parse_counts(text: str, flag: str) -> list[int]:
     """Rank/worker counts: ``4096``, ``1,2,4``, ``2:1024`` (powers of 2; ``x4`` for
     another factor), or ``1,2,4,...,1024`` (the last step's ratio continued)."""
-    from ..units import parse_positive_int
     text = (text or "").strip()
     if not text:
         raise UsageError(f"{flag} is empty", "e.g. 4096, 2,4,8, 2:1024 or 1,2,4,...,1024")
@@ -76,7 +87,6 @@ def _check_max(value: int, flag: str) -> None:
 
 def parse_bytes_list(text: str, flag: str = "--bytes") -> list[int]:
     """Sizes: ``1GiB``, ``1KiB,1MiB`` or a sweep ``4B:64MiB[xF]`` (see units)."""
-    from ..units import parse_sizes
     if not text or not text.strip():
         raise UsageError(f"{flag} is empty", "e.g. 1GiB, 64KiB,1MiB or 4B:64MiB")
     return parse_sizes(text)
@@ -95,14 +105,8 @@ def parse_number(text: Optional[str], flag: str, *, positive: bool = False) -> O
     return value
 
 
-def _choice(value: Optional[str], choices, flag: str) -> Optional[str]:
-    if value is not None and value not in choices:
-        raise UsageError(f"{flag} {value!r} is not one of {', '.join(choices)}")
-    return value
-
-
 # ------------------------------------------------------------------ parsers
-def add_parser(sub, parser_class=None) -> None:
+def add_parser(sub) -> None:
     """Add ``model`` and its actions to the sub-parsers ``sub`` of ddlcomm's parser."""
     m = sub.add_parser("model", help="calibrate collective cost models; predict; the S-SGD model",
                        description=(
@@ -110,8 +114,13 @@ def add_parser(sub, parser_class=None) -> None:
                            "points (calibrate), predicted for any size and rank count "
                            "(predict), Shi and Chu's S-SGD iteration model (ssgd), and a "
                            "report page (report)."))
-    msub = m.add_subparsers(dest="model_command", metavar="ACTION", parser_class=parser_class)
+    msub = m.add_subparsers(dest="model_command", metavar="ACTION", parser_class=_Parser)
+    for add in (_add_calibrate, _add_predict, _add_ssgd, _add_report):
+        add(msub)
 
+
+def _add_calibrate(msub) -> None:
+    """``model calibrate``'s options."""
     c = msub.add_parser("calibrate", help="fit α, β, γ to stored points, with residuals")
     c.add_argument("--db", action="append", metavar="PATH",
                    help="results database (repeat for several; default: the default database)")
@@ -145,6 +154,9 @@ def add_parser(sub, parser_class=None) -> None:
     c.add_argument("--residuals", action="store_true", help="print every point's residual")
     c.add_argument("--json", action="store_true", help="print the fit as JSON")
 
+
+def _add_predict(msub) -> None:
+    """``model predict``'s options."""
     p = msub.add_parser("predict", help="time of a collective at any size and rank count")
     p.add_argument("--fit", metavar="FIT.json", help="a fit from `ddlcomm model calibrate`")
     p.add_argument("--alpha", help="seconds per message (instead of --fit)")
@@ -174,6 +186,9 @@ def add_parser(sub, parser_class=None) -> None:
                         "below, as comm/hierarchical.py), ring, rhd, library; default auto")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+
+def _add_ssgd(msub) -> None:
+    """``model ssgd``'s options."""
     s = msub.add_parser("ssgd", help="S-SGD iteration time, speed-up and efficiency (Shi & Chu)")
     for name, what in (("io", "read a batch"), ("h2d", "copy it to the device"),
                        ("f", "forward"), ("b", "backward"), ("u", "update")):
@@ -203,6 +218,9 @@ def add_parser(sub, parser_class=None) -> None:
                    help="one reader feeds every worker of a node: reading grows with them")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+
+def _add_report(msub) -> None:
+    """``model report``'s options."""
     r = msub.add_parser("report", help="a page: measured vs modelled per size, predictions to "
                                       "1024 ranks")
     r.add_argument("--fit", required=True, metavar="FIT.json")
@@ -222,7 +240,6 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _db_paths(args) -> list[Path]:
-    from ..results import default_db_path
     paths = [Path(p).expanduser().resolve() for p in (args.db or [])] or [default_db_path()]
     for path in paths:
         if not path.exists():
@@ -231,10 +248,6 @@ def _db_paths(args) -> list[Path]:
 
 
 def _load_points(args) -> list[dict]:
-    from ..results import Store
-    from ..results.export import point_record
-    from ..units import parse_positive_int
-    from .calibrate import library_of, placement_of, with_cores
     runs_wanted = None
     if args.run:
         runs_wanted = {parse_positive_int(r, "--run") for r in args.run.split(",") if r.strip()}
@@ -245,16 +258,8 @@ def _load_points(args) -> list[dict]:
             runs = store.runs()
             recs = [point_record(p) for p in store.points()]
         points.extend(with_cores(recs, runs, str(path)))
-    if runs_wanted is not None:
-        points = [p for p in points if p.get("run_id") in runs_wanted]
-    if args.backend:
-        points = [p for p in points if p.get("backend") == args.backend]
-    if args.library:
-        points = [p for p in points if library_of(p).lower() == args.library.lower()]
-    if args.placement:
-        points = [p for p in points if placement_of(p) == args.placement]
-    if colls:
-        points = [p for p in points if p.get("collective") in colls]
+    points = select_points(points, runs=runs_wanted, backend=args.backend, library=args.library,
+                           placement=args.placement, collectives=colls)
     if not points:
         raise UsageError("no stored points match", "check --db, --run, --backend, --library, "
                                                    "--placement and --collective")
@@ -262,10 +267,6 @@ def _load_points(args) -> list[dict]:
 
 
 def cmd_calibrate(args) -> int:
-    from ..report import model as view
-    from ..results.sysinfo import last_level_cache
-    from ..units import parse_size
-    from .calibrate import calibrate, parse_holdout
     holdout = [parse_holdout(h) for h in (args.holdout or [])]
     split = [parse_size(s) for s in args.split.split(",") if s.strip()] if args.split else []
     summary_bytes = parse_size(args.summary_bytes)
@@ -286,65 +287,36 @@ def cmd_calibrate(args) -> int:
     return 0
 
 
-def _params_from_args(args, prefix: str = ""):
-    from .costs import Params
-    a = parse_number(getattr(args, f"{prefix}alpha"), f"--{prefix.replace('_', '-')}alpha")
-    b = parse_number(getattr(args, f"{prefix}beta"), f"--{prefix.replace('_', '-')}beta")
-    g = parse_number(getattr(args, f"{prefix}gamma"), f"--{prefix.replace('_', '-')}gamma")
+def _params_from_args(args, prefix: str = "") -> Optional[Params]:
+    flag = f"--{prefix.replace('_', '-')}"
+    a = parse_number(getattr(args, f"{prefix}alpha"), f"{flag}alpha")
+    b = parse_number(getattr(args, f"{prefix}beta"), f"{flag}beta")
+    g = parse_number(getattr(args, f"{prefix}gamma"), f"{flag}gamma")
     if a is None and b is None and g is None:
         return None
     if a is None or b is None:
-        raise UsageError(f"give both --{prefix.replace('_', '-')}alpha and "
-                         f"--{prefix.replace('_', '-')}beta (and optionally gamma)")
+        raise UsageError(f"give both {flag}alpha and {flag}beta (and optionally gamma)")
     return Params(a, b, g or 0.0)
 
 
 def cmd_predict(args) -> int:
-    from ..report import model as view
-    from ..units import parse_positive_int
-    from . import costs
-    from .calibrate import load
     ranks = parse_counts(args.ranks, "--ranks")
     sizes = parse_bytes_list(args.bytes)
     explicit = _params_from_args(args)
     if (args.fit is None) == (explicit is None):
         raise UsageError("give --fit FIT.json or --alpha/--beta[/--gamma], one of them")
-    collective = costs.native.ALIASES.get(args.collective, args.collective)
-    if collective not in costs.collectives():
-        raise UsageError(f"no cost model for collective {args.collective!r}",
-                         f"modelled: {', '.join(costs.collectives())}")
-    if collective != "ps" and args.algorithm not in costs.algorithms(collective):
-        raise UsageError(f"no cost model for {collective} algorithm {args.algorithm!r}",
-                         f"choose from {', '.join(costs.algorithms(collective))}")
+    collective = check_request(args.collective, args.algorithm)
     per_node = parse_positive_int(args.ranks_per_node, "--ranks-per-node") \
         if args.ranks_per_node else None
     cores = parse_positive_int(args.cores, "--cores") if args.cores else None
     inter = _params_from_args(args, "inter_")
     if inter is not None and args.algorithm != "hierarchical":
         raise UsageError("--inter-alpha/--inter-beta apply to --algorithm hierarchical")
-    fit = load(args.fit) if args.fit else None
-    want = {"library": args.library, "backend": args.backend, "placement": args.placement,
-            "form": args.form}
-    rows = []
-    for n in sizes:
-        if fit is not None:
-            lookup = "broadcast" if collective == "ps" else collective
-            group = fit.select(lookup, args.algorithm, n, **want)
-            params, library, host_cores = group.params, group.key.get("library"), group.cores
-        else:
-            params, library, host_cores = explicit, args.library, None
-        setting = costs.Setting(library=library, ranks_per_node=per_node,
-                                cores=cores if cores is not None else host_cores,
-                                inter=inter, leaders_algorithm=args.leaders,
-                                cache=fit.cache if fit is not None else None)
-        for p in ranks:
-            if collective == "ps" and fit is not None:
-                t = costs.ps_time(fit, args.algorithm, p, n, setting, **want)
-            else:
-                t = costs.time(collective, args.algorithm, p, n, params, setting)
-            rows.append({"collective": collective, "algorithm": args.algorithm,
-                         "ran_as": _ran_as(collective, args.algorithm, p, n, setting),
-                         "ranks": p, "bytes": n, "seconds": t})
+    rows = predict(collective, args.algorithm, ranks, sizes,
+                   fit=load(args.fit) if args.fit else None, params=explicit,
+                   want={"library": args.library, "backend": args.backend,
+                         "placement": args.placement, "form": args.form},
+                   ranks_per_node=per_node, cores=cores, inter=inter, leaders=args.leaders)
     if args.json:
         print(json.dumps(rows if len(rows) > 1 else rows[0], indent=1))
     else:
@@ -352,22 +324,7 @@ def cmd_predict(args) -> int:
     return 0
 
 
-def _ran_as(collective, algorithm, p, n, setting) -> str:
-    from . import costs
-    if collective == "ps":
-        if algorithm != "library":
-            return algorithm
-        return "+".join(costs.resolve(c, "library", p, n, setting)[0]
-                        for c in ("broadcast", "gather"))
-    if algorithm == "hierarchical":
-        return f"hierarchical({setting.leaders_algorithm})"
-    return costs.resolve(collective, algorithm, p, n, setting)[0]
-
-
-def _phases(args):
-    from ..dtypes import get_dtype
-    from ..units import parse_size
-    from .ssgd import Phases, model_layers
+def _phases(args) -> tuple[Phases, Optional[int]]:
     t = {k: parse_number(getattr(args, f"t_{k}"), f"--t-{k.replace('_', '-')}")
          for k in ("io", "h2d", "f", "b", "u")}
     if args.model and args.layers:
@@ -394,10 +351,6 @@ def _read_layers(path: str) -> tuple:
 
 
 def cmd_ssgd(args) -> int:
-    from ..report import model as view
-    from ..units import parse_positive_int
-    from . import ssgd
-    from .calibrate import load
     phases, fusion = _phases(args)
     workers = parse_counts(args.workers, "--workers")
     per_node = parse_positive_int(args.workers_per_node, "--workers-per-node")
@@ -408,8 +361,7 @@ def cmd_ssgd(args) -> int:
     if args.fit is not None:
         if not phases.layers:
             raise UsageError("--fit prices each message: give --model or --layers")
-        fit = load(args.fit)
-        comm_at = _comm_from_fit(fit, args.arch, args.algorithm, args.library)
+        comm_at = comm_from_fit(load(args.fit), args.arch, args.algorithm, args.library)
     elif args.arch != "allreduce" or args.algorithm != "library":
         raise UsageError("--arch and --algorithm apply with --fit")
     preds = ssgd.sweep(phases, workers, t_c=t_c, comm_at=comm_at, overlap=args.overlap,
@@ -422,25 +374,7 @@ def cmd_ssgd(args) -> int:
     return 0
 
 
-def _comm_from_fit(fit, arch: str, algorithm: str, library: Optional[str]):
-    """comm_at(N) -> comm(nbytes): the all-reduce among N workers, or a PS step
-    with N workers and one server; GPUs drive the ranks, so no oversubscription."""
-    from . import costs
-    want = {"library": library}
-
-    def comm_at(workers: int) -> Callable[[int], float]:
-        def comm(nbytes: int) -> float:
-            if arch == "ps":
-                return costs.ps_time(fit, algorithm, workers + 1, nbytes, **want)
-            return costs.allreduce_time(fit, algorithm, workers, nbytes, **want)
-        return comm
-    return comm_at
-
-
 def cmd_report(args) -> int:
-    from ..report import model as view
-    from ..units import parse_positive_int
-    from .calibrate import load
     fit = load(args.fit)
     max_ranks = parse_positive_int(args.max_ranks, "--max-ranks", 2)
     sizes = parse_bytes_list(args.bytes)
@@ -449,6 +383,7 @@ def cmd_report(args) -> int:
     return 0
 
 
+#: action -> its handler
 ACTIONS: dict[str, Callable[[argparse.Namespace], int]] = {
     "calibrate": cmd_calibrate, "predict": cmd_predict, "ssgd": cmd_ssgd, "report": cmd_report,
 }

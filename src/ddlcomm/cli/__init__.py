@@ -1,0 +1,62 @@
+"""The ``ddlcomm`` command: one module per sub-command, each parsing its options
+and handing over to the pieces.
+
+Every error a user can cause ends with one line on stderr and a non-zero exit:
+2 for bad input, 1 when a result failed its check, 3 when a rank failed, 130
+when interrupted.  A command module has ``add_parser(sub)`` and
+``run(args, argv) -> int``; :data:`COMMANDS` names them.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from types import ModuleType
+from typing import Optional, Sequence
+
+from .. import __version__
+from ..errors import DdlcommError
+from . import bench, kernels, model, report, reproduce, results, train
+from .common import _Parser
+
+#: sub-command -> its module (``add_parser``, ``run``), in the order ``--help`` lists them
+COMMANDS: dict[str, ModuleType] = {
+    "bench": bench, "results": results, "reproduce": reproduce, "kernels": kernels,
+    "report": report, "model": model, "train": train,
+}
+
+__all__ = ["COMMANDS", "build_parser", "main", "_Parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ddlcomm", description=(
+        "Measure, model and speed up the communication of distributed deep learning. "
+        "Run `ddlcomm bench` for the default suite (broadcast, gather, allreduce; "
+        "4B..64MiB; buffer and object form; 2 ranks)."))
+    parser.add_argument("--version", action="version", version=f"ddlcomm {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for module in COMMANDS.values():
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        return COMMANDS[args.command].run(args, argv)
+    except DdlcommError as exc:
+        print(f"ddlcomm: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("ddlcomm: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

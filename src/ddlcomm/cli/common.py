@@ -1,0 +1,61 @@
+"""What the command modules share: the one-line-error parser and the options
+every stored-results command has (``--db``, the report folder, run ids)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Optional
+
+from ..errors import UsageError
+from ..results import default_db_path
+from ..units import parse_positive_int
+
+DB_HELP = ("results database (default: $DDLCOMM_DB, else "
+           "$XDG_DATA_HOME/ddlcomm/ddlcomm.db, i.e. ~/.local/share/ddlcomm/ddlcomm.db)")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but its errors are one line (no usage dump)."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        raise UsageError(message, f"see {self.prog} --help")
+
+
+def add_db(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", metavar="PATH", help=DB_HELP)
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """Where a run goes, for the commands that own one (bench, train)."""
+    add_db(p)
+    p.add_argument("--tag", help="a label stored with the run (recipes find their runs by it)")
+    p.add_argument("--report-dir", metavar="DIR",
+                   help="where run-N/index.html goes (default: reports/ beside the database)")
+    p.add_argument("--no-report", action="store_true", help="do not write the HTML/PNG report")
+
+
+def db_path(args: argparse.Namespace) -> Path:
+    return Path(args.db).expanduser().resolve() if args.db else default_db_path()
+
+
+def existing_db(args: argparse.Namespace) -> Path:
+    """The database to read; UsageError if there is none yet."""
+    db = db_path(args)
+    if not db.exists():
+        raise UsageError(f"no results database at {db}", "run `ddlcomm bench` first or pass --db")
+    return db
+
+
+def report_dir(args: argparse.Namespace, db: Path) -> Optional[Path]:
+    if args.no_report:
+        return None
+    return Path(args.report_dir).expanduser().resolve() if args.report_dir else db.parent / "reports"
+
+
+def out_dir(text: Optional[str], default: Optional[Path]) -> Optional[Path]:
+    """An ``--out DIR`` option, or ``default``."""
+    return Path(text).expanduser().resolve() if text else default
+
+
+def run_id(text: str) -> int:
+    return parse_positive_int(text, "run id")

@@ -1,0 +1,30 @@
+"""``ddlcomm reproduce NAME``: run a named published experiment (``recipes/``)."""
+from __future__ import annotations
+
+import argparse
+
+from ..recipes import get_recipe
+from ..recipes.base import reproduce
+from . import common
+
+
+def add_parser(sub) -> None:
+    rp = sub.add_parser("reproduce", help="run a named published experiment (woo2020, choi2021, "
+                                          "shi2018, awan2019)",
+                        description="Run a named experiment as a series of `ddlcomm bench` runs in "
+                                    "one database and write its report, laid out like the paper's "
+                                    "figures. Defaults are scaled to finish in minutes here.")
+    rp.add_argument("name", help="woo2020, choi2021, shi2018 or awan2019")
+    rp.add_argument("--full", action="store_true", help="the paper's sizes and 1000 repetitions")
+    rp.add_argument("--report-only", metavar="TAG",
+                    help="run nothing: rewrite the report of an earlier session (its tag, "
+                         "e.g. woo2020:2685bee5, printed when it ran)")
+    rp.add_argument("--out", metavar="DIR",
+                    help="report folder (default: reports/NAME-TAG beside the database)")
+    common.add_db(rp)
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    recipe = get_recipe(args.name)
+    return reproduce(recipe, common.db_path(args), full=args.full, report_only=args.report_only,
+                     out=common.out_dir(args.out, None))

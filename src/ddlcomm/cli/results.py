@@ -1,0 +1,82 @@
+"""``ddlcomm results list|show|export|compare``: stored runs, one handler per action."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable
+
+from ..errors import UsageError
+from ..report import tables, train
+from ..results import Store, compare, export
+from . import common
+from .common import _Parser
+
+
+def add_parser(sub) -> None:
+    r = sub.add_parser("results", help="list, show, export and compare stored runs")
+    rsub = r.add_subparsers(dest="results_command", metavar="ACTION", parser_class=_Parser)
+    p = rsub.add_parser("list", help="one line per stored run")
+    common.add_db(p)
+    p = rsub.add_parser("show", help="a run's configuration and its tables")
+    p.add_argument("run", help="run id")
+    common.add_db(p)
+    p = rsub.add_parser("export", help="points as CSV or JSON (documented in README)")
+    p.add_argument("run", nargs="?", help="run id (or --all)")
+    p.add_argument("--all", action="store_true", help="every run's points")
+    p.add_argument("--format", choices=["csv", "json"], default="json")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    common.add_db(p)
+    p = rsub.add_parser("compare", help="two runs side by side, ratio per size (B/A)")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    common.add_db(p)
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    action = args.results_command
+    if action is None:
+        raise UsageError("ddlcomm results: say what to do", "list, show, export or compare")
+    db = common.existing_db(args)
+    with Store(db) as store:
+        ACTIONS[action](store, args)
+    return 0
+
+
+def list_runs(store: Store, args: argparse.Namespace) -> None:
+    print(tables.render_runs(store.runs()))
+
+
+def show(store: Store, args: argparse.Namespace) -> None:
+    run_id = common.run_id(args.run)
+    print(tables.render_run(store.run(run_id)))
+    points = store.points(run_id)
+    if points:
+        print(train.render_summary(points) if train.is_train_run(points)
+              else tables.render_points(points))
+
+
+def export_points(store: Store, args: argparse.Namespace) -> None:
+    if args.all == (args.run is not None):
+        raise UsageError("results export needs a run id or --all, not both")
+    points = store.points(None if args.all else common.run_id(args.run))
+    if not args.all:
+        store.run(common.run_id(args.run))
+    text = export.to_csv(points) if args.format == "csv" else export.to_json(points)
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def compare_runs(store: Store, args: argparse.Namespace) -> None:
+    a, b = common.run_id(args.run_a), common.run_id(args.run_b)
+    run_a, run_b = store.run(a), store.run(b)
+    rows = compare.compare(store.points(a), store.points(b))
+    print(tables.render_compare(rows, run_a, run_b))
+
+
+#: action -> its handler (the store open, the parsed options)
+ACTIONS: dict[str, Callable[[Store, argparse.Namespace], None]] = {
+    "list": list_runs, "show": show, "export": export_points, "compare": compare_runs,
+}

@@ -1,0 +1,84 @@
+"""Predictions from a fit or from explicit α-β-γ: a collective over sizes and
+rank counts (``ddlcomm model predict``), and the aggregation cost of an S-SGD
+iteration priced with a fit (``ddlcomm model ssgd --fit``) (pure)."""
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+from ..errors import UsageError
+from . import costs
+from .costs import Params, Setting
+
+
+def check_request(collective: str, algorithm: str) -> str:
+    """The modelled name of ``collective`` (aliases resolved); UsageError if it or
+    ``algorithm`` has no cost model."""
+    name = costs.native.ALIASES.get(collective, collective)
+    if name not in costs.collectives():
+        raise UsageError(f"no cost model for collective {collective!r}",
+                         f"modelled: {', '.join(costs.collectives())}")
+    if name != "ps" and algorithm not in costs.algorithms(name):
+        raise UsageError(f"no cost model for {name} algorithm {algorithm!r}",
+                         f"choose from {', '.join(costs.algorithms(name))}")
+    return name
+
+
+def predict(collective: str, algorithm: str, ranks: Sequence[int], sizes: Sequence[int], *,
+            fit=None, params: Optional[Params] = None, want: Optional[dict] = None,
+            ranks_per_node: Optional[int] = None, cores: Optional[int] = None,
+            inter: Optional[Params] = None, leaders: str = "auto") -> list[dict]:
+    """One row per size and rank count: the modelled seconds and the algorithm it ran as.
+
+    With ``fit``, each size takes the fitted set that ``want`` (library, backend,
+    placement, form) selects, with its cores and cache; else ``params`` with
+    ``want["library"]`` naming whose default algorithm ``library`` means.
+    """
+    want = dict(want or {})
+    rows = []
+    for n in sizes:
+        if fit is not None:
+            lookup = "broadcast" if collective == "ps" else collective
+            group = fit.select(lookup, algorithm, n, **want)
+            p_n, library, host_cores = group.params, group.key.get("library"), group.cores
+        else:
+            p_n, library, host_cores = params, want.get("library"), None
+        setting = Setting(library=library, ranks_per_node=ranks_per_node,
+                          cores=cores if cores is not None else host_cores,
+                          inter=inter, leaders_algorithm=leaders,
+                          cache=fit.cache if fit is not None else None)
+        for p in ranks:
+            if collective == "ps" and fit is not None:
+                t = costs.ps_time(fit, algorithm, p, n, setting, **want)
+            else:
+                t = costs.time(collective, algorithm, p, n, p_n, setting)
+            rows.append({"collective": collective, "algorithm": algorithm,
+                         "ran_as": ran_as(collective, algorithm, p, n, setting),
+                         "ranks": p, "bytes": n, "seconds": t})
+    return rows
+
+
+def ran_as(collective: str, algorithm: str, p: int, n: int, setting: Setting) -> str:
+    """The algorithm ``algorithm`` stands for at ``p`` ranks and ``n`` bytes."""
+    if collective == "ps":
+        if algorithm != "library":
+            return algorithm
+        return "+".join(costs.resolve(c, "library", p, n, setting)[0]
+                        for c in ("broadcast", "gather"))
+    if algorithm == "hierarchical":
+        return f"hierarchical({setting.leaders_algorithm})"
+    return costs.resolve(collective, algorithm, p, n, setting)[0]
+
+
+def comm_from_fit(fit, arch: str, algorithm: str,
+                  library: Optional[str]) -> Callable[[int], Callable[[int], float]]:
+    """comm_at(N) -> comm(nbytes): the all-reduce among N workers, or a PS step
+    with N workers and one server; GPUs drive the ranks, so no oversubscription."""
+    want = {"library": library}
+
+    def comm_at(workers: int) -> Callable[[int], float]:
+        def comm(nbytes: int) -> float:
+            if arch == "ps":
+                return costs.ps_time(fit, algorithm, workers + 1, nbytes, **want)
+            return costs.allreduce_time(fit, algorithm, workers, nbytes, **want)
+        return comm
+    return comm_at

@@ -16,7 +16,7 @@ from ..measure import timing
 from ..measure.checks import verdict
 from ..measure.records import collective_records
 from .buffers import PointBuffers
-from .cref import ABILITIES
+from .cref import ABILITIES, CReference
 from .plan import BenchPlan, PointSpec
 
 _REFERENCES: dict[int, object] = {}
@@ -29,7 +29,6 @@ def reference(comm):
                                "run the C reference with --backend mpi")
     ref = _REFERENCES.get(id(comm))
     if ref is None:
-        from .cref import CReference
         ref = _REFERENCES[id(comm)] = CReference(comm)
     return ref
 

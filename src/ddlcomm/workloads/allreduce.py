@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..collectives import COLLECTIVES, fill
+from ..collectives import fill
 from ..measure.checks import close, verdict
 from ..measure.timing import clock
 from . import base
@@ -48,22 +48,10 @@ class AllreduceWorkload:
             step()
             ok = True
             for g, p, n in zip(grads, params, counts):
-                mean = np.mean([fill(dtype, n, r, None).astype(np.float64) for r in range(comm.size)],
-                               axis=0) if n else np.zeros(0)
+                mean = base.mean_input(dtype, n, range(comm.size))
                 ok = ok and close(g, mean) and close(p, -mean)
             check = verdict(comm, ok)
-
-        times, iterations, warmup = base.calibrated_phases(comm, plan, step, len(PHASES))
-        gathered = comm.gather(times.reshape(-1), root=0)
-        if comm.rank != 0:
-            return []
-        table = gathered.reshape(comm.size, iterations, len(PHASES))
-        factor = COLLECTIVES["allreduce"].busbw_factor(comm.size)
-        return [base.phase_record(comm, plan, spec, phase, table[:, :, k], op="avg",
-                                  iterations=iterations, warmup=warmup, check=check,
-                                  nmessages=len(counts), algbw_bytes=spec.nbytes,
-                                  busbw_factor=factor if phase == "allreduce" else 1.0)
-                for k, phase in enumerate(PHASES)]
-
+        return base.timed_steps(comm, plan, spec, step, PHASES, check=check,
+                                nmessages=len(counts), op="avg")
 
 ALLREDUCE = AllreduceWorkload()

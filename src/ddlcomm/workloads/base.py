@@ -7,10 +7,11 @@ collectives' protocol (barrier before each step) with a time per phase.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
+from ..collectives import COLLECTIVES, fill
 from ..dtypes import DType, get_dtype
 from ..errors import UsageError
 from ..measure import timing
@@ -52,11 +53,38 @@ def counts(plan, nbytes: int) -> tuple[DType, list[int]]:
     return dtype, [b // dtype.itemsize for b in message_bytes(plan, nbytes)]
 
 
-def calibrated_phases(comm, plan, step, nphases: int):
-    """Probe, choose iterations (``--steps``/``--iters``/budget) and warm-up, then time
-    (iterations x nphases) phase durations, the whole step last."""
-    return timing.calibrate(comm, timing.phases(comm, step, nphases), plan.budget_s,
-                            plan.steps or plan.iters, plan.warmup)
+def mean_input(dtype: DType, count: int, ranks) -> np.ndarray:
+    """The float64 mean of the collectives' inputs (``fill``) of ``ranks``."""
+    if not count:
+        return np.zeros(0)
+    return np.mean([fill(dtype, count, r, None).astype(np.float64) for r in ranks], axis=0)
+
+
+def timed_steps(comm, plan, spec, step, phases: Sequence[str], *, check: str, nmessages: int,
+                op: Optional[str], server_phases: Sequence[str] = ()) -> list[dict]:
+    """Time ``step`` (returning the durations of ``phases``, the whole step last) under the
+    protocol (``--steps``/``--iters``/budget, warm-up); rank 0 returns one record per phase.
+
+    A phase named after a collective counts that collective's algbw bytes and bus
+    factor; ``server_phases`` are the server's (rank 0's) time alone.
+    """
+    times, iterations, warmup = timing.calibrate(comm, timing.phases(comm, step, len(phases)),
+                                                 plan.budget_s, plan.steps or plan.iters,
+                                                 plan.warmup)
+    gathered = comm.gather(times.reshape(-1), root=0)
+    if comm.rank != 0:
+        return []
+    p = comm.size
+    table = gathered.reshape(p, iterations, len(phases))
+    records = []
+    for k, phase in enumerate(phases):
+        coll = COLLECTIVES.get(phase)
+        records.append(phase_record(
+            comm, plan, spec, phase, table[:1 if phase in server_phases else p, :, k], op=op,
+            iterations=iterations, warmup=warmup, check=check, nmessages=nmessages,
+            algbw_bytes=coll.algbw_bytes(spec.nbytes, p) if coll else spec.nbytes,
+            busbw_factor=coll.busbw_factor(p) if coll else 1.0))
+    return records
 
 
 def extra_fields(plan, workload: str, phase: str, nmessages: int, **more) -> dict:

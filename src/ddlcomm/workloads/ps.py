@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..collectives import COLLECTIVES, fill
+from ..collectives import fill
 from ..errors import UsageError
 from ..measure.checks import close, verdict
 from ..measure.timing import clock
@@ -76,37 +76,26 @@ class PSSync:
 
         check = "skipped"
         if plan.check:
-            for x, g, n in zip(params, grads, counts):
-                x[:] = fill(dtype, n, 0, None) if server else 0
-                g[:] = fill(dtype, n, comm.rank, None)
-            comm.barrier()
-            step()
-            ok = True
-            for x, n in zip(params, counts):
-                start = fill(dtype, n, 0, None).astype(np.float64)
-                if server:
-                    mean = np.mean([fill(dtype, n, w, None).astype(np.float64) for w in range(1, p)],
-                                   axis=0) if n else np.zeros(0)
-                    ok = ok and close(x, start - mean)
-                else:
-                    ok = ok and close(x, start)
-            check = verdict(comm, ok)
+            check = verdict(comm, _check_sync(comm, dtype, counts, params, grads, step))
+        return base.timed_steps(comm, plan, spec, step, SYNC_PHASES, check=check,
+                                nmessages=len(counts), op=None, server_phases=("apply",))
 
-        times, iterations, warmup = base.calibrated_phases(comm, plan, step, len(SYNC_PHASES))
-        gathered = comm.gather(times.reshape(-1), root=0)
-        if not server:
-            return []
-        table = gathered.reshape(p, iterations, len(SYNC_PHASES))
-        records = []
-        for k, phase in enumerate(SYNC_PHASES):
-            rows = table[:1, :, k] if phase == "apply" else table[:, :, k]
-            coll = COLLECTIVES.get(phase)
-            records.append(base.phase_record(
-                comm, plan, spec, phase, rows, op=None,
-                iterations=iterations, warmup=warmup, check=check, nmessages=len(counts),
-                algbw_bytes=coll.algbw_bytes(spec.nbytes, p) if coll else spec.nbytes,
-                busbw_factor=coll.busbw_factor(p) if coll else 1.0))
-        return records
+
+def _check_sync(comm, dtype, counts, params, grads, step) -> bool:
+    """One step from known parameters and gradients: the server holds the parameters
+    minus the workers' mean gradient, every worker the parameters it was sent."""
+    server = comm.rank == 0
+    for x, g, n in zip(params, grads, counts):
+        x[:] = fill(dtype, n, 0, None) if server else 0
+        g[:] = fill(dtype, n, comm.rank, None)
+    comm.barrier()
+    step()
+    ok = True
+    for x, n in zip(params, counts):
+        start = fill(dtype, n, 0, None).astype(np.float64)
+        ok = ok and close(x, start - base.mean_input(dtype, n, range(1, comm.size)) if server
+                          else start)
+    return ok
 
 
 @dataclass(frozen=True)

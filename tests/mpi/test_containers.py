@@ -1,7 +1,7 @@
 """Ranks in containers made of Linux namespaces (``--containers K``).
 
-The pure parts (rank split, transport, cpu plans, command lines) run
-anywhere.  The rest makes real network/IPC/UTS/mount namespaces, a bridge and
+The pure parts (rank split, transport, cpu plans, command lines without
+containers) are unit tests (tests/unit/test_launch.py).  These make real network/IPC/UTS/mount namespaces, a bridge and
 veth links, and so needs root: those tests skip, saying why, where
 :func:`check_available` refuses.  Every MPI run here goes through the ``mpi``
 fixture (Open MPI and MPICH) and ends within a timeout; every test checks that
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from ddlcomm.errors import UnsupportedError, UsageError
-from ddlcomm.launch import containers, placement, spawn
-from ddlcomm.launch.containers import ContainerSet, check_available, cleanup_stale, transport
+from ddlcomm.launch import commands, containers, spawn
+from ddlcomm.launch.containers import ContainerSet, check_available, cleanup_stale
 from ddlcomm.launch.mpirun import HYDRA_OVERSUBSCRIBED, MPILauncher
 
 pytestmark = pytest.mark.mpi
@@ -107,64 +107,9 @@ def namespaces():
 def _run_mpi(mpi, cs: ContainerSet, nranks: int, program: Path, bind: str = "none",
              **env: str) -> tuple[subprocess.CompletedProcess, list[tuple]]:
     from conftest import run
-    cmd, extra = placement.mpirun_command(mpi.launcher, cs, nranks, [mpi.python, program], bind)
+    cmd, extra = commands.mpirun_command(mpi.launcher, cs, nranks, [mpi.python, program], bind)
     res = run(cmd, mpi.env(**extra, **env), MPI_TIMEOUT_S)
     return res, [(int(r), h, s, ipc, c) for r, h, s, ipc, c in LINE.findall(res.stdout)]
-
-
-# ------------------------------------------------------------------ pure parts
-@pytest.mark.parametrize("nranks,k,expected", [
-    (4, 2, [[0, 1], [2, 3]]), (5, 2, [[0, 1, 2], [3, 4]]), (4, 4, [[0], [1], [2], [3]]),
-    (3, 1, [[0, 1, 2]]), (7, 3, [[0, 1, 2], [3, 4], [5, 6]])])
-def test_split_ranks_in_blocks(nranks, k, expected):
-    assert placement.split_ranks(nranks, k) == expected
-
-
-@pytest.mark.parametrize("nranks,k", [(2, 3), (0, 1), (2, 0), (True, 1), ("2", 1)])
-def test_split_ranks_rejects(nranks, k):
-    with pytest.raises(UsageError):
-        placement.split_ranks(nranks, k)
-
-
-def test_transport():
-    assert transport(0, 0) == "shared memory"
-    assert transport(0, 1) == "tcp"
-
-
-def test_cpu_plans():
-    plan = containers.cpu_sets(2, "core", [0, 1, 2, 3], {0: [0, 1, 2, 3]})
-    assert plan.cpus == [[0, 2], [1, 3]] and not plan.notes
-    plan = containers.cpu_sets(3, "core", [0, 1], {0: [0, 1]})
-    assert plan.cpus == [[0], [1], [0]] and "share" in plan.notes[0]
-    plan = containers.cpu_sets(3, "numa", [0, 1, 2, 3], {0: [0, 1], 1: [2, 3]})
-    assert plan.cpus == [[0, 1], [2, 3], [0, 1]] and plan.mems == [[0], [1], [0]]
-    assert containers.cpu_sets(2, "none", [0], {}).cpus == [None, None]
-    with pytest.raises(UsageError, match="binding"):
-        containers.cpu_sets(2, "socket", [0], {})
-    assert containers.parse_cpulist("0-2,5,7-8\n") == [0, 1, 2, 5, 7, 8]
-
-
-def test_commands_without_containers():
-    ompi, hydra = MPILauncher("mpirun", "openmpi"), MPILauncher("mpiexec", "hydra")
-    cmd, env = placement.mpirun_command(ompi, None, 4, ["prog"], "core", cores=2)
-    assert cmd == ["mpirun", "-n", "4", "--oversubscribe", "--bind-to",
-                   "core:overload-allowed", "prog"] and env == {}
-    cmd, _ = placement.mpirun_command(ompi, None, 2, ["prog"], "none", cores=2)
-    assert cmd == ["mpirun", "-n", "2", "--bind-to", "none", "prog"]
-    cmd, env = placement.mpirun_command(hydra, None, 2, ["prog"], "numa", cores=2)
-    assert cmd == ["mpiexec", "-n", "2", "-bind-to", "numa", "prog"] and env == {}
-    cmd, env = placement.mpirun_command(hydra, None, 3, ["prog"], "none", cores=2)
-    assert cmd == ["mpiexec", "-n", "3", "prog"] and env == HYDRA_OVERSUBSCRIBED
-    with pytest.raises(UnsupportedError, match="neither"):
-        placement.mpirun_command(MPILauncher("x", "unknown"), None, 2, ["prog"], "core")
-    assert placement.spawn_prefixes(None, 2) == [[], []]
-    # Ranks on the host (gloo's spawner): taskset per rank, the deal containers get.
-    core = placement.host_bind_prefixes(3, "core", available=[0, 1], nodes={0: [0, 1]})
-    assert [p[1:] for p in core] == [["-c", "0"], ["-c", "1"], ["-c", "0"]]
-    numa = placement.host_bind_prefixes(2, "numa", available=[0, 1, 2, 3], nodes={0: [0, 1], 1: [2, 3]})
-    assert [p[1:] for p in numa] == [["-c", "0,1"], ["-c", "2,3"]]
-    assert placement.host_bind_prefixes(2, "none") == [[], []]
-    assert placement.master_addr(None) == "127.0.0.1"
 
 
 def test_check_available_needs_root(monkeypatch):
@@ -200,7 +145,7 @@ def test_container_command_lines(namespaces):
     with ContainerSet(2, 4, bind="core") as cs:
         hosts = f"{cs.containers[0].address}:2,{cs.containers[1].address}:2"
         agent = str(cs.agent_script())
-        cmd, _ = placement.mpirun_command(ompi, cs, 4, ["prog"], "core", cores=2)
+        cmd, _ = commands.mpirun_command(ompi, cs, 4, ["prog"], "core", cores=2)
         text = " ".join(cmd)
         for part in (f"--host {hosts} --map-by slot", f"--prtemca plm_ssh_agent {agent}",
                      "--prtemca plm_ssh_no_tree_spawn 1", "--prtemca prte_hetero_nodes 1",
@@ -210,12 +155,12 @@ def test_container_command_lines(namespaces):
         assert "--oversubscribe" not in cmd and cmd[-1] == "prog"
         if all(len(c.cpus) < 2 for c in cs.containers):
             assert "core:overload-allowed" in cmd
-        cmd, env = placement.mpirun_command(hydra, cs, 4, ["prog"], "core", cores=2)
+        cmd, env = commands.mpirun_command(hydra, cs, 4, ["prog"], "core", cores=2)
         assert cmd == ["mpiexec", "-n", "4", "-hosts", hosts, "-launcher", "ssh",
                        "-launcher-exec", agent, "-iface", cs.bridge, "-bind-to", "core", "prog"]
         assert env == HYDRA_OVERSUBSCRIBED                       # 4 ranks on 2 cores
         with pytest.raises(UsageError, match="hold 4 ranks"):
-            placement.mpirun_command(hydra, cs, 3, ["prog"], "none")
+            commands.mpirun_command(hydra, cs, 3, ["prog"], "none")
         # the agent takes ssh's options, then HOST and the command words, like ssh
         res = subprocess.run([agent, "-x", "-o", "BatchMode=yes", cs.containers[1].hostname,
                               "echo", "$(hostname)"], capture_output=True, text=True, timeout=30)
@@ -391,7 +336,7 @@ def test_gloo_allreduce_in_two_containers(namespaces, mpi, tmp_path):
     with ContainerSet(2, 2) as cs:
         names = _names(cs)
         port = spawn.free_port()
-        prefixes = placement.spawn_prefixes(cs, 2)
+        prefixes = commands.spawn_prefixes(cs, 2)
         assert all(f"MASTER_ADDR={cs.containers[0].address}" in p for p in prefixes)
         procs = [subprocess.Popen(prefixes[r] + [str(mpi.python), str(program)],
                                   env=spawn.rank_env(base, r, 2, port), stdout=subprocess.PIPE,

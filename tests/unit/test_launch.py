@@ -1,11 +1,13 @@
-"""Tests of launcher detection and the mpirun command line (pure parts of ddlcomm.launch)."""
+"""Tests of the pure parts of ddlcomm.launch: launcher detection, the mpirun command line,
+the layout of ranks over containers and cpus, launcher command lines without containers."""
 from __future__ import annotations
 
 import pytest
 
-from ddlcomm.launch import mpirun
+from ddlcomm.errors import UnsupportedError, UsageError
+from ddlcomm.launch import commands, containers, mpirun, placement
 from ddlcomm.launch.env import LaunchInfo, detect
-from ddlcomm.launch.mpirun import MPILauncher, family_of
+from ddlcomm.launch.mpirun import HYDRA_OVERSUBSCRIBED, MPILauncher, family_of
 
 
 @pytest.mark.parametrize("env, want", [
@@ -110,3 +112,79 @@ def test_oversubscribed_mpich_throttles_progress():
     mine = {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "0"}
     assert hydra.environment(mine, oversubscribed=True)["MPIR_CVAR_CH4_PROGRESS_THROTTLE"] == "0"
     assert "MPIR_CVAR_CH4_PROGRESS_THROTTLE" not in ompi.environment({}, oversubscribed=True)
+
+
+# ------------------------------------------------------------------ placement (pure)
+@pytest.mark.parametrize("nranks,k,expected", [
+    (4, 2, [[0, 1], [2, 3]]), (5, 2, [[0, 1, 2], [3, 4]]), (4, 4, [[0], [1], [2], [3]]),
+    (3, 1, [[0, 1, 2]]), (7, 3, [[0, 1, 2], [3, 4], [5, 6]])])
+def test_split_ranks_in_blocks(nranks, k, expected):
+    assert placement.split_ranks(nranks, k) == expected
+
+
+@pytest.mark.parametrize("nranks,k", [(2, 3), (0, 1), (2, 0), (True, 1), ("2", 1)])
+def test_split_ranks_rejects(nranks, k):
+    with pytest.raises(UsageError):
+        placement.split_ranks(nranks, k)
+
+
+def test_transport():
+    assert placement.transport(0, 0) == "shared memory"
+    assert placement.transport(0, 1) == "tcp"
+
+
+def test_cpu_plans():
+    plan = placement.cpu_sets(2, "core", [0, 1, 2, 3], {0: [0, 1, 2, 3]})
+    assert plan.cpus == [[0, 2], [1, 3]] and not plan.notes
+    plan = placement.cpu_sets(3, "core", [0, 1], {0: [0, 1]})
+    assert plan.cpus == [[0], [1], [0]] and "share" in plan.notes[0]
+    plan = placement.cpu_sets(3, "numa", [0, 1, 2, 3], {0: [0, 1], 1: [2, 3]})
+    assert plan.cpus == [[0, 1], [2, 3], [0, 1]] and plan.mems == [[0], [1], [0]]
+    assert placement.cpu_sets(2, "none", [0], {}).cpus == [None, None]
+    with pytest.raises(UsageError, match="binding"):
+        placement.cpu_sets(2, "socket", [0], {})
+    assert placement.parse_cpulist("0-2,5,7-8\n") == [0, 1, 2, 5, 7, 8]
+
+
+def test_commands_without_containers():
+    ompi, hydra = MPILauncher("mpirun", "openmpi"), MPILauncher("mpiexec", "hydra")
+    cmd, env = commands.mpirun_command(ompi, None, 4, ["prog"], "core", cores=2)
+    assert cmd == ["mpirun", "-n", "4", "--oversubscribe", "--bind-to",
+                   "core:overload-allowed", "prog"] and env == {}
+    cmd, _ = commands.mpirun_command(ompi, None, 2, ["prog"], "none", cores=2)
+    assert cmd == ["mpirun", "-n", "2", "--bind-to", "none", "prog"]
+    cmd, env = commands.mpirun_command(hydra, None, 2, ["prog"], "numa", cores=2)
+    assert cmd == ["mpiexec", "-n", "2", "-bind-to", "numa", "prog"] and env == {}
+    cmd, env = commands.mpirun_command(hydra, None, 3, ["prog"], "none", cores=2)
+    assert cmd == ["mpiexec", "-n", "3", "prog"] and env == HYDRA_OVERSUBSCRIBED
+    with pytest.raises(UnsupportedError, match="neither"):
+        commands.mpirun_command(MPILauncher("x", "unknown"), None, 2, ["prog"], "core")
+    assert commands.spawn_prefixes(None, 2) == [[], []]
+    # Ranks on the host (gloo's spawner): taskset per rank, the deal containers get.
+    core = commands.host_bind_prefixes(3, "core", available=[0, 1], nodes={0: [0, 1]})
+    assert [p[1:] for p in core] == [["-c", "0"], ["-c", "1"], ["-c", "0"]]
+    numa = commands.host_bind_prefixes(2, "numa", available=[0, 1, 2, 3], nodes={0: [0, 1], 1: [2, 3]})
+    assert [p[1:] for p in numa] == [["-c", "0,1"], ["-c", "2,3"]]
+    assert commands.host_bind_prefixes(2, "none") == [[], []]
+    assert commands.master_addr(None) == "127.0.0.1"
+
+
+def test_format_cpulist_round_trips():
+    assert placement.format_cpulist([0, 2, 3]) == "0,2,3"
+    assert placement.parse_cpulist(placement.format_cpulist([1, 5, 6])) == [1, 5, 6]
+
+
+def test_launch_modules_import_no_circle():
+    """containers and commands import placement; placement imports neither (nor, lazily, anything)."""
+    import ast
+    import inspect
+
+    def imported(module) -> set[str]:
+        names = set()
+        for node in ast.walk(ast.parse(inspect.getsource(module))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                names |= {node.module} if node.module else {a.name for a in node.names}
+        return names
+    assert imported(placement) == set()
+    assert "commands" not in imported(containers) and "placement" in imported(containers)
+    assert {"containers", "placement"} <= imported(commands)

@@ -1,5 +1,5 @@
-"""The pure arithmetic of the training benchmark: buckets, layer times, hidden
-communication, the cost function, critical path, speed-up."""
+"""The pure arithmetic of the training benchmark: phases by name, buckets, layer times,
+hidden communication, the cost function, critical path, speed-up."""
 from __future__ import annotations
 
 import math
@@ -10,6 +10,23 @@ import pytest
 from ddlcomm.errors import UsageError
 from ddlcomm.train import phases as ph
 from ddlcomm.workloads import models
+
+
+def test_phases_by_name():
+    assert [ph.phase_index(p) for p in ph.PHASES] == list(range(len(ph.PHASES)))
+    assert ph.WORK == ph.STACKED[:5] and set(ph.WORK) < set(ph.PHASES)
+    with pytest.raises(ValueError, match="no phase 'comm'"):
+        ph.phase_index("comm")
+    t = ph.PhaseTimes(3)
+    t.record(1, io=0.5, update=2.0)
+    t["comm_exposed"] = [1.0, 2.0, 3.0]
+    t["update"] += 1.0                                 # a view: in place
+    assert t.table.shape == (3, len(ph.PHASES))
+    assert t["io"].tolist() == [0.0, 0.5, 0.0] and t["update"].tolist() == [1.0, 3.0, 1.0]
+    assert t.table[:, ph.PHASES.index("comm_exposed")].tolist() == [1.0, 2.0, 3.0]
+    assert not t["comm_hidden"].any()                  # never recorded: 0
+    with pytest.raises(ValueError):
+        t.record(0, compute=1.0)
 
 
 def test_buckets_follow_the_fusion_rule():

@@ -20,6 +20,7 @@ from ..collectives import get_collective
 from ..comm import algorithms
 from ..dtypes import get_dtype, get_op
 from ..errors import RankFailure, UnsupportedError
+from ..launch.placement import format_cpulist, split_ranks, transport
 from ..measure import timing
 from ..measure.calls import prepare
 from ..measure.checks import verdict
@@ -102,7 +103,6 @@ def placement_fields(plan: BenchPlan, nranks: int, cpus: Optional[list[str]] = N
     ``cpus`` is each rank's CPU affinity as the rank itself read it (taskset's
     list syntax), so a binding is recorded as it was applied, not as asked.
     """
-    from ..launch.containers import split_ranks, transport
     groups = split_ranks(nranks, plan.containers or 1)
     where = {r: i for i, g in enumerate(groups) for r in g}
     pairs = {f"{a}-{b}": transport(where[a], where[b])
@@ -153,7 +153,6 @@ def run_sweep(comms: dict, plan: BenchPlan, watchdog: Watchdog, store: Any,
                         desc=f"{','.join(plan.backends)} {first.size} ranks", dynamic_ncols=not plain,
                         mininterval=5.0 if plain else 0.1, ncols=100 if plain else None)
     failed = 0
-    from ..launch.containers import format_cpulist
     cpus = first.allgather_object(format_cpulist(sorted(os.sched_getaffinity(0))))
     common = placement_fields(plan, first.size, cpus)
     try:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..comm import registry
-from ..launch import mpirun, spawn
+from ..launch import commands, mpirun, spawn
+from ..launch.containers import ContainerSet
 from ..launch.env import LaunchInfo
 from ..results import Store
 from .plan import BenchPlan
@@ -28,25 +29,22 @@ def _containers(plan: BenchPlan):
     """The run's containers (removed on exit, also on failure), or none."""
     if not plan.containers:
         return contextlib.nullcontext(None)
-    from ..launch.containers import ContainerSet
     return ContainerSet(plan.containers, plan.ranks or 2, plan.bind)
 
 
 def _start_with_mpirun(plan: BenchPlan, argv: Sequence[str], env: dict) -> int:
-    from ..launch import placement
     launcher = mpirun.find()
     with _containers(plan) as cset:
-        cmd, extra = placement.mpirun_command(launcher, cset, plan.ranks or 2, program(argv),
-                                              plan.bind)
+        cmd, extra = commands.mpirun_command(launcher, cset, plan.ranks or 2, program(argv),
+                                             plan.bind)
         return mpirun.run(cmd, launcher.environment({**extra, **env}))
 
 
 def _start_with_spawn(plan: BenchPlan, argv: Sequence[str], env: dict) -> int:
-    from ..launch import placement
     nranks = plan.ranks or 2
     with _containers(plan) as cset:
-        return spawn.run(nranks, program(argv), env, prefixes=placement.spawn_prefixes(cset, nranks, plan.bind),
-                         master_addr=placement.master_addr(cset))
+        return spawn.run(nranks, program(argv), env, prefixes=commands.spawn_prefixes(cset, nranks, plan.bind),
+                         master_addr=commands.master_addr(cset))
 
 
 #: How to start ranks, by the launcher kinds backends name (see comm.registry).

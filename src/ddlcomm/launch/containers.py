@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..errors import UnsupportedError, UsageError
+from .placement import cpu_sets, format_cpulist, numa_nodes, split_ranks
 
 #: Where sets keep their namespace files, hosts file and launch agent.
 STATE_DIR = Path("/run/ddlcomm")
@@ -74,7 +75,6 @@ ALIAS_PREFIX = "ddlcomm owner="
 SUBNET_BASE = "10.231"
 #: Interface of each container (the inner end of its veth pair), as in Docker.
 CONTAINER_IFACE = "eth0"
-BINDS = ("none", "core", "numa")
 CMD_TIMEOUT_S = 30.0
 KILL_GRACE_S = 3.0
 
@@ -96,103 +96,6 @@ class Container:
     veth: str = ""             # host end of its veth pair (the inner end is eth0)
     nsdir: Optional[Path] = None       # holds the ipc, uts and mnt namespace files
     cgroup: Optional[Path] = None      # its cpuset cgroup when bound (None: taskset only)
-
-
-def transport(container_of_a: int, container_of_b: int) -> str:
-    """How two ranks in the given containers talk: shared memory within one, TCP across (pure)."""
-    return "shared memory" if container_of_a == container_of_b else "tcp"
-
-
-def split_ranks(nranks: int, containers: int) -> list[list[int]]:
-    """Ranks in blocks over containers, sizes differing by at most one (pure).
-
-    ``split_ranks(5, 2) == [[0, 1, 2], [3, 4]]``.
-    """
-    if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:
-        raise UsageError(f"rank count must be a positive integer, not {nranks!r}")
-    if isinstance(containers, bool) or not isinstance(containers, int) or containers < 1:
-        raise UsageError(f"container count must be a positive integer, not {containers!r}")
-    if containers > nranks:
-        raise UsageError(f"{containers} containers for {nranks} ranks: a container would be empty",
-                         "use at most as many containers as ranks")
-    base, extra = divmod(nranks, containers)
-    out, start = [], 0
-    for i in range(containers):
-        n = base + (1 if i < extra else 0)
-        out.append(list(range(start, start + n)))
-        start += n
-    return out
-
-
-@dataclass(frozen=True)
-class CpuPlan:
-    """Binding of each container: cpus and memory nodes (None: unbound), and notes."""
-    cpus: list[Optional[list[int]]]
-    mems: list[Optional[list[int]]]
-    notes: list[str]
-
-
-def cpu_sets(count: int, bind: str, available: Sequence[int],
-             nodes: dict[int, list[int]]) -> CpuPlan:
-    """The cpus (and NUMA nodes) of each of ``count`` containers, and notes on sharing (pure).
-
-    ``core``: the available cpus dealt round-robin, so sets are disjoint; with
-    fewer cpus than containers each container gets one cpu and some share.
-    ``numa``: container i gets the cpus and the memory of NUMA node number
-    ``i % len(nodes)`` (``nodes`` maps node id to its cpus).
-    ``none``: no binding (None for each).
-    """
-    if bind not in BINDS:
-        raise UsageError(f"unknown binding {bind!r}", f"use one of {', '.join(BINDS)}")
-    avail = sorted(set(available))
-    if bind == "none":
-        return CpuPlan([None] * count, [None] * count, [])
-    if not avail:
-        raise UnsupportedError("no cpus available to bind containers to")
-    notes: list[str] = []
-    if bind == "core":
-        if len(avail) >= count:
-            return CpuPlan([avail[i::count] for i in range(count)], [None] * count, notes)
-        notes.append(f"{len(avail)} cpus for {count} containers: containers share cpus "
-                     f"(cpu i % {len(avail)} for container i)")
-        return CpuPlan([[avail[i % len(avail)]] for i in range(count)], [None] * count, notes)
-    usable = [(nid, sorted(set(cpus) & set(avail))) for nid, cpus in sorted(nodes.items())]
-    usable = [(nid, cpus) for nid, cpus in usable if cpus]
-    if not usable:
-        return CpuPlan([avail] * count, [None] * count,
-                       ["no NUMA node information: containers get every cpu"])
-    if count > len(usable):
-        notes.append(f"{len(usable)} NUMA node(s) for {count} containers: containers share "
-                     f"nodes (node i % {len(usable)} for container i)")
-    picks = [usable[i % len(usable)] for i in range(count)]
-    return CpuPlan([cpus for _, cpus in picks], [[nid] for nid, _ in picks], notes)
-
-
-def numa_nodes() -> dict[int, list[int]]:
-    """CPUs of each NUMA node by node id, from sysfs (empty when sysfs has none)."""
-    nodes = {}
-    for d in Path("/sys/devices/system/node").glob("node[0-9]*"):
-        try:
-            nodes[int(d.name[4:])] = parse_cpulist((d / "cpulist").read_text())
-        except (OSError, ValueError):
-            continue
-    return nodes
-
-
-def parse_cpulist(text: str) -> list[int]:
-    """``"0-3,8,10-11"`` -> ``[0, 1, 2, 3, 8, 10, 11]`` (pure)."""
-    cpus: list[int] = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return cpus
-
-
-def format_cpulist(cpus: Sequence[int]) -> str:
-    """``[0, 2, 3]`` -> ``"0,2,3"`` (taskset's -c syntax, pure)."""
-    return ",".join(str(c) for c in cpus)
 
 
 # ------------------------------------------------------------ shell helpers
@@ -837,6 +740,23 @@ def _remove_set(ident: str, netns: Sequence[str], nsdirs: Sequence[Path],
     return removed, left
 
 
+class _DeadOwners:
+    """Whether the owner of set ``ident`` (process ``pid``) is gone; asked once per set."""
+
+    def __init__(self) -> None:
+        self._dead: dict[str, bool] = {}
+
+    def __call__(self, ident: str, pid: int) -> bool:
+        if ident not in self._dead:
+            start = None
+            try:
+                start = json.loads((STATE_DIR / ident / "owner.json").read_text()).get("start")
+            except (OSError, ValueError):
+                pass
+            self._dead[ident] = not _owner_alive(pid, start)
+        return self._dead[ident]
+
+
 def cleanup_stale() -> list[str]:
     """Remove the leftovers of sets whose owner process no longer exists.
 
@@ -848,55 +768,69 @@ def cleanup_stale() -> list[str]:
     """
     if os.geteuid() != 0 or shutil.which("ip") is None and not os.path.exists("/usr/sbin/ip"):
         return []
+    is_dead = _DeadOwners()
+    removed = _stale_state_dirs(is_dead)     # first: they know all their names
+    removed += _stale_netns(is_dead)
+    removed += _stale_cgroups(is_dead)
+    removed += _stale_links(is_dead)
+    return sorted(set(removed))
+
+
+def _stale_state_dirs(is_dead: _DeadOwners) -> list[str]:
+    """Sets with a state directory of a dead owner: everything its state names."""
     removed: list[str] = []
-    dead: dict[str, bool] = {}
+    if not STATE_DIR.is_dir():
+        return removed
+    for d in sorted(STATE_DIR.iterdir()):
+        m = _SET_RE.match(d.name)
+        if not m or not is_dead(d.name, int(m.group(1))):
+            continue
+        try:
+            state = json.loads((d / "state.json").read_text())
+        except (OSError, ValueError):
+            state = {}
+        nsdirs = [p for p in d.iterdir() if p.is_dir()]
+        gone, _ = _remove_set(d.name, state.get("netns", []), nsdirs,
+                              state.get("veth", []), state.get("bridge", ""),
+                              [Path(p) for p in state.get("cgroups", [])])
+        removed += gone
+    return removed
 
-    def is_dead(ident: str, pid: int) -> bool:
-        if ident not in dead:
-            start = None
-            try:
-                start = json.loads((STATE_DIR / ident / "owner.json").read_text()).get("start")
-            except (OSError, ValueError):
-                pass
-            dead[ident] = not _owner_alive(pid, start)
-        return dead[ident]
 
-    # 1. State directories (they know all their names).
-    if STATE_DIR.is_dir():
-        for d in sorted(STATE_DIR.iterdir()):
-            m = _SET_RE.match(d.name)
-            if not m or not is_dead(d.name, int(m.group(1))):
-                continue
-            try:
-                state = json.loads((d / "state.json").read_text())
-            except (OSError, ValueError):
-                state = {}
-            nsdirs = [p for p in d.iterdir() if p.is_dir()]
-            gone, _ = _remove_set(d.name, state.get("netns", []), nsdirs,
-                                  state.get("veth", []), state.get("bridge", ""),
-                                  [Path(p) for p in state.get("cgroups", [])])
-            removed += gone
-    # 2. Network namespaces without a state directory.
+def _stale_netns(is_dead: _DeadOwners) -> list[str]:
+    """Network namespaces of dead owners without a state directory."""
+    removed = []
     for n in _netns_names():
         m = _NETNS_RE.match(n)
         if m and is_dead(f"{m.group(1)}-{m.group(2)}", int(m.group(1))):
             _end_processes([NETNS_DIR / n])
             if _sh([_tool("ip"), "netns", "del", n], check=False).returncode == 0:
                 removed.append(f"netns {n}")
-    # 3. Cpuset cgroups named like the namespaces.
+    return removed
+
+
+def _stale_cgroups(is_dead: _DeadOwners) -> list[str]:
+    """Cpuset cgroups named like the namespaces of dead owners."""
     root = _cpuset_root()
-    if root is not None:
-        base = _own_cgroup(root)
-        for cg in (base.glob(f"{PREFIX}-*-c*") if base.is_dir() else []):
-            m = _NETNS_RE.match(cg.name)
-            if m and cg.is_dir() and is_dead(f"{m.group(1)}-{m.group(2)}", int(m.group(1))):
-                _end_processes([], [cg])
-                if _rmdir_cgroup(cg):
-                    removed.append(f"cgroup {cg}")
-    # 4. Links (bridges, host ends of veth pairs) by their alias.
+    if root is None:
+        return []
+    removed = []
+    base = _own_cgroup(root)
+    for cg in (base.glob(f"{PREFIX}-*-c*") if base.is_dir() else []):
+        m = _NETNS_RE.match(cg.name)
+        if m and cg.is_dir() and is_dead(f"{m.group(1)}-{m.group(2)}", int(m.group(1))):
+            _end_processes([], [cg])
+            if _rmdir_cgroup(cg):
+                removed.append(f"cgroup {cg}")
+    return removed
+
+
+def _stale_links(is_dead: _DeadOwners) -> list[str]:
+    """Links (bridges, host ends of veth pairs) of dead owners, by their alias."""
+    removed = []
     for name, alias in _links():
         m = _ALIAS_RE.search(alias)
         if m and is_dead(m.group(2), int(m.group(1))):
             if _sh([_tool("ip"), "link", "del", name], check=False).returncode == 0:
                 removed.append(f"link {name}")
-    return sorted(set(removed))
+    return removed

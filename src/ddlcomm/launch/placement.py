@@ -1,187 +1,127 @@
-"""Where ranks run: the launcher options for containers and CPU/NUMA binding.
+"""Where ranks and their memory go: ranks over containers, cpus and NUMA nodes.
 
-Pure functions: they build command lines from a :class:`~.containers.ContainerSet`
-(or None for ranks on this host) and start nothing.  Each container is given
-to the MPI launcher as a *host* whose address is the container's, with as many
-slots as it holds ranks, and the set's agent script stands in for ssh, as
-between Docker containers on one machine:
-
-Open MPI 5 (PRRTE)::
-
-    mpirun -n N --host A0:n0,A1:n1 --map-by slot
-           --prtemca plm_ssh_agent AGENT --prtemca plm_ssh_no_tree_spawn 1
-           --prtemca prte_hetero_nodes 1
-           --prtemca oob_tcp_if_include SUBNET --mca btl_tcp_if_include SUBNET
-           --bind-to none|core|numa[:overload-allowed] PROGRAM
-
-  ``oob_tcp_if_include`` keeps the daemons' connections back to mpirun on
-  the bridge (mpirun listens on the bridge's ``.1``); ``btl_tcp_if_include``
-  the ranks' TCP traffic on the containers' ``eth0``; no tree spawn, because
-  only mpirun (in the root namespace) can enter the containers;
-  ``prte_hetero_nodes`` makes every daemon report its own topology, without
-  which mpirun maps all containers with its own (unrestricted) cpus and binds
-  a rank of a container to a core outside that container's cpuset.
-
-MPICH (Hydra)::
-
-    mpiexec -n N -hosts A0:n0,A1:n1 -launcher ssh -launcher-exec AGENT
-            -iface BRIDGE [-bind-to core|numa] PROGRAM
-
-  ``-iface`` makes mpiexec give its proxies the bridge's address to call back
-  (the root namespace's hostname does not resolve inside a container).
-
-Ranks are placed in blocks (ranks 0..a-1 in c0, ...), as :func:`split_ranks`
-says.  Between containers MPI can only use TCP (no shared /dev/shm, no shared
-IPC namespace, different hostnames); within one, its shared-memory path.
+The layout of a run, apart from anything that creates or launches it: ranks in
+blocks over containers (:func:`split_ranks`: ranks 0..a-1 in c0, ...), the
+path two ranks' MPI takes as that layout implies (:func:`transport`: shared
+memory within a container, TCP across, since containers share no /dev/shm, IPC
+namespace or hostname), the cpus and NUMA nodes each container or rank is bound
+to (:func:`cpu_sets`, from :func:`numa_nodes`), and taskset's cpu-list syntax.
+Pure except :func:`numa_nodes`, which reads sysfs.  Used by
+:mod:`.containers` (which creates the containers), :mod:`.commands` (the
+launchers' command lines) and the benchmark's stored placement fields.
 """
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional, Sequence
 
 from ..errors import UnsupportedError, UsageError
-from .containers import BINDS, CONTAINER_IFACE, ContainerSet, split_ranks, transport
-from .mpirun import HYDRA_OVERSUBSCRIBED, MPILauncher
 
-__all__ = ["split_ranks", "transport", "mpirun_command", "spawn_prefixes", "master_addr",
-           "hosts_argument", "BINDS"]
+__all__ = ["BINDS", "CpuPlan", "check_bind", "cpu_sets", "format_cpulist", "numa_nodes",
+           "parse_cpulist", "split_ranks", "transport"]
 
-
-def hosts_argument(cset: ContainerSet) -> str:
-    """``A0:n0,A1:n1,...``: each container's address with its rank count (both MPIs)."""
-    return ",".join(f"{c.address}:{len(c.ranks)}" for c in cset.containers)
+#: How ranks (or containers) may be bound: not at all, to cores, to NUMA nodes.
+BINDS = ("none", "core", "numa")
 
 
-def _check_bind(bind: str) -> None:
+def check_bind(bind: str) -> None:
+    """UsageError unless ``bind`` is one of :data:`BINDS`."""
     if bind not in BINDS:
         raise UsageError(f"unknown binding {bind!r}", f"use one of {', '.join(BINDS)}")
 
 
-def _overloaded(cset: Optional[ContainerSet], nranks: int, cores: int) -> bool:
-    """More ranks than cpus somewhere: binding to cores must then share them."""
-    if cset is None:
-        return nranks > cores
-    return any(len(c.ranks) > len(c.cpus if c.cpus is not None else range(cores))
-               for c in cset.containers)
+def transport(container_of_a: int, container_of_b: int) -> str:
+    """How two ranks in the given containers talk: shared memory within one, TCP across (pure)."""
+    return "shared memory" if container_of_a == container_of_b else "tcp"
 
 
-def _openmpi_bind(bind: str, overloaded: bool) -> list[str]:
-    if bind == "none":
-        return ["--bind-to", "none"]
-    return ["--bind-to", f"{bind}:overload-allowed" if overloaded else bind]
+def split_ranks(nranks: int, containers: int) -> list[list[int]]:
+    """Ranks in blocks over containers, sizes differing by at most one (pure).
 
-
-def _hydra_bind(bind: str) -> list[str]:
-    # Hydra binds round-robin over the cores/nodes it sees; "none" is its default.
-    return [] if bind == "none" else ["-bind-to", bind]
-
-
-def mpirun_command(launcher: MPILauncher, cset: Optional[ContainerSet], nranks: int,
-                   program: Sequence[str], bind: str = "none",
-                   cores: Optional[int] = None) -> tuple[list[str], dict[str, str]]:
-    """The launcher's argv for ``nranks`` ranks of ``program``, and extra environment.
-
-    With ``cset`` the ranks go into its containers (see the module docstring
-    for the options); without, they run on this host with only the binding
-    options (and ``--oversubscribe`` for Open MPI beyond ``cores``, as
-    :meth:`MPILauncher.command` does; with containers, beyond ``cores``
-    ``--mca mpi_yield_when_idle 1`` instead, since no container is
-    oversubscribed by itself); MPICH gets
-    :data:`~.mpirun.HYDRA_OVERSUBSCRIBED` in the extra environment beyond
-    ``cores`` too, or where a container has more ranks than cpus.
-    ``cores``: the cpus of this machine (default: those this process may
-    use).  ``bind`` is ``none``, ``core`` or ``numa``; binding more ranks
-    than cpus to cores lets them share (``:overload-allowed`` for Open MPI).
-    Pass the environment through ``launcher.environment(extra | base)``, so
-    that what the caller set wins.
+    ``split_ranks(5, 2) == [[0, 1, 2], [3, 4]]``.
     """
-    _check_bind(bind)
     if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:
         raise UsageError(f"rank count must be a positive integer, not {nranks!r}")
-    if cset is not None and cset.nranks != nranks:
-        raise UsageError(f"the containers hold {cset.nranks} ranks, not {nranks}")
-    cores = cores or len(os.sched_getaffinity(0)) or os.cpu_count() or 1
-    overloaded = _overloaded(cset, nranks, cores)
-    cmd = [launcher.path, "-n", str(nranks)]
-    extra: dict[str, str] = {}
-    if launcher.family == "openmpi":
-        if cset is None:
-            if nranks > cores:
-                cmd.append("--oversubscribe")
-        else:
-            cmd += ["--host", hosts_argument(cset), "--map-by", "slot",
-                    "--prtemca", "plm_ssh_agent", str(cset.agent_script()),
-                    "--prtemca", "plm_ssh_no_tree_spawn", "1",
-                    "--prtemca", "prte_hetero_nodes", "1",
-                    "--prtemca", "oob_tcp_if_include", cset.subnet,
-                    "--mca", "btl_tcp_if_include", cset.subnet]
-            if nranks > cores:
-                # Each container sees only its own slots, so Open MPI does not know the
-                # machine is oversubscribed and its ranks busy-poll without yielding:
-                # 4 ranks in 2 containers on 2 cpus took 2 s per 16 MiB all-reduce
-                # instead of 43 ms.  --oversubscribe implies this without containers.
-                cmd += ["--mca", "mpi_yield_when_idle", "1"]
-        cmd += _openmpi_bind(bind, overloaded)
-    elif launcher.family == "hydra":
-        if cset is not None:
-            cmd += ["-hosts", hosts_argument(cset), "-launcher", "ssh",
-                    "-launcher-exec", str(cset.agent_script()), "-iface", cset.bridge]
-        cmd += _hydra_bind(bind)
-        if nranks > cores or overloaded:
-            extra.update(HYDRA_OVERSUBSCRIBED)
-    elif cset is not None or bind != "none":
-        raise UnsupportedError(f"{launcher.path} is neither Open MPI's nor MPICH's launcher: "
-                               "ddlcomm cannot place its ranks in containers or bind them",
-                               "use Open MPI 5 or MPICH, or leave out --containers/--bind")
-    return cmd + [str(p) for p in program], extra
-
-
-def host_bind_prefixes(nranks: int, bind: str, available: Optional[Sequence[int]] = None,
-                       nodes: Optional[dict[int, list[int]]] = None) -> list[list[str]]:
-    """``taskset -c CPUS`` per rank on this host: ``core`` gives rank r cpu r (mod the
-    cpus this process may use), ``numa`` the cpus of NUMA node r (mod the nodes);
-    ``none`` nothing.  The same deal as containers get (:func:`containers.cpu_sets`)."""
-    _check_bind(bind)
-    if bind == "none":
-        return [[] for _ in range(nranks)]
-    import shutil
-    from .containers import cpu_sets, format_cpulist, numa_nodes
-    taskset = shutil.which("taskset")
-    if taskset is None:
-        raise UnsupportedError("--bind needs `taskset`, which is not installed", "install util-linux")
-    plan = cpu_sets(nranks, bind, sorted(os.sched_getaffinity(0)) if available is None else available,
-                    numa_nodes() if nodes is None else nodes)
-    return [[taskset, "-c", format_cpulist(cpus[:1] if bind == "core" else cpus)]
-            for cpus in plan.cpus]
-
-
-def master_addr(cset: Optional[ContainerSet]) -> str:
-    """The rendezvous address for ``env://`` ranks: rank 0's container, else loopback."""
-    return "127.0.0.1" if cset is None else cset.container_of(0).address
-
-
-def spawn_prefixes(cset: Optional[ContainerSet], nranks: int,
-                   bind: str = "none") -> list[list[str]]:
-    """Per-rank argv prefix for ddlcomm's own spawner (gloo): rank r runs in its container.
-
-    Each prefix enters the rank's container (:meth:`ContainerSet.exec_prefix`)
-    and then runs ``env MASTER_ADDR=<rank 0's container address>
-    GLOO_SOCKET_IFNAME=eth0``, so it overrides the loopback ``MASTER_ADDR``
-    that :func:`spawn.rank_env` sets (also returned by :func:`master_addr`).
-    With binding ``core`` each rank is pinned to one cpu of its container
-    (round-robin).  Without containers the prefix is ``taskset -c CPUS`` for
-    ``bind`` (:func:`host_bind_prefixes`), else empty.
-    """
-    if cset is None:
-        return host_bind_prefixes(nranks, bind)
-    if cset.nranks != nranks:
-        raise UsageError(f"the containers hold {cset.nranks} ranks, not {nranks}")
-    addr = master_addr(cset)
-    out = []
-    for r in range(nranks):
-        c = cset.container_of(r)
-        prefix = cset.exec_prefix(c)
-        if cset.bind == "core" and c.cpus:
-            prefix += ["taskset", "-c", str(c.cpus[c.ranks.index(r) % len(c.cpus)])]
-        out.append(prefix + ["env", f"MASTER_ADDR={addr}", f"GLOO_SOCKET_IFNAME={CONTAINER_IFACE}"])
+    if isinstance(containers, bool) or not isinstance(containers, int) or containers < 1:
+        raise UsageError(f"container count must be a positive integer, not {containers!r}")
+    if containers > nranks:
+        raise UsageError(f"{containers} containers for {nranks} ranks: a container would be empty",
+                         "use at most as many containers as ranks")
+    base, extra = divmod(nranks, containers)
+    out, start = [], 0
+    for i in range(containers):
+        n = base + (1 if i < extra else 0)
+        out.append(list(range(start, start + n)))
+        start += n
     return out
+
+
+@dataclass(frozen=True)
+class CpuPlan:
+    """Binding of each container: cpus and memory nodes (None: unbound), and notes."""
+    cpus: list[Optional[list[int]]]
+    mems: list[Optional[list[int]]]
+    notes: list[str]
+
+
+def cpu_sets(count: int, bind: str, available: Sequence[int],
+             nodes: dict[int, list[int]]) -> CpuPlan:
+    """The cpus (and NUMA nodes) of each of ``count`` containers, and notes on sharing (pure).
+
+    ``core``: the available cpus dealt round-robin, so sets are disjoint; with
+    fewer cpus than containers each container gets one cpu and some share.
+    ``numa``: container i gets the cpus and the memory of NUMA node number
+    ``i % len(nodes)`` (``nodes`` maps node id to its cpus).
+    ``none``: no binding (None for each).
+    """
+    check_bind(bind)
+    avail = sorted(set(available))
+    if bind == "none":
+        return CpuPlan([None] * count, [None] * count, [])
+    if not avail:
+        raise UnsupportedError("no cpus available to bind containers to")
+    notes: list[str] = []
+    if bind == "core":
+        if len(avail) >= count:
+            return CpuPlan([avail[i::count] for i in range(count)], [None] * count, notes)
+        notes.append(f"{len(avail)} cpus for {count} containers: containers share cpus "
+                     f"(cpu i % {len(avail)} for container i)")
+        return CpuPlan([[avail[i % len(avail)]] for i in range(count)], [None] * count, notes)
+    usable = [(nid, sorted(set(cpus) & set(avail))) for nid, cpus in sorted(nodes.items())]
+    usable = [(nid, cpus) for nid, cpus in usable if cpus]
+    if not usable:
+        return CpuPlan([avail] * count, [None] * count,
+                       ["no NUMA node information: containers get every cpu"])
+    if count > len(usable):
+        notes.append(f"{len(usable)} NUMA node(s) for {count} containers: containers share "
+                     f"nodes (node i % {len(usable)} for container i)")
+    picks = [usable[i % len(usable)] for i in range(count)]
+    return CpuPlan([cpus for _, cpus in picks], [[nid] for nid, _ in picks], notes)
+
+
+def numa_nodes() -> dict[int, list[int]]:
+    """CPUs of each NUMA node by node id, from sysfs (empty when sysfs has none)."""
+    nodes = {}
+    for d in Path("/sys/devices/system/node").glob("node[0-9]*"):
+        try:
+            nodes[int(d.name[4:])] = parse_cpulist((d / "cpulist").read_text())
+        except (OSError, ValueError):
+            continue
+    return nodes
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """``"0-3,8,10-11"`` -> ``[0, 1, 2, 3, 8, 10, 11]`` (pure)."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def format_cpulist(cpus: Sequence[int]) -> str:
+    """``[0, 2, 3]`` -> ``"0,2,3"`` (taskset's -c syntax, pure)."""
+    return ",".join(str(c) for c in cpus)

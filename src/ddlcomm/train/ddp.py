@@ -1,11 +1,11 @@
 """The peer users would pick: torch DistributedDataParallel over Gloo, in the same job.
 
 The same network, seed, data, batch, optimizer and iterations as ddlcomm's
-own configuration; DDP's buckets are ``--fusion`` bytes (``bucket_cap_mb``)
-and its all-reduces overlap backward by its own design, so its communication
-is inside the backward phase and not timed apart.  Phases: io, h2d, forward,
-backward (with DDP's communication), update.  The replicas are checked the
-same way.
+own configuration, through the same timed loop (:mod:`.timed`); DDP's buckets
+are ``--fusion`` bytes (``bucket_cap_mb``) and its all-reduces overlap
+backward by its own design, so its communication is inside the backward phase
+and not timed apart.  Phases: io, h2d, forward, backward (with DDP's
+communication), update.  The replicas are checked the same way.
 """
 from __future__ import annotations
 
@@ -13,18 +13,36 @@ import math
 
 import numpy as np
 
-from ..measure.timing import agree_max
 from . import phases as ph
 from .config import TrainConfig
-from .loop import _records, build, clock, loss_summary, make_data, progress, replicas_identical
+from .gather import gather_named
+from .loop import ConfigRecords, build, loss_summary, make_data, param_bytes, replicas_identical
 from .nets import get_net
+from .timed import Steps, progress, timed_loop
 
-PHASES = ("io", "h2d", "forward", "backward", "update")
+#: DDP's phases: its communication is inside backward, so none is timed apart.
+PHASES = ph.WORK
+
+
+class DDPSteps(Steps):
+    """DDP's iteration: forward through the DDP module; backward communicates; step and zero."""
+
+    comm_after_backward = False
+
+    def __init__(self, ddp, criterion, opt) -> None:
+        self.ddp, self.criterion, self.opt = ddp, criterion, opt
+
+    def forward(self, x, y):
+        return self.criterion(self.ddp(x), y)
+
+    def update(self) -> None:
+        self.opt.step()
+        self.opt.zero_grad()
 
 
 def run_ddp(comm, gloo_comm, cfg: TrainConfig) -> list[dict]:
     """Train ``cfg`` with DDP over the default (Gloo) process group; rank 0 returns records."""
-    import torch
+    import torch        # lazy: torch is an optional dependency (the torch extra)
     from torch.nn.parallel import DistributedDataParallel as DDP
     torch.set_num_threads(cfg.threads)
     spec = get_net(cfg.model)
@@ -33,62 +51,38 @@ def run_ddp(comm, gloo_comm, cfg: TrainConfig) -> list[dict]:
     data = make_data(cfg, spec.classes, comm.rank, comm.size)
     opt = torch.optim.SGD(ddp.parameters(), lr=cfg.lr, momentum=0.9)
     criterion = torch.nn.CrossEntropyLoss()
-    total = cfg.warmup + cfg.iters
-    rows = np.zeros((total, len(ph.PHASES)))
-    t_iter = np.zeros(total)
-    losses = np.full(total, np.nan)
-    every = max(1, total // 5)
     try:
-        comm.barrier()
-        t_start = clock()
-        for i in range(total):
-            if i == cfg.warmup:
-                comm.barrier()
-                t_start = clock()
-            t0 = clock()
-            x, y = data.next()
-            t1 = clock()
-            x, y = x.to("cpu", non_blocking=True), y.to("cpu", non_blocking=True)
-            t2 = clock()
-            loss = criterion(ddp(x), y)
-            losses[i] = loss.item()
-            t3 = clock()
-            loss.backward()
-            t4 = clock()
-            opt.step()
-            opt.zero_grad()
-            t5 = clock()
-            rows[i, :5] = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)
-            t_iter[i] = t5 - t0
-            if (i + 1) % every == 0 or i + 1 == total:
-                progress(comm.rank, f"  iter {i + 1}/{total}  {t_iter[i]:.3f} s  loss {losses[i]:.4f}")
-        wall = agree_max(comm, clock() - t_start)
+        timings = timed_loop(comm, DDPSteps(ddp, criterion, opt), data, cfg.warmup, cfg.iters)
     finally:
         data.close()
     identical = None
     if cfg.check:
         flat = np.concatenate([p.detach().reshape(-1).numpy() for p in model.parameters()])
-        identical = replicas_identical(comm, flat.astype(np.float32))
-    gathered = comm.gather(np.concatenate([rows[cfg.warmup:].reshape(-1), t_iter[cfg.warmup:], losses]),
-                           root=0)
-    if comm.rank != 0:
+        identical = replicas_identical(comm, flat)
+    w = cfg.warmup
+    gathered = gather_named(comm, {"phases": timings.phases.table[w:], "t_iter": timings.t_iter[w:],
+                                   "loss": timings.losses})
+    if gathered is None:
         return []
-    n, k = cfg.iters, len(ph.PHASES)
-    per_rank = gathered.reshape(comm.size, -1)
-    table3 = per_rank[:, :n * k].reshape(-1, n, k)
-    summary = loss_summary(per_rank[:, n * k + n:])
+    iteration = _iteration_fields(cfg, comm.size, gathered, identical, timings.wall_s)
     check = "skipped"
     if cfg.check:
-        check = "passed" if identical and math.isfinite(summary["loss_last"]) else "failed"
+        check = "passed" if identical and math.isfinite(iteration["loss_last"]) else "failed"
+    replicas = "identical" if identical else "not checked" if identical is None else "DIFFER"
+    progress(comm.rank, f"  {iteration['t_iter_s']:.3f} s/iter, {iteration['images_per_s']:.1f} images/s "
+                        f"(DDP), loss {iteration['loss_first']:.3f} -> {iteration['loss_last']:.3f}, "
+                        f"replicas {replicas}")
+    return ConfigRecords(gloo_comm, cfg, check, comm.size, param_bytes(model.parameters())).records(
+        gathered["phases"], gathered["t_iter"], iteration, phase_names=PHASES)
+
+
+def _iteration_fields(cfg: TrainConfig, workers: int, gathered: dict, identical,
+                      wall_s: float) -> dict:
+    """The iteration record's own fields from every rank's gathered arrays (rank 0)."""
+    table3 = gathered["phases"]
     means = {name: v for name, v in ph.mean_phases(table3).items() if name in PHASES}
     critical = {name: v for name, v in ph.critical_phases(table3).items() if name in PHASES}
-    t_it = wall / n
-    nparams = sum(p.numel() for p in model.parameters())
-    iteration = {**summary, "replicas_identical": identical, "workers": comm.size,
-                 "images_per_s": ph.images_per_s(comm.size, cfg.batch, t_it), "t_iter_s": t_it,
-                 "phases_s": critical, "phases_mean_s": means, "comm_in_backward": True}
-    progress(comm.rank, f"  {t_it:.3f} s/iter, {iteration['images_per_s']:.1f} images/s (DDP), loss "
-                        f"{summary['loss_first']:.3f} -> {summary['loss_last']:.3f}, replicas "
-                        f"{'identical' if identical else 'not checked' if identical is None else 'DIFFER'}")
-    return _records(gloo_comm, cfg, table3, per_rank[:, n * k:n * k + n], check, comm.size, nparams,
-                    iteration, phase_names=PHASES)
+    t_it = wall_s / cfg.iters
+    return {**loss_summary(gathered["loss"]), "replicas_identical": identical, "workers": workers,
+            "images_per_s": ph.images_per_s(workers, cfg.batch, t_it), "t_iter_s": t_it,
+            "phases_s": critical, "phases_mean_s": means, "comm_in_backward": True}

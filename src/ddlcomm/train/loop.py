@@ -1,14 +1,15 @@
 """One training configuration inside the ranks: set-up, timed iterations, checks, records.
 
-Per iteration, on every worker, in order: io (the next batch), h2d (moving it
-to the device: the CPU here, so nothing moves, timed all the same), forward
-(with the loss), backward (gradients; with overlap also the start of bucket
-all-reduces), exposed communication (what aggregation still takes after
-backward), update (the optimizer step; for ``ps`` the server's step, which the
-workers wait for).  Hidden communication is what the same buckets cost alone
-(timed after training, outside backward) minus what stayed exposed.  The
-first ``warmup`` iterations are not timed.  Ranks do not meet in a barrier
-between iterations: synchronous training needs none.
+Per iteration, on every worker, in order (the loop is :mod:`.timed`'s, shared
+with DDP): io (the next batch), h2d (moving it to the device: the CPU here, so
+nothing moves, timed all the same), forward (with the loss), backward
+(gradients; with overlap also the start of bucket all-reduces), exposed
+communication (what aggregation still takes after backward), update (the
+optimizer step; for ``ps`` the server's step, which the workers wait for).
+Hidden communication is what the same buckets cost alone (timed after
+training, outside backward) minus what stayed exposed.  The first ``warmup``
+iterations are not timed.  Ranks do not meet in a barrier between iterations:
+synchronous training needs none.
 
 After training the parameters are compared on every rank (element-wise max
 and min over ranks must equal each rank's own), so "the replicas are
@@ -18,22 +19,26 @@ rank's own (as in Horovod) and not part of the check.
 from __future__ import annotations
 
 import math
-import sys
-import time
+from dataclasses import dataclass
+from typing import Any, Collection, Iterable
 
 import numpy as np
 
 from ..measure.checks import agree_all
 from ..measure.records import make_record
-from ..measure.timing import agree_max
 from ..errors import UsageError
 from . import phases as ph
+from . import predict
 from .aggregate import Buckets, make_aggregator, ready_order
 from .config import TrainConfig
 from .data import FolderData, SyntheticData, data_files
+from .gather import gather_named
 from .nets import get_net
+from .timed import Steps, progress, timed_loop
 
-clock = time.perf_counter
+__all__ = ["run_config", "progress", "build", "make_data", "loss_summary", "replicas_identical",
+           "ConfigRecords", "ParamBytes", "param_bytes"]
+
 #: Iterations whose loss is averaged at each end of the curve to say whether it fell.
 LOSS_WINDOW = 3
 
@@ -46,7 +51,7 @@ def make_data(cfg: TrainConfig, classes: int, rank: int, size: int):
 
 def build(cfg: TrainConfig):
     """The network, identically initialised on every rank (same seed)."""
-    import torch
+    import torch        # lazy: torch is an optional dependency (the torch extra)
     torch.manual_seed(cfg.seed)
     model = get_net(cfg.model).build()
     model.train()
@@ -70,11 +75,6 @@ def loss_summary(losses: np.ndarray) -> dict:
             "loss_decreased": bool(last < first)}
 
 
-def progress(rank: int, text: str) -> None:
-    if rank == 0:
-        print(text, file=sys.stderr, flush=True)
-
-
 def first_pass(model, criterion, x, y, cfg: TrainConfig) -> list[int]:
     """One untimed forward and backward: the order gradients become ready (a clear
     error where the batch and image size leave BatchNorm a single value per channel)."""
@@ -88,9 +88,86 @@ def first_pass(model, criterion, x, y, cfg: TrainConfig) -> list[int]:
                          "use --batch 2 or more, or a larger --image-size") from None
 
 
+@dataclass(frozen=True)
+class ParamBytes:
+    """The parameters as the stored records give them: dtype name, elements and bytes."""
+    dtype: str
+    count: int
+    nbytes: int
+
+
+def param_bytes(params: Iterable) -> ParamBytes:
+    """Element count and bytes of ``params`` from their own dtypes; the dtype's name as torch
+    gives it without ``torch.`` (``"mixed"`` where the parameters differ)."""
+    params = list(params)
+    names = {str(p.dtype).removeprefix("torch.") for p in params}
+    return ParamBytes(names.pop() if len(names) == 1 else "mixed",
+                      int(sum(p.numel() for p in params)),
+                      int(sum(p.numel() * p.element_size() for p in params)))
+
+
+@dataclass
+class Training:
+    """What one ddlcomm configuration trains with on this rank."""
+    comm: Any
+    cfg: TrainConfig
+    model: Any
+    data: Any
+    criterion: Any
+    bk: Buckets
+    agg: Any                    # AllreduceAggregator or PSAggregator
+    opt: Any                    # the local optimizer (allreduce); None for ps
+
+    @property
+    def worker(self) -> bool:
+        """False on the parameter server, which computes no gradients."""
+        return not (self.cfg.arch == "ps" and self.comm.rank == 0)
+
+    @property
+    def workers(self) -> int:
+        return self.comm.size - 1 if self.cfg.arch == "ps" else self.comm.size
+
+
+class AggregatorSteps(Steps):
+    """ddlcomm's iteration: the aggregator begins before backward, finishes after it, then steps.
+
+    The parameter server computes nothing; its update happens inside
+    ``finish``, so its update phase is the aggregator's apply time and its
+    exposed communication the rest.  Sums the per-gradient backward times of
+    the timed iterations (``ready_sum``) where every gradient was seen.
+    """
+
+    def __init__(self, t: Training) -> None:
+        self.t = t
+        self.computes = t.worker
+        self.ready_sum = np.zeros(len(t.bk.order))
+
+    def forward(self, x, y):
+        return self.t.criterion(self.t.model(x), y)
+
+    def begin(self) -> None:
+        self.t.agg.begin()
+
+    def backward_done(self, iteration: int, start: float, end: float) -> None:
+        agg = self.t.agg
+        if iteration >= self.t.cfg.warmup and len(agg.ready) == len(self.t.bk.order):
+            self.ready_sum += ph.layer_times(agg.ready, start, end)
+
+    def finish(self) -> None:
+        self.t.agg.finish()
+
+    def update(self) -> None:
+        self.t.agg.step(self.t.opt)
+
+    def adjust(self, seconds: dict[str, float]) -> None:
+        if not self.computes:                 # the server: its update happened inside finish
+            seconds["update"] = self.t.agg.t_apply
+            seconds["comm_exposed"] -= self.t.agg.t_apply
+
+
 def run_config(comm, cfg: TrainConfig) -> list[dict]:
     """Train ``cfg`` on this job; rank 0 returns the records to store."""
-    import torch
+    import torch        # lazy: torch is an optional dependency (the torch extra)
     torch.set_num_threads(cfg.threads)
     spec = get_net(cfg.model)
     model = build(cfg)
@@ -112,119 +189,89 @@ def run_config(comm, cfg: TrainConfig) -> list[dict]:
             return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
         agg = make_aggregator(cfg.arch, comm, bk, cfg.overlap, optimizer, cfg.wait)
         opt = optimizer() if cfg.arch == "allreduce" else None
-        worker = not (cfg.arch == "ps" and comm.rank == 0)
-        workers = comm.size - 1 if cfg.arch == "ps" else comm.size
-        return _train(comm, cfg, model, data, criterion, bk, agg, opt, worker, workers)
+        return _train(Training(comm, cfg, model, data, criterion, bk, agg, opt))
     finally:
         data.close()
 
 
-def _train(comm, cfg, model, data, criterion, bk, agg, opt, worker, workers) -> list[dict]:
-    total = cfg.warmup + cfg.iters
-    rows = np.zeros((total, len(ph.PHASES)))
-    t_iter = np.zeros(total)
-    losses = np.full(total, np.nan)
-    ready_sum = np.zeros(len(bk.order))
-    every = max(1, total // 5)
-    comm.barrier()
-    t_start = clock()
-    for i in range(total):
-        if i == cfg.warmup:
-            comm.barrier()
-            t_start = clock()
-        t0 = clock()
-        if worker:
-            x, y = data.next()
-            t1 = clock()
-            x, y = x.to("cpu", non_blocking=True), y.to("cpu", non_blocking=True)
-            t2 = clock()
-            loss = criterion(model(x), y)
-            losses[i] = loss.item()
-            t3 = clock()
-            agg.begin()
-            loss.backward()
-            t4 = clock()
-            if i >= cfg.warmup and len(agg.ready) == len(bk.order):
-                ready_sum += ph.layer_times(agg.ready, t3, t4)
-        else:
-            t1 = t2 = t3 = t4 = t0
-            agg.begin()
-        agg.finish()
-        t5 = clock()
-        agg.step(opt)
-        t6 = clock()
-        rows[i, :6] = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t6 - t5, t5 - t4)
-        if not worker:                                # the server: its update happened inside finish
-            rows[i, 4], rows[i, 5] = agg.t_apply, t5 - t4 - agg.t_apply
-        t_iter[i] = t6 - t0
-        if (i + 1) % every == 0 or i + 1 == total:
-            progress(comm.rank, f"  iter {i + 1}/{total}  {t_iter[i]:.3f} s"
-                                f"{f'  loss {losses[i]:.4f}' if worker else ''}")
-    wall = agree_max(comm, clock() - t_start)
-    if cfg.arch == "ps":
-        # Workers waited for the server's update inside their exposed communication: move it.
-        apply_s = rows[:, 4].copy() if comm.rank == 0 else np.zeros(total)
-        comm.broadcast(apply_s, 0)
-        if worker:                      # the server's update, then the worker's own zeroing
-            rows[:, 5] = np.maximum(0.0, rows[:, 5] - apply_s)
-            rows[:, 4] += apply_s
-    check, identical = "skipped", None
-    if cfg.check:
-        identical = replicas_identical(comm, bk.flat_params())
-    table, t_alone = agg.measure_alone(cfg.comm_reps)
-    if cfg.overlap:
-        rows[:, 6] = [ph.hidden(t_alone, e) for e in rows[:, 5]]
-    layers_s = ready_sum / max(1, cfg.iters)
-    gathered = comm.gather(np.concatenate([rows[cfg.warmup:].reshape(-1), t_iter[cfg.warmup:],
-                                           losses, layers_s]), root=0)
-    agg.close()
-    if comm.rank != 0:
+def _train(t: Training) -> list[dict]:
+    """The timed loop, the checks and the buckets alone; rank 0 returns the records."""
+    steps = AggregatorSteps(t)
+    timings = timed_loop(t.comm, steps, t.data, t.cfg.warmup, t.cfg.iters)
+    if t.cfg.arch == "ps":
+        _move_server_update(t, timings.phases)
+    identical = replicas_identical(t.comm, t.bk.flat_params()) if t.cfg.check else None
+    alone = t.agg.measure_alone(t.cfg.comm_reps)    # ((bytes, s) per bucket and rep, total s)
+    if t.cfg.overlap:
+        timings.phases["comm_hidden"] = [ph.hidden(alone[1], e) for e in timings.phases["comm_exposed"]]
+    w = t.cfg.warmup
+    gathered = gather_named(t.comm, {"phases": timings.phases.table[w:], "t_iter": timings.t_iter[w:],
+                                     "loss": timings.losses,
+                                     "layers": steps.ready_sum / max(1, t.cfg.iters)})
+    t.agg.close()
+    if gathered is None:
         return []
-    n, k = cfg.iters, len(ph.PHASES)
-    per_rank = gathered.reshape(comm.size, -1)
-    keep = slice(1, None) if cfg.arch == "ps" else slice(None)     # workers only
-    per_rank = per_rank[keep]
-    table3 = per_rank[:, :n * k].reshape(-1, n, k)
-    iters_t = per_rank[:, n * k:n * k + n]
-    loss_rows = per_rank[:, n * k + n:n * k + n + total]
-    layer_means = per_rank[:, n * k + n + total:].mean(axis=0)
-    summary = loss_summary(loss_rows)
-    ok = identical is not False and math.isfinite(summary["loss_last"])
-    if cfg.check:
+    keep = slice(1, None) if t.cfg.arch == "ps" else slice(None)     # workers only
+    workers_only = {name: a[keep] for name, a in gathered.items()}
+    iteration = _iteration_fields(t, workers_only, identical, alone, timings.wall_s)
+    check = "skipped"
+    if t.cfg.check:
+        ok = identical is not False and math.isfinite(iteration["loss_last"])
         check = "passed" if ok else "failed"
-    means = ph.mean_phases(table3)
-    critical = ph.critical_phases(table3)
-    sizes = [bk.params[i].numel() * 4 for i in bk.order]
-    layers = [[t, int(b)] for t, b in zip(ph.scale_to(layer_means, critical["backward"]), sizes)]
-    comm_table = [[int(b), float(t)] for b, t in table]
-    from . import predict
-    pred = predict.predict(critical, layers, workers, comm_table, cfg.overlap, cfg.fusion)
-    measured_t_iter = wall / n
-    iteration = {
-        **summary, "replicas_identical": identical, "workers": workers,
-        "images_per_s": ph.images_per_s(workers, cfg.batch, measured_t_iter),
+    out = ConfigRecords(t.comm, t.cfg, check, t.workers, param_bytes(t.bk.params)).records(
+        workers_only["phases"], workers_only["t_iter"], iteration)
+    _print_summary(t.comm.rank, iteration)
+    return out
+
+
+def _move_server_update(t: Training, phases: ph.PhaseTimes) -> None:
+    """Workers waited for the server's update inside their exposed communication: move it."""
+    apply_s = phases["update"].copy() if t.comm.rank == 0 else np.zeros(len(phases.table))
+    t.comm.broadcast(apply_s, 0)
+    if t.worker:                      # the server's update, then the worker's own zeroing
+        phases["comm_exposed"] = np.maximum(0.0, phases["comm_exposed"] - apply_s)
+        phases["update"] += apply_s
+
+
+def _iteration_fields(t: Training, g: dict[str, np.ndarray], identical, alone: tuple,
+                      wall_s: float) -> dict:
+    """The iteration record's own fields from the workers' gathered arrays (rank 0);
+    ``alone``: the buckets' cost alone, as :meth:`measure_alone` gives it."""
+    comm_table, t_alone = alone
+    summary = loss_summary(g["loss"])
+    means = ph.mean_phases(g["phases"])
+    critical = ph.critical_phases(g["phases"])
+    sizes = [p.numel() * p.element_size() for p in (t.bk.params[i] for i in t.bk.order)]
+    layer_means = g["layers"].mean(axis=0)
+    layers = [[s, int(b)] for s, b in zip(ph.scale_to(layer_means, critical["backward"]), sizes)]
+    comm_table = [[int(b), float(s)] for b, s in comm_table]
+    pred = predict.predict(critical, layers, t.workers, comm_table, t.cfg.overlap, t.cfg.fusion)
+    measured_t_iter = wall_s / t.cfg.iters
+    return {
+        **summary, "replicas_identical": identical, "workers": t.workers,
+        "images_per_s": ph.images_per_s(t.workers, t.cfg.batch, measured_t_iter),
         "t_iter_s": measured_t_iter, "phases_s": critical, "phases_mean_s": means,
         "t_comm_alone_s": t_alone,
-        "comm_table": comm_table, "layers": layers, "buckets": len(bk.gbufs),
-        "bucket_bytes": bk.nbytes,
+        "comm_table": comm_table, "layers": layers, "buckets": len(t.bk.gbufs),
+        "bucket_bytes": t.bk.nbytes,
         "t_iter_predicted_s": pred["t_iter"] if pred else None,
         "predicted": pred, "predicted_error": predict.error(measured_t_iter, pred and pred["t_iter"]),
         "model_available": pred is not None,
         # Autograd runs CPU backward on the calling thread, so the hooks that start
         # MPI calls run on the main thread (MPI is at THREAD_FUNNELED): checked every hook.
-        "hooks_on_main_thread": agg.hooks_off_main == 0,
+        "hooks_on_main_thread": t.agg.hooks_off_main == 0,
     }
-    nparams = sum(p.numel() for p in bk.params)
-    records = _records(comm, cfg, table3, iters_t, check, workers, nparams, iteration)
-    err = iteration["predicted_error"]
-    progress(comm.rank, f"  {measured_t_iter:.3f} s/iter, {iteration['images_per_s']:.1f} images/s, "
-                        f"exposed comm {critical['comm_exposed'] * 1e3:.1f} ms, "
-                        f"hidden {critical['comm_hidden'] * 1e3:.1f} ms, loss {summary['loss_first']:.3f}"
-                        f" -> {summary['loss_last']:.3f}, replicas "
-                        f"{'identical' if identical else 'not checked' if identical is None else 'DIFFER'}"
-                        + (f", predicted {pred['t_iter']:.3f} s ({err:+.1%})" if pred else
-                           ", no S-SGD model installed"))
-    return records
+
+
+def _print_summary(rank: int, it: dict) -> None:
+    critical, pred, identical = it["phases_s"], it["predicted"], it["replicas_identical"]
+    progress(rank, f"  {it['t_iter_s']:.3f} s/iter, {it['images_per_s']:.1f} images/s, "
+                   f"exposed comm {critical['comm_exposed'] * 1e3:.1f} ms, "
+                   f"hidden {critical['comm_hidden'] * 1e3:.1f} ms, loss {it['loss_first']:.3f}"
+                   f" -> {it['loss_last']:.3f}, replicas "
+                   f"{'identical' if identical else 'not checked' if identical is None else 'DIFFER'}"
+                   + (f", predicted {pred['t_iter']:.3f} s ({it['predicted_error']:+.1%})" if pred else
+                      ", no S-SGD model installed"))
 
 
 def base_extra(cfg: TrainConfig, workers: int, phase: str) -> dict:
@@ -235,21 +282,27 @@ def base_extra(cfg: TrainConfig, workers: int, phase: str) -> dict:
             "data": "synthetic" if cfg.data is None else "files"}
 
 
-def _records(comm, cfg, table3, iters_t, check, workers, nparams: int, iteration: dict,
-             phase_names=ph.PHASES) -> list[dict]:
-    """One record per phase and one for the whole iteration (times: workers x iterations)."""
-    out = []
-    for k, phase in enumerate(ph.PHASES):
-        if phase not in phase_names:
-            continue
-        out.append(_record(comm, cfg, table3[:, :, k], check, workers, nparams, phase, {}))
-    out.append(_record(comm, cfg, iters_t, check, workers, nparams, "iteration", iteration))
-    return out
+@dataclass(frozen=True)
+class ConfigRecords:
+    """The stored records of one configuration: what they share, and how each is made."""
+    comm: Any
+    cfg: TrainConfig
+    check: str                  # passed | failed | skipped
+    workers: int
+    params: ParamBytes
 
+    def records(self, table3: np.ndarray, iters_t: np.ndarray, iteration: dict,
+                phase_names: Collection[str] = ph.PHASES) -> list[dict]:
+        """One record per phase and one for the whole iteration (times: workers x iterations)."""
+        out = [self.record(table3[:, :, ph.phase_index(phase)], phase, {})
+               for phase in ph.PHASES if phase in phase_names]
+        out.append(self.record(iters_t, "iteration", iteration))
+        return out
 
-def _record(comm, cfg, times, check, workers, nparams, phase, more) -> dict:
-    return make_record(
-        comm, collective="train", form="buffer", dtype="float32", op="avg",
-        nbytes=int(nparams) * 4, count=int(nparams), root=0, in_place=True,
-        iterations=cfg.iters, warmup=cfg.warmup, times=times, algbw_bytes=0, busbw_factor=1.0,
-        check=check, extra={**base_extra(cfg, workers, phase), **more})
+    def record(self, times: np.ndarray, phase: str, more: dict) -> dict:
+        cfg = self.cfg
+        return make_record(
+            self.comm, collective="train", form="buffer", dtype=self.params.dtype, op="avg",
+            nbytes=self.params.nbytes, count=self.params.count, root=0, in_place=True,
+            iterations=cfg.iters, warmup=cfg.warmup, times=times, algbw_bytes=0, busbw_factor=1.0,
+            check=self.check, extra={**base_extra(cfg, self.workers, phase), **more})

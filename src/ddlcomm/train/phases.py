@@ -1,5 +1,6 @@
 """The arithmetic of the training benchmark (pure: no torch, no MPI; unit-tested).
 
+* Phases by name: their columns in a phase table, one rank's table by name.
 * Tensor-fusion buckets over gradients in the order they become ready.
 * Per-layer backward times from the moments each gradient became ready.
 * Communication hidden by overlap, from the cost of the same buckets alone.
@@ -20,6 +21,40 @@ from ..workloads.models import fuse
 PHASES = ("io", "h2d", "forward", "backward", "update", "comm_exposed", "comm_hidden")
 #: The stacked breakdown: what adds up to an iteration (hidden communication does not).
 STACKED = ("io", "h2d", "forward", "backward", "update", "comm_exposed")
+#: A worker's own work (no communication): what makes one worker the slowest.
+WORK = ("io", "h2d", "forward", "backward", "update")
+
+
+def phase_index(name: str) -> int:
+    """The column of phase ``name`` in a phase table (ValueError for a name not in PHASES)."""
+    try:
+        return PHASES.index(name)
+    except ValueError:
+        raise ValueError(f"no phase {name!r}: phases are {', '.join(PHASES)}") from None
+
+
+class PhaseTimes:
+    """One rank's seconds per iteration and phase: an (iterations, phases) table by phase name.
+
+    ``times["update"]`` is the column of the update phase (a view: assigning
+    to it or to ``times["update"] = ...`` writes the table);
+    ``times.record(i, io=..., forward=...)`` sets iteration ``i``'s phases;
+    ``times.table`` is the whole array, columns in :data:`PHASES` order.
+    Phases never recorded stay 0.
+    """
+
+    def __init__(self, iterations: int) -> None:
+        self.table = np.zeros((iterations, len(PHASES)))
+
+    def __getitem__(self, phase: str) -> np.ndarray:
+        return self.table[:, phase_index(phase)]
+
+    def __setitem__(self, phase: str, seconds) -> None:
+        self.table[:, phase_index(phase)] = seconds
+
+    def record(self, iteration: int, **seconds: float) -> None:
+        for phase, s in seconds.items():
+            self.table[iteration, phase_index(phase)] = s
 
 
 def buckets(sizes: Sequence[int], fusion_bytes: int) -> list[list[int]]:
@@ -126,7 +161,7 @@ def critical_phases(table: np.ndarray) -> dict[str, float]:
     """
     if table.ndim != 3 or table.shape[2] != len(PHASES):
         raise ValueError(f"phase table must be (workers, iterations, {len(PHASES)})")
-    work = table[:, :, :5].sum(axis=2)                 # (workers, iterations)
+    work = table[:, :, [phase_index(p) for p in WORK]].sum(axis=2)    # (workers, iterations)
     slowest = work.argmax(axis=0)
     rows = table[slowest, np.arange(table.shape[1]), :]
     return {name: float(v) for name, v in zip(PHASES, rows.mean(axis=0))}

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ddlcomm.errors import UsageError
+from ddlcomm.measure.stats import relative_error
 from ddlcomm.train import phases as ph
 from ddlcomm.workloads import models
 
@@ -99,4 +100,7 @@ def test_scale_to():
 
 
 def test_relative_error():
-    assert ph.relative_error(2.0, 2.2) == pytest.approx(0.1)
+    assert relative_error(2.0, 2.2) == pytest.approx(0.1)
+    assert relative_error(0.2, 0.18) == pytest.approx(-0.1)
+    assert relative_error(0.2, None) is None and relative_error(0.0, 1.0) is None
+    assert relative_error(1.0, math.inf) is None

@@ -7,9 +7,13 @@ timed iteration, in seconds.  Following OSU and nccl-tests:
   rank's average per-call time;
 * ``t_p50_us``/``t_p99_us``: median and 99th percentile over iterations of the
   iteration's time on its slowest rank (when the collective was done for all);
-* ``algbw = bytes / t_avg`` and ``busbw = algbw * factor`` in GB/s (10**9 B/s).
+* ``algbw = bytes / t_avg`` and ``busbw = algbw * factor`` in GB/s (10**9 B/s);
+* the relative error of a prediction, for the models and the training benchmark.
 """
 from __future__ import annotations
+
+import math
+from typing import Optional
 
 import numpy as np
 
@@ -51,3 +55,11 @@ def choose_iterations(t_call_s: float, budget_s: float, lo: int = 5, hi: int = 2
 def choose_warmup(iterations: int) -> int:
     """Untimed warm-up calls before the timed loop: a tenth of it, 2 to 200."""
     return int(min(200, max(2, iterations // 10)))
+
+
+def relative_error(measured: float, predicted: Optional[float]) -> Optional[float]:
+    """``(predicted - measured) / measured``; None when there is no finite prediction
+    or nothing was measured."""
+    if predicted is None or not measured or not math.isfinite(predicted):
+        return None
+    return (predicted - measured) / measured

@@ -56,6 +56,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import numpy as np
 
 from ..errors import UsageError
+from ..measure.stats import relative_error
 from ..units import format_size, parse_size
 from . import costs
 from .costs import Params, Setting
@@ -300,10 +301,6 @@ def fit_group(rows: Sequence[Row]) -> Params:
     return Params(*(float(v) for v in x))
 
 
-def rel_err(model: float, measured: float) -> float:
-    return (model - measured) / measured
-
-
 def summarize(errors: Sequence[float]) -> dict[str, Optional[float]]:
     """Median and max of |relative error| (None when empty), and the count."""
     if not errors:
@@ -459,7 +456,7 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         errs = []
         for r in members:
             model = r.model(params)
-            e = rel_err(model, r.measured_s)
+            e = relative_error(r.measured_s, model)
             if not r.heldout:
                 errs.append(e)
             residuals.append(_residual(r, model, e))

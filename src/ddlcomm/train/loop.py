@@ -26,6 +26,7 @@ import numpy as np
 
 from ..measure.checks import agree_all
 from ..measure.records import make_record
+from ..measure.stats import relative_error
 from ..errors import UsageError
 from . import phases as ph
 from . import predict
@@ -255,7 +256,7 @@ def _iteration_fields(t: Training, g: dict[str, np.ndarray], identical, alone: t
         "comm_table": comm_table, "layers": layers, "buckets": len(t.bk.gbufs),
         "bucket_bytes": t.bk.nbytes,
         "t_iter_predicted_s": pred["t_iter"] if pred else None,
-        "predicted": pred, "predicted_error": predict.error(measured_t_iter, pred and pred["t_iter"]),
+        "predicted": pred, "predicted_error": relative_error(measured_t_iter, pred and pred["t_iter"]),
         "model_available": pred is not None,
         # Autograd runs CPU backward on the calling thread, so the hooks that start
         # MPI calls run on the main thread (MPI is at THREAD_FUNNELED): checked every hook.

@@ -171,8 +171,3 @@ def scale_to(times: Sequence[float], total: float) -> list[float]:
     """``times`` scaled so they add up to ``total`` (unchanged when they add up to 0)."""
     s = float(sum(times))
     return [float(t) * total / s for t in times] if s > 0 else [float(t) for t in times]
-
-
-def relative_error(measured: float, predicted: float) -> float:
-    """(predicted - measured) / measured."""
-    return (predicted - measured) / measured if measured else math.nan

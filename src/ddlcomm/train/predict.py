@@ -9,7 +9,6 @@ works (and says so) where the model is not installed.
 """
 from __future__ import annotations
 
-import math
 from typing import Optional, Sequence
 
 from .phases import comm_function
@@ -51,10 +50,3 @@ def predict(phases_s: dict, layers: Sequence[Sequence[float]], workers: int,
     return {"t_iter": pred.t_iter, "t_comm": pred.t_comm, "exposed": pred.exposed,
             "hidden": pred.hidden, "speedup": pred.speedup, "efficiency": pred.efficiency,
             "workers": pred.workers}
-
-
-def error(measured: float, predicted: Optional[float]) -> Optional[float]:
-    """Relative error of the prediction, (predicted - measured) / measured."""
-    if predicted is None or not measured or not math.isfinite(predicted):
-        return None
-    return (predicted - measured) / measured

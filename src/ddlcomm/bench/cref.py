@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from ..collectives import get_collective
 from ..comm import registry
 from ..errors import (BackendUnavailable, DdlcommError, RankFailure, UnsupportedError,
                       UsageError)
@@ -337,7 +338,8 @@ class CReference:
         if code is None:
             raise UnsupportedError(f"the C reference has no collective {collective!r}",
                                    f"choose one of {', '.join(self.collectives)}")
-        send = self._array(sendbuf, "sendbuf", writable=collective == "broadcast")
+        coll = get_collective(collective)
+        send = self._array(sendbuf, "sendbuf", writable=coll.in_send)
         dcode = _DTYPE_CODES.get(send.dtype)
         if dcode is None:
             raise UnsupportedError(f"the C reference has no dtype {send.dtype.name}",
@@ -350,17 +352,17 @@ class CReference:
             raise UsageError(f"root {root} is not a rank of this {p}-rank communicator")
         count = send.size
         recv_ptr = None
-        if collective == "broadcast":
+        if coll.in_send:
             if recvbuf is not None and recvbuf is not sendbuf:
-                raise UsageError("broadcast is in place: pass recvbuf=None (or sendbuf)")
-        elif collective == "allreduce" or rank == root:
+                raise UsageError(f"{collective} is in place: pass recvbuf=None (or sendbuf)")
+        elif coll.receives(rank, root):
             recv = self._array(recvbuf, "recvbuf", writable=True)
-            want = count * (p if collective == "gather" else 1)
+            want = coll.recv_count(count, p)
             if recv.dtype != send.dtype or recv.size != want:
                 raise UsageError(f"{collective} recvbuf must hold {want} {send.dtype.name}, "
                                  f"got {recv.size} {recv.dtype.name}")
-            if collective == "allreduce" and np.may_share_memory(send, recv):
-                raise UnsupportedError("the C reference's allreduce is not in place",
+            if coll.reduces and np.may_share_memory(send, recv):
+                raise UnsupportedError(f"the C reference's {collective} is not in place",
                                        "give recvbuf its own memory")
             recv_ptr = recv.ctypes.data
         times = np.empty(int(iters), np.float64)

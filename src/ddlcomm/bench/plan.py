@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .. import memory
-from ..collectives import Collective, check_in_place, get_collective
+from ..collectives import COLLECTIVES, Collective, check_in_place, get_collective
 from ..comm import algorithms, registry
 from ..dtypes import DType, ReduceOp, get_dtype, get_op
 from ..errors import UsageError
@@ -84,7 +84,7 @@ class BenchPlan:
                     for s in self.sizes for w in self.workloads for b in self.backends]
         return [PointSpec("c" if f == "c" else "collective", c, s, f, b, a)
                 for c in self.collectives
-                for s in (self.sizes[:1] if c == "barrier" else self.sizes)
+                for s in (self.sizes if COLLECTIVES[c].moves_data else self.sizes[:1])
                 for b in self.backends for a in self.algorithms for f in self.forms
                 if a == "library" or f == "buffer"]
 

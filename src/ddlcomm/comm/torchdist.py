@@ -34,7 +34,7 @@ import os
 import socket
 import sys
 import warnings
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -167,6 +167,50 @@ def _host_address() -> str:
 
 
 # ------------------------------------------------------------------ communicator
+# ---------------------------------------------------------------- bound calls
+# Each collective's torch.distributed call on tensors ``s`` (send) and ``r`` (receive,
+# None where this rank receives nothing), torch op ``rop``, ``root``, ``p`` ranks.
+def _bind_broadcast(s, r, rop, root: int, p: int) -> Callable[[], object]:
+    return functools.partial(dist.broadcast, s, root)
+
+
+def _reduce_into(fn: Callable, s, r) -> Callable[[], object]:
+    """``fn`` reduces in place: in place when ``r is s``, else on a copy of ``s``."""
+    if r is s:
+        return functools.partial(fn, s)
+    target = r if r is not None else s.clone()     # non-root reduce: scratch
+
+    def copy_and_reduce() -> None:
+        target.copy_(s)
+        fn(target)
+    return copy_and_reduce
+
+
+def _bind_allreduce(s, r, rop, root: int, p: int) -> Callable[[], object]:
+    return _reduce_into(functools.partial(dist.all_reduce, op=rop), s, r)
+
+
+def _bind_reduce(s, r, rop, root: int, p: int) -> Callable[[], object]:
+    return _reduce_into(functools.partial(dist.reduce, dst=root, op=rop), s, r)
+
+
+def _bind_gather(s, r, rop, root: int, p: int) -> Callable[[], object]:
+    views = list(r.view(p, s.numel()).unbind(0)) if r is not None else None
+    return functools.partial(dist.gather, s, views, dst=root)
+
+
+_BINDERS: dict[str, Callable[..., Callable[[], object]]] = {
+    "broadcast": _bind_broadcast,
+    "allreduce": _bind_allreduce,
+    "reduce": _bind_reduce,
+    "gather": _bind_gather,
+    "allgather": lambda s, r, rop, root, p: functools.partial(_all_gather_flat, r, s),
+    "alltoall": lambda s, r, rop, root, p: functools.partial(dist.all_to_all_single, r, s),
+    "reduce_scatter": lambda s, r, rop, root, p: functools.partial(_reduce_scatter_flat, r, s,
+                                                                   op=rop),
+}
+
+
 class GlooCommunicator(Communicator):
     """Communicator over torch.distributed's default process group, Gloo backend."""
 
@@ -232,34 +276,12 @@ class GlooCommunicator(Communicator):
 
     def _bind(self, coll, sendbuf, recvbuf, op, root):
         """Tensors, views, op and scratch built once: a bound call is one torch call (+ copy)."""
-        collective = coll.name
+        bind = _BINDERS.get(coll.name)
+        if bind is None:
+            return super()._bind(coll, sendbuf, recvbuf, op, root)
         s = _tensor(sendbuf)
         r = _tensor(recvbuf) if recvbuf is not None else None
-        rop = _OPS[op.ufunc] if op is not None else None
-        partial = functools.partial
-        if collective == "broadcast":
-            return partial(dist.broadcast, s, root)
-        if collective in ("allreduce", "reduce"):
-            fn = partial(dist.all_reduce, op=rop) if collective == "allreduce" \
-                else partial(dist.reduce, dst=root, op=rop)
-            if r is s:
-                return partial(fn, s)
-            target = r if r is not None else s.clone()     # non-root reduce: scratch
-
-            def copy_and_reduce() -> None:
-                target.copy_(s)
-                fn(target)
-            return copy_and_reduce
-        if collective == "gather":
-            views = list(r.view(self.size, s.numel()).unbind(0)) if r is not None else None
-            return partial(dist.gather, s, views, dst=root)
-        if collective == "allgather":
-            return partial(_all_gather_flat, r, s)
-        if collective == "alltoall":
-            return partial(dist.all_to_all_single, r, s)
-        if collective == "reduce_scatter":
-            return partial(_reduce_scatter_flat, r, s, op=rop)
-        return super()._bind(coll, sendbuf, recvbuf, op, root)
+        return bind(s, r, _OPS[op.ufunc] if op is not None else None, root, self.size)
 
     # ------------------------------------------------------------ primitives
     def _barrier(self) -> None:

@@ -24,6 +24,7 @@ optimizer and broadcasts the parameters back into every worker's buffers.
 """
 from __future__ import annotations
 
+import threading
 import time
 from typing import Callable, Sequence
 
@@ -125,7 +126,6 @@ class AllreduceAggregator:
         self._next = 0
         self._reqs: list = []
         self.hooks_off_main = 0
-        import threading
         self._main = threading.get_ident()
         self._ident = threading.get_ident
         self._handles = [p.register_post_accumulate_grad_hook(self._hook(i))

@@ -253,6 +253,7 @@ class CReference:
             raise UnsupportedError(
                 f"the C reference runs on backend mpi only, not {getattr(comm, 'name', comm)!r}",
                 "init ddlcomm with backend mpi to time C calls")
+        # mpi4py is optional: the C reference is made only inside a running mpi rank
         from mpi4py import MPI
         self._MPI = MPI
         self.comm = comm

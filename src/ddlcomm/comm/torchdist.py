@@ -63,8 +63,9 @@ def _import_torch():
     global torch, dist, _all_gather_flat, _reduce_scatter_flat
     if dist is None:
         try:
+            # torch is optional: imported only when a gloo backend is created
             import torch as _torch
-            import torch.distributed as _dist
+            import torch.distributed as _dist  # torch is optional (as above)
         except ImportError:
             raise BackendUnavailable("backend gloo needs PyTorch",
                                      "pip install 'ddlcomm[torch]' (torch==2.13.0 here)") from None

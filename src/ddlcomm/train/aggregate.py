@@ -58,6 +58,7 @@ class Buckets:
     """The model's parameters and gradients as views of flat per-bucket buffers."""
 
     def __init__(self, params: Sequence, order: Sequence[int], fusion_bytes: int) -> None:
+        # torch is optional: ddlcomm.cli imports this module, only training needs torch
         import torch
         self.params = list(params)
         self.order = list(order)                          # parameter indices, ready order

@@ -11,14 +11,14 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .comm import Communicator
+from .comm.registry import create
 from .dtypes import DTYPES, OPS, ReduceOp, get_dtype, get_op
 from .errors import DdlcommError
+from .launch.env import detect
 
 
 def init(backend: str = "mpi", **kwargs) -> Communicator:
     """Start ``backend`` in this rank (rank/size come from the launcher)."""
-    from .comm.registry import create
-    from .launch.env import detect
     info = detect()
     if info is not None and "local_rank" not in kwargs:
         kwargs["local_rank"] = info.local_rank

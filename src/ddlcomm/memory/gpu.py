@@ -24,6 +24,7 @@ def cuda_torch(kind: str) -> Any:
     if importlib.util.find_spec("torch") is None:
         raise UnsupportedError(f"memory kind {kind} needs a GPU and torch with CUDA; torch is not installed",
                                f"pip install torch (a CUDA build) on a GPU machine, or use {_HOST_KINDS}")
+    # torch is optional: imported only when a pinned or device buffer is allocated
     import torch
     if not torch.cuda.is_available():
         built = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU only"

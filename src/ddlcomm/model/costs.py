@@ -73,8 +73,10 @@ from dataclasses import asdict, dataclass, fields
 from typing import Callable, Mapping, Optional
 
 from ..comm import native
+from ..comm.hierarchical import leaders_algorithm
 from ..comm.native import Schedule
 from ..errors import UsageError
+from .library import choose, waiting
 
 #: Open MPI's chain broadcast fan-out (``coll_tuned_bcast_chain_fanout``, default 4).
 CHAIN_FANOUT = 4
@@ -486,7 +488,6 @@ class Setting:
 
 def waiting_of(library: Optional[str]) -> str:
     """How ``library``'s ranks wait (``sleep`` when it is unknown)."""
-    from .library import waiting
     return waiting(library)
 
 
@@ -495,7 +496,6 @@ def resolve(collective: str, algorithm: str, p: int, nbytes: float,
     """``algorithm`` made concrete: ``library`` becomes the library's choice."""
     if algorithm != "library":
         return algorithm, {}
-    from .library import choose
     return choose(setting.library, collective, p, nbytes)
 
 
@@ -537,7 +537,6 @@ def hierarchical_time(p: int, nbytes: float, intra: Params, setting: Setting) ->
     if nodes > 1:
         leaders = setting.leaders_algorithm
         if leaders == "auto":                     # comm/hierarchical.py's rule
-            from ..comm.hierarchical import leaders_algorithm
             leaders = leaders_algorithm(nbytes)
         name, kw = resolve("allreduce", leaders, nodes, nbytes, setting)
         t += inter.time(terms("allreduce", name, nodes, nbytes, **kw),

@@ -26,6 +26,9 @@ import os
 from pathlib import Path
 from typing import Callable
 
+from ..kernels.device import cuda_available
+from ..report.recipe import write_recipe_report
+from ..report.train import write_train_report
 from .base import Recipe, Step
 
 MODEL = "resnet50"
@@ -67,7 +70,6 @@ def steps(full: bool) -> list[Step]:
 
 
 def unavailable() -> list[tuple[str, str]]:
-    from ..kernels.device import cuda_available
     ok, why = cuda_available()
     if ok:
         return []
@@ -76,8 +78,6 @@ def unavailable() -> list[tuple[str, str]]:
 
 
 def report(recipe, points, out_dir):
-    from ..report.recipe import write_recipe_report
-    from ..report.train import write_train_report
     cores = os.cpu_count() or 1
     latency = [p for p in points if p.get("collective") == "allreduce"]
     training = [p for p in points if p.get("collective") != "allreduce"]

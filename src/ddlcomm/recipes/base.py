@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from tqdm import tqdm
+
 from ..errors import RankFailure, UsageError
 from ..results import Store
 from ..results.export import point_record
@@ -64,7 +66,6 @@ def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
     Output of each step goes to ``log``; a failing step is reported with its
     last lines and the recipe goes on, so one broken variant does not lose the rest.
     """
-    from tqdm import tqdm
     results = []
     with open(log, "a") as out, tqdm(total=len(steps), unit="run", file=sys.stderr) as bar:
         for step in steps:

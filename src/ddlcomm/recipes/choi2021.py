@@ -13,6 +13,8 @@ and 1000 repetitions.
 """
 from __future__ import annotations
 
+from ..report.recipe import write_recipe_report
+from ..workloads.paths import PATHS, gpu_available
 from .base import Recipe, Step
 
 FULL_BYTES = 1 << 30
@@ -38,7 +40,6 @@ def steps(full: bool) -> list[Step]:
 
 
 def unavailable() -> list[tuple[str, str]]:
-    from ..workloads.paths import PATHS, gpu_available
     ok, why = gpu_available()
     reason = why if not ok else "GPU paths are not implemented yet"
     out = [("CUDA-aware Open MPI", reason), ("NCCL", reason)]
@@ -64,7 +65,6 @@ def select(points):
 
 
 def report(recipe, points, out_dir):
-    from ..report.recipe import write_recipe_report
     return write_recipe_report(
         recipe.title, select(points), out_dir,
         figure_of=lambda p: _PHASE[p["collective"], p["phase"]],

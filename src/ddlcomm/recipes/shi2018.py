@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 
+from ..report.train import write_train_report
+from ..train import predict
 from .base import Recipe, Step
 
 MODELS = ("alexnet", "googlenet", "resnet50")
@@ -35,7 +37,6 @@ def steps(full: bool) -> list[Step]:
 
 
 def unavailable() -> list[tuple[str, str]]:
-    from ..train import predict
     out = [("GPU workers (h2d over PCIe)", "no GPU here: h2d is a host copy, timed as such")]
     if not predict.available():
         out.append(("model predictions", "ddlcomm.model.ssgd is not installed"))
@@ -43,7 +44,6 @@ def unavailable() -> list[tuple[str, str]]:
 
 
 def report(recipe, points, out_dir):
-    from ..report.train import write_train_report
     cores = os.cpu_count() or 1
     return write_train_report(None, points, out_dir, title=recipe.title, notes=[
         "Bars: time per iteration by phase along the critical path (the slowest worker each "

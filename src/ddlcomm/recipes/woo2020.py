@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 from .. import memory
+from ..report.recipe import write_recipe_report
 from .base import Recipe, Step
 
 FULL_SIZES = {"broadcast": 256 << 20, "gather": 16 << 20, "allreduce": 256 << 20}
@@ -70,7 +71,6 @@ def _environment(p: dict) -> str:
 
 
 def report(recipe, points, out_dir, cores: int | None = None):
-    from ..report.recipe import write_recipe_report
     cores = cores or os.cpu_count() or 1
     return write_recipe_report(
         recipe.title, points, out_dir,

@@ -14,8 +14,13 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from ..errors import UsageError
+from ..model import costs
 from ..model.calibrate import summarize
 from ..units import format_size
+from . import plots
+from .html import _CSS, _inline_svg, _safe_name
+from .plots import _pyplot, _size_axis
 from .tables import format_table, format_us
 
 
@@ -142,7 +147,6 @@ def fit_figure(fit, group) -> Any:
     """Measured (markers) vs modelled (lines) time per size, one colour per rank
     count, held-out points hollow; below, the relative error per point.  All
     size regimes of ``group``'s family are drawn (the model is piecewise)."""
-    from .plots import _pyplot, _size_axis
     plt = _pyplot()
     rs = [r for r in fit.residuals if _same_group(r, group.key)]
     fig, (ax, ex) = plt.subplots(2, 1, figsize=(6.4, 6.0), layout="constrained", sharex=True,
@@ -189,8 +193,6 @@ def scaling_rows(fit, max_ranks: int, sizes: Sequence[int]) -> list[dict]:
     """Predicted all-reduce (library and ring) and PS step time per library of the
     fit, at 2, 4, ..., ``max_ranks`` ranks (one node's cores per node: no
     oversubscription), for each size."""
-    from ..errors import UsageError
-    from ..model import costs
     libraries = list(dict.fromkeys(g.key.get("library") for g in fit.groups))
     ranks = []
     p = 2
@@ -217,7 +219,6 @@ def scaling_rows(fit, max_ranks: int, sizes: Sequence[int]) -> list[dict]:
 
 def scaling_figure(rows: Sequence[Mapping[str, Any]], nbytes: int) -> Any:
     """Predicted time versus ranks (log-log) at one size, a line per library × what."""
-    from .plots import _pyplot
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.6), layout="constrained")
     chosen = [r for r in rows if r["bytes"] == nbytes]
@@ -248,8 +249,6 @@ def scaling_figure(rows: Sequence[Mapping[str, Any]], nbytes: int) -> Any:
 def write_model_report(fit, out_dir: Path, max_ranks: int = 1024,
                        sizes: Sequence[int] = (1 << 20, 64 << 20)) -> Path:
     """Write ``out_dir/index.html`` (figures inline as SVG, PNG copies beside it)."""
-    from . import plots
-    from .html import _CSS, _inline_svg, _safe_name
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sections = []

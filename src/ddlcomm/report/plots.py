@@ -19,8 +19,10 @@ _FIGSIZE = (6.4, 4.4)
 
 def _pyplot() -> Any:
     """matplotlib.pyplot on the non-interactive 'Agg' backend."""
+    # matplotlib is slow to import (~0.5 s): loaded on the first figure, not by --help or a rank
     import matplotlib
     matplotlib.use("Agg")
+    # pyplot only after use("Agg"), so it never picks an interactive backend
     import matplotlib.pyplot as plt
     return plt
 
@@ -44,6 +46,7 @@ def _series(points: Sequence[Point]) -> list[tuple[str, list[Point]]]:
 
 def _size_axis(ax: Any, points: Sequence[Point]) -> None:
     """log2 x axis with at most ~10 ticks at powers of two, labelled 4B, 1KiB, 1MiB..."""
+    # matplotlib is slow to import: only when a figure is drawn (see _pyplot)
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
     sizes = [p["bytes"] for p in points]
     lo, hi = math.floor(math.log2(min(sizes))), math.ceil(math.log2(max(sizes)))
@@ -91,6 +94,7 @@ def latency_figure(points: Sequence[Point], collective: str) -> Any:
     point above 0 bytes.
     """
     plt = _pyplot()
+    # matplotlib is slow to import: only when a figure is drawn (see _pyplot)
     from matplotlib.patches import Patch
     chosen = _select(points, collective)
     fig, ax = plt.subplots(figsize=_FIGSIZE, layout="constrained")
@@ -119,6 +123,7 @@ def bandwidth_figure(points: Sequence[Point], collective: str) -> Any:
     point above 0 bytes.
     """
     plt = _pyplot()
+    # matplotlib is slow to import: only when a figure is drawn (see _pyplot)
     from matplotlib.lines import Line2D
     chosen = _select(points, collective)
     fig, ax = plt.subplots(figsize=_FIGSIZE, layout="constrained")

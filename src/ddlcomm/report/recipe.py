@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 from . import plots
 from .html import _CSS, _inline_svg, _safe_name
 from ..units import format_size
-from .tables import format_check, format_us
+from .tables import format_check, format_table, format_us
 
 Point = dict
 Key = Callable[[Point], Any]
@@ -108,7 +108,6 @@ def write_recipe_report(title: str, points: Sequence[Point], out_dir: str | Path
 def text_table(points: Sequence[Point], *, figure_of: Key, panel_of: Key, x_of: Key,
                line_of: Key, x_label: str) -> str:
     """The same points as a terminal table, grouped by figure."""
-    from .tables import format_table
     out = []
     for name, group in _groups(points, figure_of).items():
         rows = [[str(panel_of(p)), str(line_of(p)), str(x_of(p)), format_us(p["t_avg_us"]),

@@ -12,6 +12,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import ddlcomm
+
 #: Seconds each git command may take before it is given up.
 GIT_TIMEOUT_S = 5.0
 
@@ -60,11 +62,7 @@ def ddlcomm_version() -> str:
         return importlib.metadata.version("ddlcomm")
     except importlib.metadata.PackageNotFoundError:
         pass
-    try:
-        import ddlcomm
-        return str(getattr(ddlcomm, "__version__", "unknown"))
-    except ImportError:
-        return "unknown"
+    return str(getattr(ddlcomm, "__version__", "unknown"))
 
 
 def _git(args: list[str], cwd: Path) -> str | None:

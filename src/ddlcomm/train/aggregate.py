@@ -24,6 +24,7 @@ optimizer and broadcasts the parameters back into every worker's buffers.
 """
 from __future__ import annotations
 
+import threading
 import time
 from typing import Callable, Sequence
 
@@ -57,6 +58,7 @@ class Buckets:
     """The model's parameters and gradients as views of flat per-bucket buffers."""
 
     def __init__(self, params: Sequence, order: Sequence[int], fusion_bytes: int) -> None:
+        # torch is optional: ddlcomm.cli imports this module, only training needs torch
         import torch
         self.params = list(params)
         self.order = list(order)                          # parameter indices, ready order
@@ -125,7 +127,6 @@ class AllreduceAggregator:
         self._next = 0
         self._reqs: list = []
         self.hooks_off_main = 0
-        import threading
         self._main = threading.get_ident()
         self._ident = threading.get_ident
         self._handles = [p.register_post_accumulate_grad_hook(self._hook(i))

@@ -31,6 +31,7 @@ class SyntheticData:
     """``POOL`` fixed batches of normal-random images and fixed labels, cycled."""
 
     def __init__(self, batch: int, image_size: int, classes: int, seed: int) -> None:
+        # torch is optional: imported only when training makes its data
         import torch
         g = torch.Generator().manual_seed(seed)
         self.batches = [(torch.randn(batch, 3, image_size, image_size, generator=g),
@@ -90,6 +91,7 @@ class FolderData:
                 carry_x, carry_y = x[n:], y[n:]
 
     def _read(self, files: list[Path]) -> None:
+        # torch is optional: imported only when training reads its data
         import torch
         try:
             for x, y in self._batches(files):

@@ -43,7 +43,7 @@ class DDPSteps(Steps):
 def run_ddp(comm, gloo_comm, cfg: TrainConfig) -> list[dict]:
     """Train ``cfg`` with DDP over the default (Gloo) process group; rank 0 returns records."""
     import torch        # lazy: torch is an optional dependency (the torch extra)
-    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.nn.parallel import DistributedDataParallel as DDP  # torch is optional (as above)
     torch.set_num_threads(cfg.threads)
     spec = get_net(cfg.model)
     model = build(cfg)

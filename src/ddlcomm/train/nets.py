@@ -33,6 +33,7 @@ class NetSpec:
 
 def _nn():
     try:
+        # torch is optional: ddlcomm train says how to install it when it is missing
         import torch.nn as nn
     except ImportError:
         raise UsageError("ddlcomm train needs PyTorch", "pip install 'ddlcomm[torch]'") from None
@@ -114,6 +115,7 @@ def resnet50(classes: int = 1000):
 # ------------------------------------------------------------------ GoogLeNet
 def googlenet(classes: int = 1000):
     nn = _nn()
+    # torch is optional: imported only when the net is built (_nn checked it is there)
     import torch
 
     def basic(cin, cout, k, stride=1, padding=0):

@@ -4,8 +4,8 @@ The inputs are what the run measured (stored with its iteration point): the
 mean per-phase times of one worker, the backward time and gradient bytes of
 every parameter tensor in the order they became ready, and the cost of
 aggregating each bucket measured alone in the same job (``comm=``: bytes ->
-seconds).  :mod:`ddlcomm.model.ssgd` is imported when asked for, so training
-works (and says so) where the model is not installed.
+seconds).  Without :mod:`ddlcomm.model.ssgd` importable, training still works
+(and says so).
 """
 from __future__ import annotations
 
@@ -13,16 +13,17 @@ from typing import Optional, Sequence
 
 from .phases import comm_function
 
+try:
+    from ..model import ssgd as _ssgd_module
+except ImportError:
+    _ssgd_module = None
+
 #: What our --overlap means in the model's terms.
 OVERLAP = {False: "none", True: "wfbp"}
 
 
 def _ssgd():
-    try:
-        from ..model import ssgd
-    except ImportError:
-        return None
-    return ssgd
+    return _ssgd_module
 
 
 def available() -> bool:

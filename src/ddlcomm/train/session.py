@@ -21,11 +21,15 @@ from typing import Optional, Sequence
 
 from ..bench.runs import EXIT_CHECK_FAILED, own, program, rank_run, run_info, settle
 from ..comm import registry
-from ..errors import UsageError
+from ..errors import RankFailure, UsageError
 from ..launch import mpirun, spawn
 from ..launch.env import detect
+from ..report import train as train_report
 from ..results import Store
 from .config import TrainJob, TrainOptions, plan_jobs
+from .ddp import run_ddp
+from .loop import progress, run_config
+from .scaling import scaling_points
 
 JOB_ENV = "DDLCOMM_TRAIN_JOB"
 
@@ -79,8 +83,6 @@ def launch(jobs: list[TrainJob], argv: Sequence[str], db_path: Path, config: dic
 
 def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path], scaling: bool) -> int:
     """Add scaling points, mark the run, print the summary, write the report."""
-    from ..report import train as train_report
-    from .scaling import scaling_points
     with Store(db_path) as store:
         points = store.points(run_id)
         if rc == 0 and scaling:
@@ -102,8 +104,6 @@ def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path], scal
 def rank_main(job: TrainJob, argv: Sequence[str], db_path: Path,
               report_dir: Optional[Path], config: dict) -> int:
     """Inside the ranks: run every configuration of ``job``; rank 0 stores the points."""
-    from .ddp import run_ddp
-    from .loop import progress, run_config
     info = detect()
     comm = registry.create(job.backend, local_rank=info.local_rank if info else None)
     gloo = comm
@@ -111,7 +111,6 @@ def rank_main(job: TrainJob, argv: Sequence[str], db_path: Path,
         gloo = registry.create("gloo", local_rank=comm.local_rank)
 
     def prepare(watchdog) -> None:
-        from ..errors import RankFailure
         if comm.size != job.ranks:
             raise RankFailure(f"the launcher started {comm.size} ranks but --ranks {job.ranks} "
                               "was asked", "start as many ranks as --ranks says, or leave it out")

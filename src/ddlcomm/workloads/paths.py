@@ -22,6 +22,7 @@ class DataPath:
 
 def gpu_available() -> tuple[bool, str]:
     try:
+        # torch is optional: without it there is no GPU path
         import torch
     except ImportError:
         return False, "PyTorch is not installed"

@@ -78,10 +78,49 @@ def cases(*pairs):
     ("--impl c --backend gloo", ["--impl c needs --backend mpi"]),
     ("--impl c --dtype float16", ["--impl c times sum reductions"]),
     ("--impl c --collective reduce", ["--impl c has no reduce", "broadcast, gather and allreduce"]),
+    ("--sizes 3B", ["--sizes 3B", "float32", "4 bytes"]),
+    ("--sizes 4B:64KiB --dtype float64", ["--sizes 4B", "float64", "multiples of 8 B"]),
+    ("--sizes 6B,8B --dtype int32", ["--sizes 6B", "int32"]),
+    ("--ranks 100000 --sizes 1KiB", ["--ranks 100000", "ranks per core", "--oversubscribe"]),
+    ("--ranks 100000 --oversubscribe --sizes 1KiB", ["100000 ranks", "memory", "fewer --ranks"]),
 )
 def test_bench_bad_input(db, cmd, words):
     assert_one_line_error(ddlcomm("bench", *shlex.split(cmd), db=db), *words)
     assert not db.exists()                      # refused before anything was written
+
+
+def test_default_sweep_starts_at_one_element(db):
+    from ddlcomm.bench.plan import BenchOptions, resolve
+    opts = dict.fromkeys((f.name for f in __import__("dataclasses").fields(BenchOptions)))
+    opts.update(backend="mpi", path="host", dtype="float64", op="sum", algorithm="library",
+                bind="none", in_place=False, check=True, budget="0.2", timeout="120", root="0")
+    assert resolve(BenchOptions(**opts), 2).sizes[0] == 8
+
+
+@pytest.mark.parametrize("flag", ["--report-dir", "--db"])
+def test_bench_output_paths_checked_before_the_run(tmp_path, db, flag):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    target = blocker / "sub" / ("x.db" if flag == "--db" else "reports")
+    proc = ddlcomm("bench", "--sizes", "4B", flag, str(target), db=db)
+    assert_one_line_error(proc, flag, "is a file, not a folder")
+    assert not db.exists()
+
+
+def test_report_dir_that_is_a_file(tmp_path, db):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = ddlcomm("bench", "--sizes", "4B", "--report-dir", str(blocker), db=db)
+    assert_one_line_error(proc, "--report-dir", "is a file, not a folder")
+
+
+def test_export_output_checked_before_reading(tmp_path, empty_db):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = ddlcomm("results", "export", "--all", "-o", str(blocker / "x.csv"), db=empty_db)
+    assert_one_line_error(proc, "-o", "is a file, not a folder")
+    proc = ddlcomm("results", "export", "--all", "-o", str(tmp_path), db=empty_db)
+    assert_one_line_error(proc, "-o", "is a folder, not a file")
 
 
 def test_missing_plugin_is_one_line(db):

@@ -145,3 +145,11 @@ def test_check_fits_refuses_a_point_too_big_for_memory():
     check_fits(plan(sizes=[4], ranks=2), available=GiB)
     with pytest.raises(UsageError, match="of 1GiB per rank at 4 ranks needs about"):
         check_fits(plan(sizes=[GiB], ranks=4), available=GiB)
+
+
+def test_check_ranks_limit_and_override():
+    from ddlcomm.bench.plan import MAX_RANKS_PER_CORE, check_ranks
+    check_ranks(MAX_RANKS_PER_CORE * 2, 2, False)
+    with pytest.raises(UsageError, match="--oversubscribe"):
+        check_ranks(MAX_RANKS_PER_CORE * 2 + 1, 2, False)
+    check_ranks(10 ** 5, 2, True)

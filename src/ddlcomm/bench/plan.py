@@ -21,6 +21,10 @@ from ..workloads import base as workloads
 from .cref import ABILITIES as C_REFERENCE
 
 FORMS = ("buffer", "object")
+#: Ranks per core beyond which ranks are started only with --oversubscribe.
+MAX_RANKS_PER_CORE = 8
+#: The largest message of the default sweep.
+DEFAULT_MAX_SIZE = "64MiB"
 #: Implementations ``--impl`` accepts: the two Python forms and the C reference.
 IMPLS = ("c", "buffer", "object")
 
@@ -134,11 +138,26 @@ def check_memory(coll: Collective, nbytes: int, ranks: int, object_form: bool,
 
 
 def check_fits(plan: BenchPlan, available: int) -> None:
-    """Refuse a plan whose largest point cannot fit in ``available`` bytes, all ranks here."""
+    """Refuse a plan whose ranks and largest point cannot fit in ``available`` bytes,
+    all ranks here."""
+    ranks_bytes = plan.ranks * max(registry.get_spec(b).rank_bytes for b in plan.backends)
+    if ranks_bytes > available:
+        raise UsageError(f"{plan.ranks} ranks need about {format_size(ranks_bytes)} of memory "
+                         f"before any buffer, more than the {format_size(available)} available",
+                         "use fewer --ranks")
     # A workload holds what a gather holds at its server (ps-sync) or less.
     for name in plan.collectives or ["gather"]:
         check_memory(get_collective(name), max(plan.sizes), plan.ranks,
-                     "object" in plan.forms and not plan.workloads, available)
+                     "object" in plan.forms and not plan.workloads, available - ranks_bytes)
+
+
+def check_ranks(ranks: int, cores: int, oversubscribe: bool) -> None:
+    """Refuse to start more than MAX_RANKS_PER_CORE ranks per core unless asked to."""
+    limit = MAX_RANKS_PER_CORE * cores
+    if ranks > limit and not oversubscribe:
+        raise UsageError(f"--ranks {ranks} is more than {MAX_RANKS_PER_CORE} ranks per core on "
+                         f"the {cores} cores this process may use",
+                         f"use --ranks {limit} or fewer, or add --oversubscribe to start them anyway")
 
 
 def mem_available() -> int:
@@ -234,14 +253,24 @@ def _targets(o: BenchOptions, dtype: DType, op: ReduceOp) -> tuple[list[str], li
 
 
 def _sizes(o: BenchOptions, dtype: DType) -> list[int]:
-    """--sizes, or a model's gradient bytes."""
-    sizes = parse_sizes(o.sizes or "4B:64MiB")
+    """--sizes (each a whole number of elements), or a model's gradient bytes.
+
+    The default sweep starts at one element of the dtype (4B:64MiB for float32).
+    """
+    sizes = parse_sizes(o.sizes or f"{dtype.itemsize}B:{DEFAULT_MAX_SIZE}")
     if o.model is not None:
         if o.sizes is not None:
             raise UsageError("give --sizes or --model, not both", "--model sets the sizes")
         return [workloads.model_bytes(o.model, dtype.name)]
     if o.fusion is not None:
         raise UsageError("--fusion applies to --model runs")
+    ragged = [n for n in sizes if n % dtype.itemsize]
+    if ragged:
+        n = ragged[0]
+        raise UsageError(f"--sizes {format_size(n)} is not a whole number of {dtype.name} "
+                         f"elements ({dtype.itemsize} bytes each)",
+                         f"give multiples of {dtype.itemsize} B, e.g. "
+                         f"{format_size(max(dtype.itemsize, n - n % dtype.itemsize))}")
     return sizes
 
 

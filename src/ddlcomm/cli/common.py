@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import UsageError
+from ..outputs import writable_dir, writable_file
 from ..results import default_db_path
 from ..units import parse_positive_int
 
@@ -34,27 +35,35 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-report", action="store_true", help="do not write the HTML/PNG report")
 
 
-def db_path(args: argparse.Namespace) -> Path:
+def _db(args: argparse.Namespace) -> Path:
     return Path(args.db).expanduser().resolve() if args.db else default_db_path()
+
+
+def db_path(args: argparse.Namespace) -> Path:
+    """The database a run writes, checked writable before the run starts."""
+    return writable_file(_db(args), "--db")
 
 
 def existing_db(args: argparse.Namespace) -> Path:
     """The database to read; UsageError if there is none yet."""
-    db = db_path(args)
+    db = _db(args)
     if not db.exists():
         raise UsageError(f"no results database at {db}", "run `ddlcomm bench` first or pass --db")
     return db
 
 
 def report_dir(args: argparse.Namespace, db: Path) -> Optional[Path]:
+    """Where a run's report goes (None with ``--no-report``), checked writable up front."""
     if args.no_report:
         return None
-    return Path(args.report_dir).expanduser().resolve() if args.report_dir else db.parent / "reports"
+    path = Path(args.report_dir).expanduser().resolve() if args.report_dir else db.parent / "reports"
+    return writable_dir(path, "--report-dir")
 
 
 def out_dir(text: Optional[str], default: Optional[Path]) -> Optional[Path]:
-    """An ``--out DIR`` option, or ``default``."""
-    return Path(text).expanduser().resolve() if text else default
+    """An ``--out DIR`` option, or ``default``; checked writable up front."""
+    path = Path(text).expanduser().resolve() if text else default
+    return writable_dir(path, "--out") if path is not None else None
 
 
 def run_id(text: str) -> int:

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 from ..dtypes import get_dtype
 from ..errors import UsageError
+from ..outputs import writable_dir, writable_file
 from ..model import ssgd
 from ..model.calibrate import calibrate, load, parse_holdout, select_points, with_cores
 from ..model.costs import Params
@@ -271,19 +272,20 @@ def cmd_calibrate(args) -> int:
     split = [parse_size(s) for s in args.split.split(",") if s.strip()] if args.split else []
     summary_bytes = parse_size(args.summary_bytes)
     cache = last_level_cache() if args.cache is None else parse_size(args.cache)
+    out = writable_file(Path(args.out).expanduser().resolve(), "--out") if args.out else None
     points = _load_points(args)
     fit = calibrate(points, metric=args.metric, combine=args.combine, shared=args.shared,
                     split=split, holdout=holdout, summary_bytes=summary_bytes, cache=cache,
                     meta={"databases": [str(p) for p in _db_paths(args)],
                           "command": "ddlcomm model " + " ".join(sys.argv[2:])})
-    if args.out:
-        fit.save(args.out)
+    if out is not None:
+        fit.save(out)
     if args.json:
         print(json.dumps(fit.to_dict(), indent=1, default=str))
         return 0
     print(view.render_fit(fit, residuals=args.residuals))
-    if args.out:
-        print(f"fit: {Path(args.out).resolve()}")
+    if out is not None:
+        print(f"fit: {out}")
     return 0
 
 
@@ -375,10 +377,11 @@ def cmd_ssgd(args) -> int:
 
 
 def cmd_report(args) -> int:
+    out = writable_dir(Path(args.out).expanduser().resolve(), "--out")
     fit = load(args.fit)
     max_ranks = parse_positive_int(args.max_ranks, "--max-ranks", 2)
     sizes = parse_bytes_list(args.bytes)
-    page = view.write_model_report(fit, Path(args.out).expanduser().resolve(), max_ranks, sizes)
+    page = view.write_model_report(fit, out, max_ranks, sizes)
     print(f"report: {page}")
     return 0
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import UsageError
+from ..outputs import writable_file
 from ..report import tables, train
 from ..results import Store, compare, export
 from . import common
@@ -57,14 +58,17 @@ def show(store: Store, args: argparse.Namespace) -> None:
 
 
 def export_points(store: Store, args: argparse.Namespace) -> None:
-    if args.all == (args.run is not None):
-        raise UsageError("results export needs a run id or --all, not both")
+    if args.all and args.run is not None:
+        raise UsageError("results export takes a run id or --all, not both")
+    if not args.all and args.run is None:
+        raise UsageError("results export needs a run id or --all", "see `ddlcomm results list`")
+    output = writable_file(Path(args.output).expanduser(), "-o") if args.output else None
     points = store.points(None if args.all else common.run_id(args.run))
     if not args.all:
         store.run(common.run_id(args.run))
     text = export.to_csv(points) if args.format == "csv" else export.to_json(points)
-    if args.output:
-        Path(args.output).write_text(text)
+    if output is not None:
+        output.write_text(text)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 

@@ -1,0 +1,51 @@
+"""Output paths checked before anything runs, so a sweep is never lost to a path it
+cannot write at the end (``--db``, ``--report-dir``, ``--out``, ``-o``)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import UsageError
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` itself or its closest ancestor that exists."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path("/")
+
+
+def _check_parent(path: Path, flag: str) -> None:
+    """The folders ``path`` would be made in can be made and written."""
+    base = _nearest_existing(path.parent)
+    if not base.is_dir():
+        raise UsageError(f"{flag} {path}: {base} is a file, not a folder",
+                         f"choose a {flag} path inside a folder")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: cannot write in {base}",
+                         f"choose a {flag} path in a folder you can write")
+
+
+def writable_file(path: Path, flag: str) -> Path:
+    """``path`` as a file this process can create or overwrite (UsageError if not)."""
+    if path.is_dir():
+        raise UsageError(f"{flag} {path} is a folder, not a file", f"give {flag} a file name")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"{flag} {path} is not writable", f"choose another {flag}")
+        return path
+    _check_parent(path, flag)
+    return path
+
+
+def writable_dir(path: Path, flag: str) -> Path:
+    """``path`` as a folder this process can create or write in (UsageError if not)."""
+    if path.exists():
+        if not path.is_dir():
+            raise UsageError(f"{flag} {path} is a file, not a folder", f"give {flag} a folder")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise UsageError(f"{flag} {path} is not writable", f"choose another {flag}")
+        return path
+    _check_parent(path, flag)
+    return path

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 from ..dtypes import get_dtype
 from ..errors import UsageError
+from ..machine.cpus import last_level_cache
 from ..model import ssgd
 from ..model.calibrate import calibrate, load, parse_holdout, select_points, with_cores
 from ..model.costs import Params
@@ -22,7 +23,6 @@ from ..model.ssgd import Phases, model_layers
 from ..report import model as view
 from ..results import Store, default_db_path
 from ..results.export import point_record
-from ..results.sysinfo import last_level_cache
 from ..units import parse_positive_int, parse_size, parse_sizes
 from .common import _Parser
 

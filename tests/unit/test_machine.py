@@ -134,6 +134,8 @@ def test_parse_ompi_info():
     assert cuda["built_with_cuda"] is True and cuda["accelerators"] == ["cuda", "null"]
     assert cuda["configure_cuda"] == "--with-cuda=/usr/local/cuda"
     assert mpi.parse_ompi_info("")["built_with_cuda"] is None
+    v4 = "mca:mpi:base:param:mpi_built_with_cuda_support:value:true\n"     # Open MPI 4.x's name
+    assert mpi.parse_ompi_info(v4)["built_with_cuda"] is True
 
 
 def test_parse_mpichversion_and_mpivars():

@@ -120,15 +120,15 @@ def parse_ompi_info(text: str) -> dict[str, Any]:
     """From ``ompi_info --parsable --all`` (pure): ``version``, ``built_with_cuda``
     and ``cuda_support`` (True/False/None), the ``accelerators`` components and
     the CUDA option of the configure line (``--without-cuda``, ``--with-cuda=...``)."""
-    def param(name: str) -> Optional[bool]:
-        m = re.search(rf"^mca:[^:\n]+:[^:\n]+:param:{name}:value:(\w+)", text, re.M)
+    def param(name: str) -> Optional[bool]:      # Open MPI 5: opal_*, 4.x: mpi_*
+        m = re.search(rf"^mca:[^:\n]+:[^:\n]+:param:(?:opal|mpi)_{name}:value:(\w+)", text, re.M)
         return None if m is None else m.group(1).lower() in ("true", "1", "yes")
     version = re.search(r"^ompi:version:full:(\S+)", text, re.M)
     configure = re.search(r"^config:cli:(.*)$", text, re.M)
     cuda_opt = re.findall(r"--(?:with|without|enable|disable)-cuda\b[^'\s]*", configure.group(1)) if configure else []
     return {"version": version.group(1) if version else None,
-            "built_with_cuda": param("opal_built_with_cuda_support"),
-            "cuda_support": param("opal_cuda_support"),
+            "built_with_cuda": param("built_with_cuda_support"),
+            "cuda_support": param("cuda_support"),
             "accelerators": sorted(set(re.findall(r"^mca:accelerator:([^:\n]+):version:", text, re.M))),
             "configure_cuda": cuda_opt[-1] if cuda_opt else None}
 

@@ -169,7 +169,8 @@ def _subparser(parser: argparse.ArgumentParser, *path: str) -> argparse.Argument
     return parser
 
 
-@pytest.mark.parametrize("path", [(), ("bench",), ("results",), ("results", "export"), ("report",)],
+@pytest.mark.parametrize("path", [(), ("bench",), ("results",), ("results", "export"), ("report",),
+                                  ("info",)],
                          ids=lambda path: " ".join(path) or "ddlcomm")
 def test_help_mentions_every_option(db, path):
     proc = ddlcomm(*path, "--help", db=db)

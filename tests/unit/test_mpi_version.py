@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddlcomm.comm.mpi import parse_library_version
+from ddlcomm.machine.mpi import parse_library_version
 
 
 @pytest.mark.parametrize("text, want", [

@@ -89,6 +89,9 @@ def test_render_runs_and_run(points):
     assert row.endswith("...") and len(row.split("ddlcomm bench")[1]) <= 60
     shown = render_run(RUN)
     assert "host:" in shown and "git commit: abc1234" in shown and "config:" in shown
+    assert "gpus:" not in shown                                  # a run stored before schema 2
+    verdict = "no GPU: GPU memory kinds (pinned, device), nccl and the GPU paths are unavailable here"
+    assert f"gpus:       {verdict}" in render_run(dict(RUN, machine={"gpu_verdict": verdict}))
     assert render_runs([]) == "(no runs)"
 
 

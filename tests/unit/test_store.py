@@ -129,9 +129,9 @@ def test_bad_values_refused(store):
 
 def test_schema_version_stored_and_newer_refused(db_path):
     with Store(db_path) as s:
-        assert s.schema_version() == store_mod.SCHEMA_VERSION == 1
+        assert s.schema_version() == store_mod.SCHEMA_VERSION == 2
     con = sqlite3.connect(db_path)
-    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("1",)
+    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("2",)
     with con:
         con.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
     con.close()
@@ -142,13 +142,28 @@ def test_schema_version_stored_and_newer_refused(db_path):
 def test_migration_adds_column(db_path, monkeypatch):
     with Store(db_path) as s:
         rid = s.create_run({})
-    v2 = ("ALTER TABLE runs ADD COLUMN gpu TEXT",)
-    monkeypatch.setattr(store_mod, "MIGRATIONS", store_mod.MIGRATIONS + [v2])
+    nxt = ("ALTER TABLE runs ADD COLUMN gpu TEXT",)
+    monkeypatch.setattr(store_mod, "MIGRATIONS", store_mod.MIGRATIONS + [nxt])
     with Store(db_path) as s:
-        assert s.schema_version() == 2
+        assert s.schema_version() == len(store_mod.MIGRATIONS)
         assert s.run(rid)["status"] == "running"
     cols = [r[1] for r in sqlite3.connect(db_path).execute("PRAGMA table_info(runs)")]
     assert "gpu" in cols
+
+
+def test_schema_1_database_gains_machine_facts(db_path, monkeypatch):
+    """A database written before version 2 opens, migrates, and its old runs read machine={}."""
+    with monkeypatch.context() as m:
+        m.setattr(store_mod, "MIGRATIONS", store_mod.MIGRATIONS[:1])
+        m.setattr(store_mod, "RUN_FIELDS", {k: v for k, v in store_mod.RUN_FIELDS.items() if k != "machine"})
+        with Store(db_path) as s:
+            old = s.create_run({"host": "before"})
+            assert s.schema_version() == 1
+    with Store(db_path) as s:
+        assert s.schema_version() == 2
+        assert s.run(old)["machine"] == {}
+        new = s.create_run({"machine": {"gpus": {"count": 0}, "mpi": {"cuda_aware": False}}})
+        assert s.run(new)["machine"]["mpi"]["cuda_aware"] is False
 
 
 def test_not_a_database_refused(tmp_path):

@@ -7,7 +7,7 @@ from ddlcomm.results import sysinfo
 
 
 def test_collect_keys():
-    info = sysinfo.collect()
+    info = sysinfo.collect(with_machine=False)
     assert set(info) == {"host", "cpu_model", "cores", "os", "python", "ddlcomm_version",
                          "git_commit"}
     assert info["host"] and info["os"] and info["python"].count(".") == 2
@@ -16,11 +16,13 @@ def test_collect_keys():
     assert info["git_commit"] is None or isinstance(info["git_commit"], str)
 
 
-def test_cpu_model_from_cpuinfo(tmp_path):
-    f = tmp_path / "cpuinfo"
-    f.write_text("processor\t: 0\nmodel name\t: Example CPU @ 3.0GHz\nflags\t: x\n")
-    assert sysinfo.cpu_model(f) == "Example CPU @ 3.0GHz"
-    assert sysinfo.cpu_model(tmp_path / "missing") == (sysinfo.platform.processor() or None)
+def test_collect_keeps_the_machine_facts():
+    """What `ddlcomm info` reports goes with every run's facts."""
+    info = sysinfo.collect(ranks=3)
+    machine = info["machine"]
+    assert {"cpus", "memory", "mpi", "gpus", "features", "gpu_verdict"} <= set(machine)
+    assert machine["gpus"]["ranks"] == 3
+    assert machine["cpus"]["logical"] == info["cores"]
 
 
 def test_git_commit(tmp_path):
@@ -40,15 +42,3 @@ def test_git_commit(tmp_path):
     (repo / "f").write_text("y")
     assert sysinfo.git_commit(repo) == head + "-dirty"
     assert sysinfo.git_commit(repo / "lib" / "site-packages") is None
-
-
-def test_last_level_cache(tmp_path):
-    for name, level, kind, size in (("index0", 1, "Data", "48K"), ("index1", 1, "Instruction", "32K"),
-                                    ("index2", 2, "Unified", "1024K"), ("index3", 3, "Unified", "32M")):
-        d = tmp_path / name
-        d.mkdir()
-        (d / "level").write_text(f"{level}\n")
-        (d / "type").write_text(f"{kind}\n")
-        (d / "size").write_text(f"{size}\n")
-    assert sysinfo.last_level_cache(tmp_path) == 32 << 20
-    assert sysinfo.last_level_cache(tmp_path / "missing") is None

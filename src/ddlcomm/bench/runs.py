@@ -32,9 +32,18 @@ def program(argv: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "ddlcomm", *argv]
 
 
+def most_ranks(config: dict) -> Optional[int]:
+    """The largest rank count a run's configuration names (``ranks``: a count or a list), else None."""
+    ranks = config.get("ranks")
+    counts = ranks if isinstance(ranks, (list, tuple)) else [ranks]
+    counts = [r for r in counts if isinstance(r, int) and not isinstance(r, bool)]
+    return max(counts) if counts else None
+
+
 def run_info(argv: Sequence[str], config: dict) -> dict:
-    """The run row: the machine, the command line and its resolved configuration."""
-    info = sysinfo.collect()
+    """The run row: the machine (with its GPUs shared by the run's most ranks),
+    the command line and its resolved configuration."""
+    info = sysinfo.collect(most_ranks(config))
     info["command"] = " ".join(["ddlcomm", *argv])
     info["config"] = config
     return info

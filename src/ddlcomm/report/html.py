@@ -60,6 +60,10 @@ def _meta_table(run: Mapping[str, Any]) -> str:
     if run.get("config"):
         config = json.dumps(run["config"], indent=2, sort_keys=True, default=str)
         html += f"<details><summary>configuration</summary><pre>{escape(config)}</pre></details>"
+    if run.get("machine"):
+        machine = json.dumps(run["machine"], indent=2, default=str)
+        html += (f"<details><summary>machine (ddlcomm info)</summary>"
+                 f"<pre>{escape(machine)}</pre></details>")
     return html
 
 

@@ -306,6 +306,8 @@ def render_run(run: Mapping[str, Any]) -> str:
     ]
     if run.get("error"):
         fields.append(("error", run["error"]))
+    if run.get("machine"):
+        fields.append(("gpus", run["machine"].get("gpu_verdict")))
     config = run.get("config")
     if config:
         fields.append(("config", ", ".join(f"{k}={v}" for k, v in config.items())

@@ -56,6 +56,8 @@ MIGRATIONS: list[tuple[str, ...]] = [
             "check" TEXT NOT NULL, error TEXT, extra TEXT,
             UNIQUE (run_id, seq))""",
     ),
+    # 2: the machine's facts (ddlcomm info) with every run.
+    ("ALTER TABLE runs ADD COLUMN machine TEXT",),
 ]
 
 #: Version of the schema this code writes (the number of migrations).
@@ -66,7 +68,7 @@ RUN_FIELDS: dict[str, str] = {
     "started_at": "str", "ended_at": "str", "status": "str", "error": "str",
     "host": "str", "cpu_model": "str", "cores": "int", "os": "str", "python": "str",
     "mpi_library": "str", "mpi_version": "str", "ddlcomm_version": "str",
-    "git_commit": "str", "command": "str", "config": "json",
+    "git_commit": "str", "command": "str", "config": "json", "machine": "json",
 }
 
 #: Point fields and their kinds (``str``, ``int``, ``float``, ``bool``, ``json``).

@@ -1,6 +1,8 @@
 """Facts about this machine and this ddlcomm for a run's row.
 
-MPI library and version are not here: the backend reports them once it runs.
+The run row's columns (host, CPU, OS, versions) plus ``machine``: everything
+``ddlcomm info`` reports (:func:`ddlcomm.machine.facts`).  The MPI library the
+ranks really ran is also set by the backend once it runs.
 """
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ import platform
 import socket
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
+
+from .. import machine
+from ..machine.cpus import cpu_model
 
 import ddlcomm
 
@@ -19,41 +24,6 @@ GIT_TIMEOUT_S = 5.0
 
 # The ddlcomm package folder (this file is ddlcomm/results/sysinfo.py).
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
-
-
-def cpu_model(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> str | None:
-    """The CPU's 'model name' from ``cpuinfo``, else ``platform.processor()``, else None."""
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, sep, value = line.partition(":")
-                if sep and key.strip() == "model name" and value.strip():
-                    return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or None
-
-
-def last_level_cache(cpu: str | os.PathLike[str] = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
-    """Bytes of the highest-level data or unified cache of ``cpu`` (sysfs), None if unknown."""
-    best: tuple[int, int] | None = None
-    for index in Path(cpu).glob("index*"):
-        try:
-            level = int((index / "level").read_text())
-            kind = (index / "type").read_text().strip()
-            size = (index / "size").read_text().strip()
-        except (OSError, ValueError):
-            continue
-        if kind == "Instruction" or not size:
-            continue
-        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1].upper(), 1)
-        try:
-            nbytes = int(size.rstrip("KMGkmg")) * unit
-        except ValueError:
-            continue
-        if best is None or level > best[0]:
-            best = (level, nbytes)
-    return best[1] if best else None
 
 
 def ddlcomm_version() -> str:
@@ -92,13 +62,15 @@ def git_commit(directory: str | os.PathLike[str] | None = None) -> str | None:
     return commit + "-dirty" if status else commit
 
 
-def collect() -> dict[str, Any]:
+def collect(ranks: Optional[int] = None, with_machine: bool = True) -> dict[str, Any]:
     """Run fields describing this machine and software.
 
     Keys: ``host``, ``cpu_model``, ``cores`` (logical CPUs), ``os``,
-    ``python``, ``ddlcomm_version``, ``git_commit`` (None outside a checkout).
+    ``python``, ``ddlcomm_version``, ``git_commit`` (None outside a checkout)
+    and, with ``with_machine``, ``machine`` (:func:`ddlcomm.machine.facts` at
+    ``ranks`` local ranks; about a second or two, for the MPI and GPU probes).
     """
-    return {
+    info = {
         "host": socket.gethostname(),
         "cpu_model": cpu_model(),
         "cores": os.cpu_count(),
@@ -107,3 +79,6 @@ def collect() -> dict[str, Any]:
         "ddlcomm_version": ddlcomm_version(),
         "git_commit": git_commit(),
     }
+    if with_machine:
+        info["machine"] = machine.facts(ranks)
+    return info

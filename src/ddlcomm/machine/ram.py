@@ -1,0 +1,61 @@
+"""Memory: total and available, transparent huge pages, the hugetlb pools, /dev/shm.
+
+What the memory kinds (``hugepage``, ``shared``) will get here.  Reads files only,
+through :mod:`ddlcomm.memory.vm`'s readers."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..memory import vm
+
+THP_DIR = "/sys/kernel/mm/transparent_hugepage"
+HUGETLB_DIR = Path("/sys/kernel/mm/hugepages")
+
+
+def hugetlb(meminfo: dict[str, int]) -> dict[str, Any]:
+    """The default hugetlb pool from ``/proc/meminfo`` numbers (pure): ``page_bytes``,
+    ``total`` and ``free`` pages; None values where the kernel has no hugetlb."""
+    size_kb = meminfo.get("Hugepagesize")
+    return {"page_bytes": size_kb * 1024 if size_kb is not None else None,
+            "total": meminfo.get("HugePages_Total"), "free": meminfo.get("HugePages_Free")}
+
+
+def hugetlb_pools(root: Path = HUGETLB_DIR) -> list[dict[str, Any]]:
+    """Every hugetlb page size (``hugepages-2048kB``, ``hugepages-1048576kB``) with its
+    ``total`` and ``free`` pages, from sysfs."""
+    pools = []
+    for d in sorted(root.glob("hugepages-*kB")):
+        try:
+            kb = int(d.name[len("hugepages-"):-2])
+            total = int((d / "nr_hugepages").read_text())
+            free = int((d / "free_hugepages").read_text())
+        except (OSError, ValueError):
+            continue
+        pools.append({"page_bytes": kb * 1024, "total": total, "free": free})
+    return sorted(pools, key=lambda p: p["page_bytes"])
+
+
+def shm_bytes(path: str = "/dev/shm") -> dict[str, Any]:
+    """Size and free bytes of the tmpfs behind ``shared`` buffers, or why unknown."""
+    try:
+        st = os.statvfs(path)
+    except OSError as exc:
+        return {"path": path, "available": False, "reason": str(exc)}
+    return {"path": path, "available": True, "size_bytes": st.f_blocks * st.f_frsize,
+            "free_bytes": st.f_bavail * st.f_frsize}
+
+
+def facts(meminfo_path: str = "/proc/meminfo", thp_dir: str = THP_DIR) -> dict[str, Any]:
+    """``total_bytes``, ``available_bytes``, ``thp`` (``enabled`` and ``defrag`` modes,
+    None without THP), ``hugetlb`` (default pool, and ``pools`` per page size), ``shm``."""
+    mi = vm.meminfo(meminfo_path)
+    kib = {k: mi[k] * 1024 if k in mi else None for k in ("MemTotal", "MemAvailable")}
+    return {
+        "total_bytes": kib["MemTotal"],
+        "available_bytes": kib["MemAvailable"],
+        "thp": {"enabled": vm.thp_mode(f"{thp_dir}/enabled"), "defrag": vm.thp_mode(f"{thp_dir}/defrag")},
+        "hugetlb": dict(hugetlb(mi), pools=hugetlb_pools()),
+        "shm": shm_bytes(),
+    }

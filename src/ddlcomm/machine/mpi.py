@@ -90,13 +90,13 @@ def _gpu_query(lib: ctypes.CDLL) -> Optional[int]:
 def in_this_process() -> dict[str, Any]:
     """Run in a child: mpi4py's library, its version text, and the CUDA queries after MPI_Init."""
     try:
-        import mpi4py
+        import mpi4py  # mpi4py is optional: asked for only in the probe's child
     except ImportError as exc:
         return {"available": False, "reason": f"mpi4py is not installed ({exc})"}
     mpi4py.rc.initialize = False
     mpi4py.rc.thread_level = "single"
     try:
-        from mpi4py import MPI
+        from mpi4py import MPI  # loads the MPI library: after the rc settings above
     except (ImportError, RuntimeError) as exc:
         return {"available": False, "reason": f"mpi4py cannot load an MPI library ({exc})"}
     out: dict[str, Any] = {"available": True, "mpi4py": mpi4py.__version__,

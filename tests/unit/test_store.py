@@ -129,9 +129,9 @@ def test_bad_values_refused(store):
 
 def test_schema_version_stored_and_newer_refused(db_path):
     with Store(db_path) as s:
-        assert s.schema_version() == store_mod.SCHEMA_VERSION == 2
+        assert s.schema_version() == store_mod.SCHEMA_VERSION == 3
     con = sqlite3.connect(db_path)
-    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("2",)
+    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("3",)
     with con:
         con.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
     con.close()
@@ -152,16 +152,18 @@ def test_migration_adds_column(db_path, monkeypatch):
 
 
 def test_schema_1_database_gains_machine_facts(db_path, monkeypatch):
-    """A database written before version 2 opens, migrates, and its old runs read machine={}."""
+    """A database written at version 1 opens, migrates, and its old runs read machine={},
+    no owner (so never stale)."""
     with monkeypatch.context() as m:
         m.setattr(store_mod, "MIGRATIONS", store_mod.MIGRATIONS[:1])
-        m.setattr(store_mod, "RUN_FIELDS", {k: v for k, v in store_mod.RUN_FIELDS.items() if k != "machine"})
         with Store(db_path) as s:
-            old = s.create_run({"host": "before"})
             assert s.schema_version() == 1
+    with sqlite3.connect(db_path) as con:            # a run as ddlcomm wrote it then
+        old = con.execute("INSERT INTO runs (started_at, status, host) "
+                          "VALUES ('2026-01-01T00:00:00+00:00', 'running', 'before')").lastrowid
     with Store(db_path) as s:
-        assert s.schema_version() == 2
-        assert s.run(old)["machine"] == {}
+        assert s.schema_version() == 3
+        assert s.run(old)["machine"] == {} and not s.run(old)["stale"]
         new = s.create_run({"machine": {"gpus": {"count": 0}, "mpi": {"cuda_aware": False}}})
         assert s.run(new)["machine"]["mpi"]["cuda_aware"] is False
 
@@ -178,16 +180,40 @@ def test_not_a_database_refused(tmp_path):
         Store(other)
 
 
-def test_mark_failed_if_running(store):
+def test_end_if_running(store):
     rid = store.create_run({})
-    assert store.mark_failed_if_running(rid, "rank 3 died") is True
+    assert store.end_if_running(rid, "failed", "rank 3 died") is True
     run = store.run(rid)
     assert run["status"] == "failed" and run["error"] == "rank 3 died" and run["ended_at"]
-    assert store.mark_failed_if_running(rid, "again") is False
+    assert store.end_if_running(rid, "failed", "again") is False
     done = store.create_run({})
     store.finish_run(done, "passed")
-    assert store.mark_failed_if_running(done, "late") is False
+    assert store.end_if_running(done, "failed", "late") is False
     assert store.run(done)["status"] == "passed"
+
+
+def test_interrupted_and_bad_endings(store):
+    rid = store.create_run({})
+    assert store.end_if_running(rid, "interrupted", "interrupted during allreduce (buffer, 1MiB)")
+    assert store.run(rid)["status"] == "interrupted"
+    with pytest.raises(StoreError, match="cannot be ended as 'passed'"):
+        store.end_if_running(rid, "passed", "no")
+
+
+def test_a_run_whose_owner_died_is_stale(store):
+    import subprocess
+    import sys
+    child = subprocess.run([sys.executable, "-c", "from ddlcomm.launch.processes import this_process;"
+                            "print(repr(this_process()))"], capture_output=True, text=True, check=True)
+    dead = eval(child.stdout)                       # the child has ended: its pid is gone
+    live = store.create_run({})
+    gone = store.create_run({"owner": dead})
+    finished = store.create_run({"owner": dead})
+    store.finish_run(finished, "passed")
+    elsewhere = store.create_run({"owner": {**dead, "host": "another-host"}})
+    stale = {r["id"]: r["stale"] for r in store.runs()}
+    assert stale == {live: False, gone: True, finished: False, elsewhere: False}
+    assert store.run(live)["owner"]["pid"] == __import__("os").getpid()
 
 
 def test_concurrent_writers(db_path):

@@ -19,6 +19,7 @@ from typing import Callable, Optional, Sequence
 
 from ..errors import DdlcommError
 from ..results import Store, sysinfo
+from .interrupts import OnInterrupt
 from .watchdog import Watchdog
 
 RUN_ID_ENV = "DDLCOMM_RUN_ID"
@@ -83,10 +84,10 @@ def settle(store: Store, run_id: int, rc: int,
         store.finish_run(run_id, "failed" if failed else "passed",
                          f"{failed} points failed their check" if failed else None)
     else:
-        why = "interrupted" if rc == EXIT_INTERRUPTED else f"ranks ended with exit code {rc}"
-        why += where(points)
+        interrupted = rc == EXIT_INTERRUPTED
+        why = ("interrupted" if interrupted else f"ranks ended with exit code {rc}") + where(points)
         print(f"ddlcomm: error: {why}", file=sys.stderr, flush=True)
-        store.mark_failed_if_running(run_id, why)
+        store.end_if_running(run_id, "interrupted" if interrupted else "failed", why)
     return points, failed, store.run(run_id)
 
 
@@ -120,41 +121,57 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
     state: dict = {"run_id": int(os.environ[RUN_ID_ENV]) if RUN_ID_ENV in os.environ else None}
     owner = state["run_id"] is None
 
-    def record_failure(message: str) -> None:
+    def record(status: str, message: str) -> None:
         if state["run_id"] is not None and db_path.exists():
             try:
                 with Store(db_path) as store:
-                    store.mark_failed_if_running(state["run_id"], message)
+                    store.end_if_running(state["run_id"], status, message)
             except Exception:          # best effort: the rank is going down anyway
                 pass
 
     def on_timeout(what: str, limit: float) -> None:
         message = f"rank {comm.rank}: {what} did not finish within {limit:g} s"
         print(f"ddlcomm: error: {message}", file=sys.stderr, flush=True)
-        record_failure(message)
+        record("failed", message)
         os._exit(EXIT_RANK_FAILED)
+
+    def on_interrupt(signame: str) -> None:
+        where = f" during {watchdog.current}" if watchdog.current else ""
+        message = f"interrupted ({signame}){where}"
+        os.write(2, f"ddlcomm: rank {comm.rank}: {message}\n".encode())   # no lock: any thread
+        record("interrupted", message)
+        os._exit(EXIT_INTERRUPTED)
 
     watchdog = Watchdog(timeout_s, on_timeout)
     try:
-        prepare(watchdog)
-        store = None
-        if comm.rank == 0:
-            store = Store(db_path)
-            if owner:
-                state["run_id"] = store.create_run(info())
-            store.update_run(state["run_id"], mpi_library=comm.library,
-                             mpi_version=comm.library_version)
-        if owner:
-            state["run_id"] = comm.broadcast_object(state["run_id"], 0)
-        failed = body(watchdog, store, state["run_id"])
-        if store is not None:
-            store.close()
-        comm.barrier()
+        with OnInterrupt(on_interrupt):
+            return _run_body(comm, db_path, state, owner, watchdog, info, prepare, body)
     except Exception as exc:  # noqa: BLE001 - any failure must end every rank
         message = fail_message(comm.rank, watchdog.current, exc)
         print(f"ddlcomm: error: {message}", file=sys.stderr, flush=True)
-        record_failure(message)
+        record("failed", message)
         if comm.size > 1:
             comm.abort(EXIT_RANK_FAILED)
         return RankResult(EXIT_RANK_FAILED if not isinstance(exc, DdlcommError) else 2)
+
+
+def _run_body(comm, db_path: Path, state: dict, owner: bool, watchdog: Watchdog,
+              info: Callable[[], dict], prepare: Callable[[Watchdog], None],
+              body: Callable[[Watchdog, Optional[Store], int], int]) -> RankResult:
+    """:func:`rank_run`'s work: the checks, the run (created by rank 0 when no owner
+    did), the body."""
+    prepare(watchdog)
+    store = None
+    if comm.rank == 0:
+        store = Store(db_path)
+        if owner:
+            state["run_id"] = store.create_run(info())
+        store.update_run(state["run_id"], mpi_library=comm.library,
+                         mpi_version=comm.library_version)
+    if owner:
+        state["run_id"] = comm.broadcast_object(state["run_id"], 0)
+    failed = body(watchdog, store, state["run_id"])
+    if store is not None:
+        store.close()
+    comm.barrier()
     return RankResult(None, owner, state["run_id"], failed)

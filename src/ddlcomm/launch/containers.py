@@ -62,6 +62,7 @@ from typing import Optional, Sequence
 
 from ..errors import UnsupportedError, UsageError
 from .placement import cpu_sets, format_cpulist, numa_nodes, split_ranks
+from .processes import owner_alive, pid_alive, start_time
 
 #: Where sets keep their namespace files, hosts file and launch agent.
 STATE_DIR = Path("/run/ddlcomm")
@@ -125,31 +126,6 @@ def _sh(cmd: Sequence[str], check: bool = True, timeout: float = CMD_TIMEOUT_S,
     return res
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _start_time(pid: int) -> Optional[str]:
-    """The process's start time in clock ticks since boot (tells a reused pid apart)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def _owner_alive(pid: int, start: Optional[str] = None) -> bool:
-    if not _pid_alive(pid):
-        return False
-    return start is None or _start_time(pid) in (None, start)
-
-
 def _mounted(path: Path) -> bool:
     target = str(path)
     try:
@@ -195,9 +171,9 @@ def _end_processes(netns_files: Sequence[Path], cgroups: Sequence[Path] = (),
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and any(_pid_alive(p) and not _zombie(p) for p in pids):
+        while time.monotonic() < deadline and any(pid_alive(p) and not _zombie(p) for p in pids):
             time.sleep(0.05)
-        pids = [p for p in pids if _pid_alive(p) and not _zombie(p)]
+        pids = [p for p in pids if pid_alive(p) and not _zombie(p)]
         if not pids:
             break
     return pids
@@ -535,7 +511,7 @@ class ContainerSet:
                 seq += 1
         self.id, self._state = ident, STATE_DIR / ident
         (self._state / "owner.json").write_text(json.dumps(
-            {"pid": pid, "start": _start_time(pid), "id": ident}))
+            {"pid": pid, "start": start_time(pid), "id": ident}))
         for i, c in enumerate(self.containers):
             c.netns = c.hostname = f"{PREFIX}-{ident}-c{i}"
         self._claim_subnet(pid)
@@ -753,7 +729,7 @@ class _DeadOwners:
                 start = json.loads((STATE_DIR / ident / "owner.json").read_text()).get("start")
             except (OSError, ValueError):
                 pass
-            self._dead[ident] = not _owner_alive(pid, start)
+            self._dead[ident] = not owner_alive(pid, start)
         return self._dead[ident]
 
 

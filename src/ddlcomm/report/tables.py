@@ -274,7 +274,8 @@ def render_runs(runs: Iterable[Mapping[str, Any]]) -> str:
 
     Besides the run fields, each run may carry the summary keys ``n_points``,
     ``n_passed``, ``n_failed`` (ints) and ``collectives`` (list or string);
-    missing ones show ``-``.
+    missing ones show ``-``.  A ``stale`` run (running, but its owner died) shows
+    as ``stale``.
     """
     headers = ["id", "started", "status", "host", "mpi", "points", "passed", "failed",
                "collectives", "command"]
@@ -283,7 +284,8 @@ def render_runs(runs: Iterable[Mapping[str, Any]]) -> str:
         colls = r.get("collectives")
         if isinstance(colls, (list, tuple)):
             colls = ",".join(map(str, colls))
-        rows.append([str(r.get("id", "-")), format_when(r.get("started_at")), str(r.get("status") or "-"),
+        status = "stale" if r.get("stale") else str(r.get("status") or "-")
+        rows.append([str(r.get("id", "-")), format_when(r.get("started_at")), status,
                      str(r.get("host") or "-"), _mpi(r),
                      *[str(r.get(k, "-")) if r.get(k) is not None else "-"
                        for k in ("n_points", "n_passed", "n_failed")],
@@ -297,7 +299,8 @@ def render_runs(runs: Iterable[Mapping[str, Any]]) -> str:
 def render_run(run: Mapping[str, Any]) -> str:
     """``key: value`` lines describing one run (``results show``; points follow)."""
     fields = [
-        ("run", run.get("id")), ("status", run.get("status")),
+        ("run", run.get("id")),
+        ("status", "stale (running, but its owner died)" if run.get("stale") else run.get("status")),
         ("started", format_when(run.get("started_at"))), ("ended", format_when(run.get("ended_at"))),
         ("host", run.get("host")), ("cpu", run.get("cpu_model")), ("cores", run.get("cores")),
         ("os", run.get("os")), ("python", run.get("python")), ("mpi", _mpi(run)),

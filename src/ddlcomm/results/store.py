@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import StoreError
+from ..launch.processes import owner_gone, this_process
 
 #: Seconds a writer waits for another process's lock before giving up.
 BUSY_TIMEOUT_S = 30.0
@@ -58,6 +59,8 @@ MIGRATIONS: list[tuple[str, ...]] = [
     ),
     # 2: the machine's facts (ddlcomm info) with every run.
     ("ALTER TABLE runs ADD COLUMN machine TEXT",),
+    # 3: the process that owns a run (host, pid, start time), to tell a stale run.
+    ("ALTER TABLE runs ADD COLUMN owner TEXT",),
 ]
 
 #: Version of the schema this code writes (the number of migrations).
@@ -69,6 +72,7 @@ RUN_FIELDS: dict[str, str] = {
     "host": "str", "cpu_model": "str", "cores": "int", "os": "str", "python": "str",
     "mpi_library": "str", "mpi_version": "str", "ddlcomm_version": "str",
     "git_commit": "str", "command": "str", "config": "json", "machine": "json",
+    "owner": "json",
 }
 
 #: Point fields and their kinds (``str``, ``int``, ``float``, ``bool``, ``json``).
@@ -85,7 +89,9 @@ POINT_FIELDS: dict[str, str] = {
     "check": "str", "error": "str", "extra": "json",
 }
 
-RUN_STATUSES = ("running", "passed", "failed")
+RUN_STATUSES = ("running", "passed", "failed", "interrupted")
+#: How a run that did not finish by itself ends (see :meth:`Store.end_if_running`).
+ENDINGS = ("failed", "interrupted")
 CHECK_VALUES = ("passed", "failed", "skipped")
 
 # Keys that points() adds and add_point() therefore ignores (so a point read
@@ -310,11 +316,13 @@ class Store:
         """Add a run and return its id.
 
         ``info`` holds any run fields but ``id``; ``started_at`` defaults to
-        now and ``status`` to ``'running'``.  ``command`` may be an argv list.
+        now, ``status`` to ``'running'`` and ``owner`` to this process.
+        ``command`` may be an argv list.
         """
         info = dict(info or {})
         info.setdefault("started_at", utc_now())
         info.setdefault("status", "running")
+        info.setdefault("owner", this_process())
         if info["status"] is None or info["started_at"] is None:
             raise StoreError("a run needs a started_at and a status")
         cols = self._run_columns(info)
@@ -343,16 +351,19 @@ class Store:
             raise StoreError(f"a run cannot finish with status {status!r}", "use 'passed' or 'failed'")
         self.update_run(run_id, status=status, error=error, ended_at=utc_now())
 
-    def mark_failed_if_running(self, run_id: int, error: str) -> bool:
-        """Mark a run failed (with ``error``, ended now) unless it has already finished.
+    def end_if_running(self, run_id: int, status: str, error: str) -> bool:
+        """End a run as ``status`` (failed or interrupted, with ``error``, ended now)
+        unless it has already ended.
 
-        For the launcher, after the job ended: returns True if the run was
-        still ``'running'`` and is now ``'failed'``, False if it had finished.
+        Returns True if the run was still ``'running'`` and is now ended, False
+        if it had ended before (the first ending stands).
         """
+        if status not in ENDINGS:
+            raise StoreError(f"a run cannot be ended as {status!r}", f"use {' or '.join(ENDINGS)}")
         with self._write() as db:
-            cur = db.execute("UPDATE runs SET status = 'failed', error = ?, ended_at = ? "
+            cur = db.execute("UPDATE runs SET status = ?, error = ?, ended_at = ? "
                              "WHERE id = ? AND status = 'running'",
-                             (_to_column("run", "error", "str", error), utc_now(), run_id))
+                             (status, _to_column("run", "error", "str", error), utc_now(), run_id))
             if cur.rowcount:
                 return True
             if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
@@ -385,13 +396,15 @@ class Store:
             for name in ("n_points", "n_passed", "n_failed", "n_skipped"):
                 d[name] = int(row[name])
             d["collectives"] = ",".join(colls.get(row["id"], []))
+            d["stale"] = d["status"] == "running" and owner_gone(d["owner"])
             out.append(d)
         return out
 
     def runs(self) -> list[dict[str, Any]]:
         """Every run, newest first, each with ``n_points``, ``n_passed``,
-        ``n_failed``, ``n_skipped`` and ``collectives`` (comma-separated, in
-        the order first measured)."""
+        ``n_failed``, ``n_skipped``, ``collectives`` (comma-separated, in the
+        order first measured) and ``stale`` (still ``running``, but the process
+        that owns it has died on this host)."""
         return self._run_dicts()
 
     def run(self, run_id: int) -> dict[str, Any]:

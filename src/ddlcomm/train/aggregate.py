@@ -31,9 +31,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import UsageError
+from ..measure.timing import clock
 from .phases import buckets as make_buckets
 
-clock = time.perf_counter
 ARCHS = ("allreduce", "ps")
 #: How a rank waits for all-reduces in flight: "spin", the backend's own wait (MPI's polls
 #: a core), or "sleep": test() between sleeps of 50 µs growing to 1 ms, leaving the core to

@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..measure.timing import agree_max
+from ..measure.timing import agree_max, clock
 from .phases import PhaseTimes
 
-clock = time.perf_counter
 
 
 def progress(rank: int, text: str) -> None:

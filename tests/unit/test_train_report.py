@@ -36,10 +36,9 @@ def test_scaling_against_one_worker():
     assert sc[("allreduce", 2)]["speedup"] == pytest.approx(2 * 0.16 / 0.2)
     assert sc[("allreduce", 4)]["efficiency"] == pytest.approx(0.16 / 0.25)
     assert sc[("ps", 2)]["speedup"] == pytest.approx(2 * 0.16 / 0.4)     # 2 workers + a server
-    if predict.available():
-        # one worker's phases + the comm measured at N: 0.16 s of work + 0.02 s exposed
-        assert sc[("allreduce", 2)]["t_iter_predicted_from_1_s"] == pytest.approx(0.18)
-        assert sc[("allreduce", 2)]["speedup_predicted"] == pytest.approx(2 * 0.16 / 0.18)
+    # one worker's phases + the comm measured at N: 0.16 s of work + 0.02 s exposed
+    assert sc[("allreduce", 2)]["t_iter_predicted_from_1_s"] == pytest.approx(0.18)
+    assert sc[("allreduce", 2)]["speedup_predicted"] == pytest.approx(2 * 0.16 / 0.18)
 
 
 def test_no_baseline_no_scaling_point():
@@ -49,7 +48,6 @@ def test_no_baseline_no_scaling_point():
     assert [p["library"] for p in scaling_points([point(1), other, point(2)])] == ["Open MPI"] * 2
 
 
-@pytest.mark.skipif(not predict.available(), reason="S-SGD model not installed")
 def test_predict_overlap_hides_communication():
     phases = {"io": 0.0, "h2d": 0.0, "forward": 0.05, "backward": 0.1, "update": 0.01}
     off = predict.predict(phases, LAYERS, 2, [[444_000, 0.02]], False, 25 << 20)

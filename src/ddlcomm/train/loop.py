@@ -255,9 +255,8 @@ def _iteration_fields(t: Training, g: dict[str, np.ndarray], identical, alone: t
         "t_comm_alone_s": t_alone,
         "comm_table": comm_table, "layers": layers, "buckets": len(t.bk.gbufs),
         "bucket_bytes": t.bk.nbytes,
-        "t_iter_predicted_s": pred["t_iter"] if pred else None,
-        "predicted": pred, "predicted_error": relative_error(measured_t_iter, pred and pred["t_iter"]),
-        "model_available": pred is not None,
+        "t_iter_predicted_s": pred["t_iter"],
+        "predicted": pred, "predicted_error": relative_error(measured_t_iter, pred["t_iter"]),
         # Autograd runs CPU backward on the calling thread, so the hooks that start
         # MPI calls run on the main thread (MPI is at THREAD_FUNNELED): checked every hook.
         "hooks_on_main_thread": t.agg.hooks_off_main == 0,
@@ -271,8 +270,7 @@ def _print_summary(rank: int, it: dict) -> None:
                    f"hidden {critical['comm_hidden'] * 1e3:.1f} ms, loss {it['loss_first']:.3f}"
                    f" -> {it['loss_last']:.3f}, replicas "
                    f"{'identical' if identical else 'not checked' if identical is None else 'DIFFER'}"
-                   + (f", predicted {pred['t_iter']:.3f} s ({it['predicted_error']:+.1%})" if pred else
-                      ", no S-SGD model installed"))
+                   + f", predicted {pred['t_iter']:.3f} s ({it['predicted_error']:+.1%})")
 
 
 def base_extra(cfg: TrainConfig, workers: int, phase: str) -> dict:

@@ -4,44 +4,28 @@ The inputs are what the run measured (stored with its iteration point): the
 mean per-phase times of one worker, the backward time and gradient bytes of
 every parameter tensor in the order they became ready, and the cost of
 aggregating each bucket measured alone in the same job (``comm=``: bytes ->
-seconds).  Without :mod:`ddlcomm.model.ssgd` importable, training still works
-(and says so).
+seconds).
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Sequence
 
+from ..model import ssgd
 from .phases import comm_function
-
-try:
-    from ..model import ssgd as _ssgd_module
-except ImportError:
-    _ssgd_module = None
 
 #: What our --overlap means in the model's terms.
 OVERLAP = {False: "none", True: "wfbp"}
 
 
-def _ssgd():
-    return _ssgd_module
-
-
-def available() -> bool:
-    return _ssgd() is not None
-
-
 def predict(phases_s: dict, layers: Sequence[Sequence[float]], workers: int,
             comm_table: Sequence[Sequence[float]], overlap: bool, fusion: int,
-            io_per_node: bool = False) -> Optional[dict]:
-    """The model's prediction for ``workers`` workers as a dict (seconds), or None without the model.
+            io_per_node: bool = False) -> dict:
+    """The model's prediction for ``workers`` workers as a dict (seconds).
 
     ``phases_s`` holds io, h2d, forward, backward, update (seconds per
     iteration of one worker); ``layers`` (backward seconds, gradient bytes)
     in ready order; ``comm_table`` measured (bytes, seconds) of the buckets.
     """
-    ssgd = _ssgd()
-    if ssgd is None:
-        return None
     phases = ssgd.Phases(t_io=phases_s["io"], t_h2d=phases_s["h2d"], t_f=phases_s["forward"],
                          t_b=phases_s["backward"], t_u=phases_s["update"],
                          layers=tuple((float(t), int(b)) for t, b in layers))

@@ -87,8 +87,18 @@ def settle(store: Store, run_id: int, rc: int,
         interrupted = rc == EXIT_INTERRUPTED
         why = ("interrupted" if interrupted else f"ranks ended with exit code {rc}") + where(points)
         print(f"ddlcomm: error: {why}", file=sys.stderr, flush=True)
-        store.end_if_running(run_id, "interrupted" if interrupted else "failed", why)
+        if not store.end_if_running(run_id, "interrupted" if interrupted else "failed", why):
+            _failed_not_interrupted(store, run_id, interrupted, why)
     return points, failed, store.run(run_id)
+
+
+def _failed_not_interrupted(store: Store, run_id: int, interrupted: bool, why: str) -> None:
+    """A rank that fails makes the launcher stop the others, and they record the run
+    interrupted: the owner, who saw the launcher fail, makes it failed."""
+    run = store.run(run_id)
+    if not interrupted and run["status"] == "interrupted":
+        store.update_run(run_id, status="failed",
+                         error=f"{why}; the launcher then stopped the other ranks ({run['error']})")
 
 
 def fail_message(rank: int, what: Optional[str], exc: BaseException) -> str:

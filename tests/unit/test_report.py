@@ -63,11 +63,14 @@ def test_render_points_tables(points):
         "# gather  float32  2 ranks  (Open MPI 5.0.11)",
         "# allreduce  float32 sum  2 ranks  (Open MPI 5.0.11)"]
     header = blocks[0].splitlines()[1].split()
-    assert header == ["size", "count", "form", "min_us", "avg_us", "max_us", "p50_us", "p99_us",
-                      "algbw_GB/s", "busbw_GB/s", "check"]
-    rows = blocks[0].splitlines()[3:]
-    assert len(rows) == 12 and rows[0].split()[:3] == ["4B", "1", "buffer"]
-    assert rows[1].split()[2] == "object" and rows[-1].split()[0] == "16MiB"
+    assert header == ["size", "count", "iters", "form", "min_us", "avg_us", "max_us", "p50_us",
+                      "p99_us", "algbw_GB/s", "busbw_GB/s", "check"]
+    rows = blocks[0].splitlines()[3:15]
+    assert len(rows) == 12 and rows[0].split()[:4] == ["4B", "1", "100", "buffer"]
+    assert rows[1].split()[3] == "object" and rows[-1].split()[0] == "16MiB"
+    # nccl-tests' headline under each table: mean busbw over the sizes, per series
+    assert blocks[0].splitlines()[15].startswith("# avg bus bandwidth: buffer ")
+    assert "noise" not in text                                   # nothing flagged
     assert "FAILED" in blocks[1] and "FAILED" not in blocks[0] + blocks[2]
     assert "wrong value at index 3" in blocks[1]
     # no form column when only one form is shown

@@ -77,7 +77,7 @@ def test_avg_busbw_per_series():
               pt(4, 5, 5, form="object", busbw_GBps=0.5), pt(0, 5, 5, busbw_GBps=0.0)]
     assert avg_busbw(points) == [("buffer", 2.0, 2), ("object", 0.5, 1)]
     assert format_avg_busbw(points) == "avg bus bandwidth: buffer 2.00, object 0.5 GB/s"
-    assert format_avg_busbw(points[:2]) == "avg bus bandwidth: buffer 2.00 GB/s"
+    assert format_avg_busbw(points[:2]) == "avg bus bandwidth: 2.00 GB/s"
     assert format_avg_busbw([pt(0, 5, 5)]) == ""
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ..machine import load
 from ..measure import noise
 from ..units import format_size
 
@@ -358,8 +359,14 @@ def render_runs(runs: Iterable[Mapping[str, Any]]) -> str:
     return format_table(headers, rows, right)
 
 
+def run_warnings(run: Mapping[str, Any]) -> list[str]:
+    """What the run's load record warns of (:func:`ddlcomm.machine.load.warnings`)."""
+    return load.warnings(run.get("load") or {})
+
+
 def render_run(run: Mapping[str, Any]) -> str:
-    """``key: value`` lines describing one run (``results show``; points follow)."""
+    """``key: value`` lines describing one run (``results show``; points follow),
+    with its load and a ``warning`` line per :func:`run_warnings`."""
     fields = [
         ("run", run.get("id")),
         ("status", "stale (running, but its owner died)" if run.get("stale") else run.get("status")),
@@ -373,6 +380,9 @@ def render_run(run: Mapping[str, Any]) -> str:
         fields.append(("error", run["error"]))
     if run.get("machine"):
         fields.append(("gpus", run["machine"].get("gpu_verdict")))
+    if run.get("load"):
+        fields.append(("load", load.describe(run["load"])))
+        fields += [("warning", text) for text in run_warnings(run)]
     config = run.get("config")
     if config:
         fields.append(("config", ", ".join(f"{k}={v}" for k, v in config.items())

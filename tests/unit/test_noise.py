@@ -150,13 +150,16 @@ def test_summarize_and_warnings_of_a_quiet_run():
 
 
 def test_warnings_of_a_busy_oversubscribed_stolen_run():
-    rec = load.summarize(snap(0.0, 0, 0, 0.0), snap(10.0, 2000, 100, 12.0), 3)
+    rec = load.summarize(snap(0.0, 0, 0, 0.0, (185.9, 200, 90)), snap(10.0, 2000, 100, 12.0), 3)
     assert rec["others_cpu_s"] == 8.0 and rec["others_cores"] == 0.8 and rec["steal_s"] == 1.0
     warned = load.warnings(rec)
     assert warned[0] == ("oversubscribed: 3 ranks on 2 usable cores, so ranks wait for each "
                          "other's time slices")
-    assert warned[1].startswith("busy machine: other processes kept 0.80 of the run's 2 cores")
-    assert warned[2].startswith("stolen CPU time: the hypervisor gave 1.0 s") and "(5.0%)" in warned[2]
+    assert warned[1] == "loaded before the run: 1-minute load average 185.90 on 2 usable cores"
+    assert warned[2].startswith("busy machine: other processes kept 0.80 of the run's 2 cores")
+    assert warned[3].startswith("stolen CPU time: the hypervisor gave 1.0 s") and "(5.0%)" in warned[3]
+    assert load.warnings(dict(rec, loadavg_before=[2.0, 0, 0], ranks=2, others_cores=0.2,
+                              steal_s=0.1)) == []                # at the limits: quiet
 
 
 def test_summarize_without_own_cpu_or_proc():

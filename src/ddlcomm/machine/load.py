@@ -45,6 +45,9 @@ BUSY_COLUMNS = ("user", "nice", "system", "irq", "softirq")
 OTHERS_CORES_WARN = 0.25
 #: Share of the run's CPU time stolen by a hypervisor that makes a warning.
 STEAL_WARN_FRACTION = 0.01
+#: 1-minute load average per usable core, before the run, that makes a warning (the load
+#: average counts runnable tasks and those waiting on disk, over all the host's CPUs).
+LOADAVG_WARN_PER_CORE = 1.0
 
 PROC_STAT = Path("/proc/stat")
 PROC_LOADAVG = Path("/proc/loadavg")
@@ -133,9 +136,11 @@ def summarize(before: Mapping[str, Any], after: Mapping[str, Any], ranks: Option
 def warnings(load: Mapping[str, Any]) -> list[str]:
     """What a user should know about a run's load record (empty when it ran undisturbed).
 
-    Oversubscription (more ranks than usable cores), others keeping at least
-    :data:`OTHERS_CORES_WARN` of the run's cores busy, and a hypervisor
-    stealing at least :data:`STEAL_WARN_FRACTION` of its CPU time.
+    Oversubscription (more ranks than usable cores), a 1-minute load average
+    above :data:`LOADAVG_WARN_PER_CORE` per usable core before the run,
+    others keeping at least :data:`OTHERS_CORES_WARN` of the run's cores busy,
+    and a hypervisor stealing at least :data:`STEAL_WARN_FRACTION` of its CPU
+    time.
     """
     if not load:
         return []
@@ -144,6 +149,10 @@ def warnings(load: Mapping[str, Any]) -> list[str]:
     if ranks and cores and ranks > cores:
         out.append(f"oversubscribed: {ranks} ranks on {cores} usable cores, so ranks wait for "
                    "each other's time slices")
+    avg = load.get("loadavg_before")
+    if avg and cores and avg[0] > LOADAVG_WARN_PER_CORE * cores:
+        out.append(f"loaded before the run: 1-minute load average {avg[0]:.2f} on {cores} usable "
+                   "cores")
     others = load.get("others_cores")
     if others is not None and others >= OTHERS_CORES_WARN:
         out.append(f"busy machine: other processes kept {others:.2f} of the run's {cores} cores "

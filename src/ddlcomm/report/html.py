@@ -27,7 +27,7 @@ from .tables import (EXTRA_COLUMNS, Point, avg_busbw, format_gbps, format_when, 
 CSV_NAME = "points.csv"
 
 _CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 0 auto 2em; padding: 0 1em; max-width: 1400px; color: #222; }
 h1 { margin-bottom: .2em; } h2 { margin-top: 2em; border-bottom: 1px solid #ccc; }
 table { border-collapse: collapse; font-size: 13px; margin: .5em 0; }
 th, td { padding: 2px 8px; border-bottom: 1px solid #eee; }

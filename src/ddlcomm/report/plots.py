@@ -106,7 +106,10 @@ def latency_figure(points: Sequence[Point], collective: str) -> Any:
         p50 = [p["t_p50_us"] for p in ps]
         (line,) = ax.plot(x, p50, marker="o", markersize=4, label=label or collective)
         p99 = [max(p.get("t_p99_us") or p50_, p50_) for p, p50_ in zip(ps, p50)]
-        ax.fill_between(x, p50, p99, color=line.get_color(), alpha=0.2, linewidth=0)
+        if len(x) > 1:
+            ax.fill_between(x, p50, p99, color=line.get_color(), alpha=0.2, linewidth=0)
+        else:               # one size: no area to shade, a bar from p50 to p99 instead
+            ax.vlines(x, p50, p99, color=line.get_color(), alpha=0.3, linewidth=8)
     _mark_failed(ax, chosen, "t_p50_us")
     _size_axis(ax, chosen)
     ax.set_yscale("log")

@@ -49,6 +49,13 @@ def _export(mpi, db, run_id="--all"):
     return json.loads(res.stdout)
 
 
+def _show(mpi, db, run_id=1) -> str:
+    from conftest import run
+    res = run([mpi.ddlcomm, "results", "show", str(run_id), "--db", db], mpi.env(), 60)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
 def test_bench_starts_its_own_ranks(mpi, tmp_path):
     db = tmp_path / "a.db"
     res = _bench(mpi, ["--collective", "allreduce,broadcast,gather", "--sizes", "1KiB:64KiB",
@@ -60,6 +67,10 @@ def test_bench_starts_its_own_ranks(mpi, tmp_path):
     assert {p["library"] for p in points} == {"Open MPI" if mpi.name == "openmpi" else "MPICH"}
     assert {p["ranks"] for p in points} == {2}
     assert "# allreduce" in res.stdout and "database:" in res.stdout
+    assert "# avg bus bandwidth: " in res.stdout
+    # the ranks are the owner's children: others' CPU time is known
+    load = next(ln for ln in _show(mpi, db).splitlines() if ln.startswith("load:"))
+    assert "load average" in load and " cores (" in load and "2 ranks on" in load
 
 
 def test_bench_under_users_launcher(mpi, tmp_path):
@@ -71,6 +82,9 @@ def test_bench_under_users_launcher(mpi, tmp_path):
     points = _export(mpi, db)
     assert [p["ranks"] for p in points] == [3, 3]
     assert {p["check"] for p in points} == {"passed"}
+    # rank 0 owns the run, but not the ranks' processes: their share is not claimed
+    load = next(ln for ln in _show(mpi, db).splitlines() if ln.startswith("load:"))
+    assert "the ranks' own share unknown" in load and "? ranks on" in load
 
 
 def test_ranks_mismatch_is_refused(mpi, tmp_path):

@@ -63,11 +63,14 @@ def test_render_points_tables(points):
         "# gather  float32  2 ranks  (Open MPI 5.0.11)",
         "# allreduce  float32 sum  2 ranks  (Open MPI 5.0.11)"]
     header = blocks[0].splitlines()[1].split()
-    assert header == ["size", "count", "form", "min_us", "avg_us", "max_us", "p50_us", "p99_us",
-                      "algbw_GB/s", "busbw_GB/s", "check"]
-    rows = blocks[0].splitlines()[3:]
-    assert len(rows) == 12 and rows[0].split()[:3] == ["4B", "1", "buffer"]
-    assert rows[1].split()[2] == "object" and rows[-1].split()[0] == "16MiB"
+    assert header == ["size", "count", "iters", "form", "min_us", "avg_us", "max_us", "p50_us",
+                      "p99_us", "algbw_GB/s", "busbw_GB/s", "check"]
+    rows = blocks[0].splitlines()[3:15]
+    assert len(rows) == 12 and rows[0].split()[:4] == ["4B", "1", "100", "buffer"]
+    assert rows[1].split()[3] == "object" and rows[-1].split()[0] == "16MiB"
+    # nccl-tests' headline under each table: mean busbw over the sizes, per series
+    assert blocks[0].splitlines()[15].startswith("# avg bus bandwidth: buffer ")
+    assert "noise" not in text                                   # nothing flagged
     assert "FAILED" in blocks[1] and "FAILED" not in blocks[0] + blocks[2]
     assert "wrong value at index 3" in blocks[1]
     # no form column when only one form is shown
@@ -89,10 +92,13 @@ def test_render_runs_and_run(points):
     assert row.endswith("...") and len(row.split("ddlcomm bench")[1]) <= 60
     shown = render_run(RUN)
     assert "host:" in shown and "git commit: abc1234" in shown and "config:" in shown
-    assert "gpus:" not in shown                                  # a run stored before schema 2
+    assert "gpus:" not in shown and "load:" not in shown        # a run stored before schema 2, 4
     verdict = "no GPU: GPU memory kinds (pinned, device), nccl and the GPU paths are unavailable here"
     assert f"gpus:       {verdict}" in render_run(dict(RUN, machine={"gpu_verdict": verdict}))
     assert render_runs([]) == "(no runs)"
+    busy = render_run(dict(RUN, load={"ranks": 4, "usable_cores": 2, "wall_s": 1.0}))
+    assert "load:       load average ? -> ?; 4 ranks on 2 cores over 1.0 s" in busy
+    assert "warning:    oversubscribed: 4 ranks on 2 usable cores" in busy
 
 
 def test_render_compare():
@@ -125,6 +131,33 @@ def test_write_run_report(points, tmp_path):
         for kind in ("latency", "bandwidth"):
             png = tmp_path / "report" / f"{coll}-{kind}.png"
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # navigation bar, the CSV beside the page and linked, nccl-tests' headline, iterations
+    assert '<nav><a href="#run">Run</a><a href="#summary">Summary</a>' in page
+    assert '<a href="#c-gather">gather</a><a href="#c-allreduce">allreduce</a>' in page
+    assert page.count('href="points.csv"') == 2 and '<section id="c-broadcast">' in page
+    csv = (tmp_path / "report" / "points.csv").read_text().splitlines()
+    assert csv[0].startswith("run_id,backend,library,collective") and len(csv) == len(points) + 1
+    assert "avg bus bandwidth: buffer <b>" in page and "<th>avg bus bandwidth (GB/s)</th>" in page
+    assert "<th>iters</th>" in page
+    assert "Warning" not in page and "noise" not in page       # a quiet run, no flagged point
+
+
+def test_run_report_warns_of_noise_and_shows_ps_async(points, tmp_path):
+    noisy = [dict(p, t_p50_us=8000.0, t_p99_us=8100.0) if p["bytes"] == 1024 else p for p in points]
+    ps = dict(make_point("allreduce", "buffer", 1 << 20), collective="ps-async",
+              extra={"phase": "step", "pushes_per_s": 812.3, "staleness_mean": 0.75,
+                     "staleness_max": 2})
+    load = {"ranks": 3, "usable_cores": 2, "wall_s": 9.0, "loadavg_before": [0.1, 0, 0],
+            "loadavg_after": [2.0, 1, 1], "busy_s": 17.0, "steal_s": 0.0, "own_cpu_s": 16.0,
+            "others_cpu_s": 1.0, "others_cores": 0.11}
+    page = write_run_report(dict(RUN, load=load), noisy + [ps], tmp_path / "r").read_text()
+    assert '<div class="warn"><b>Warning</b>' in page
+    assert "oversubscribed: 3 ranks on 2 usable cores" in page
+    assert "machine load</th><td>load average 0.10 -&gt; 2.00; others 0.11 cores" in page
+    assert page.count('class="noisy"') == 5 and page.count('class="failed"') == 1  # failed wins
+    assert "Q (2 points: 1KiB buffer, 1KiB object)" in page
+    assert "server <b>812</b> pushes/s, staleness mean <b>0.75</b>, max <b>2</b>" in page
+    assert "<th>pushes/s</th><th>stale_mean</th><th>stale_max</th>" in page
 
 
 def test_figures_need_sizes(points):

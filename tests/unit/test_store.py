@@ -129,9 +129,9 @@ def test_bad_values_refused(store):
 
 def test_schema_version_stored_and_newer_refused(db_path):
     with Store(db_path) as s:
-        assert s.schema_version() == store_mod.SCHEMA_VERSION == 3
+        assert s.schema_version() == store_mod.SCHEMA_VERSION == 4
     con = sqlite3.connect(db_path)
-    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("3",)
+    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("4",)
     with con:
         con.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
     con.close()
@@ -162,10 +162,29 @@ def test_schema_1_database_gains_machine_facts(db_path, monkeypatch):
         old = con.execute("INSERT INTO runs (started_at, status, host) "
                           "VALUES ('2026-01-01T00:00:00+00:00', 'running', 'before')").lastrowid
     with Store(db_path) as s:
-        assert s.schema_version() == 3
+        assert s.schema_version() == 4
         assert s.run(old)["machine"] == {} and not s.run(old)["stale"]
         new = s.create_run({"machine": {"gpus": {"count": 0}, "mpi": {"cuda_aware": False}}})
         assert s.run(new)["machine"]["mpi"]["cuda_aware"] is False
+
+
+def test_schema_3_database_gains_load(db_path, monkeypatch):
+    """A database written at version 3 opens, migrates to 4, and its old runs read
+    load={}; a new run stores its load record."""
+    with monkeypatch.context() as m:
+        m.setattr(store_mod, "MIGRATIONS", store_mod.MIGRATIONS[:3])
+        with Store(db_path) as s:
+            assert s.schema_version() == 3
+            old = s.create_run({"host": "before"})
+    cols = [r[1] for r in sqlite3.connect(db_path).execute("PRAGMA table_info(runs)")]
+    assert "load" not in cols
+    with Store(db_path) as s:
+        assert s.schema_version() == 4
+        assert s.run(old)["load"] == {} and s.run(old)["host"] == "before"
+        record = {"ranks": 3, "usable_cores": 2, "loadavg_before": [0.5, 0.4, 0.3],
+                  "others_cores": None}
+        s.update_run(old, load=record)
+        assert s.run(old)["load"] == record
 
 
 def test_not_a_database_refused(tmp_path):

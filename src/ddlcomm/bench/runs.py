@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from ..errors import DdlcommError
+from ..machine import load
 from ..results import Store, sysinfo
 from .interrupts import OnInterrupt
 from .watchdog import Watchdog
@@ -59,19 +60,29 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
     """Create the run and call ``start(environment)`` to run the ranks; (run id, exit code).
 
     The environment is ours plus ``env``, the run id and the database.
-    SIGTERM and Ctrl-C while the ranks run give exit code 130.
+    SIGTERM and Ctrl-C while the ranks run give exit code 130.  How busy the
+    machine was while they ran is stored with the run (``load``; the ranks are
+    our children, so their CPU time is known).
     """
     with Store(db_path) as store:
         run_id = store.create_run(info)
     env = dict(os.environ, **env, **{RUN_ID_ENV: str(run_id), "DDLCOMM_DB": str(db_path)})
     previous = signal.signal(signal.SIGTERM, _terminate)
+    before = load.snapshot()
     try:
         rc = start(env)
     except (KeyboardInterrupt, SystemExit):
         rc = EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
+    record_load(db_path, run_id, before, most_ranks(info.get("config") or {}), own=True)
     return run_id, rc
+
+
+def record_load(db_path: Path, run_id: int, before: dict, ranks: Optional[int], own: bool) -> None:
+    """Store the run's load record from ``before`` and a snapshot now (see machine/load.py)."""
+    with Store(db_path) as store:
+        store.update_run(run_id, load=load.summarize(before, load.snapshot(), ranks, own))
 
 
 def settle(store: Store, run_id: int, rc: int,
@@ -180,8 +191,12 @@ def _run_body(comm, db_path: Path, state: dict, owner: bool, watchdog: Watchdog,
                          mpi_version=comm.library_version)
     if owner:
         state["run_id"] = comm.broadcast_object(state["run_id"], 0)
+    before = load.snapshot() if owner and store is not None else None
     failed = body(watchdog, store, state["run_id"])
     if store is not None:
         store.close()
     comm.barrier()
+    if before is not None:
+        # ranks of a launcher we did not start: their CPU time and count per host are not ours to read
+        record_load(db_path, state["run_id"], before, None, own=False)
     return RankResult(None, owner, state["run_id"], failed)

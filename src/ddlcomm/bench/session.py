@@ -70,6 +70,8 @@ def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path],
             store, run_id, rc, lambda points: _where_it_ended(plan, points) if plan else "")
     if points:
         print(tables.render_points(points), flush=True)
+    for warning in tables.run_warnings(run):
+        print(f"warning: {warning}", flush=True)
     summary = (f"run {run_id}: {len(points)} points, {len(points) - failed} passed"
                f"{f', {failed} FAILED' if failed else ''}; status {run['status']}")
     print(summary)

@@ -1,8 +1,11 @@
-"""One self-contained HTML page per run: metadata, summary, plots and tables.
+"""One self-contained HTML page per run: a navigation bar, the run's metadata
+and warnings, a summary with nccl-tests' avg bus bandwidth, then per
+collective its plots and table.
 
 The page inlines its CSS and every figure as SVG, and refers to nothing
-outside itself (no URLs, no scripts), so it can be mailed or archived as one
-file.  PNG copies of the figures are written beside it for slides and docs.
+outside itself but the CSV of its points written beside it (no URLs, no
+scripts), so it can be mailed or archived as one file.  PNG copies of the
+figures are written beside it for slides and docs.
 """
 from __future__ import annotations
 
@@ -13,11 +16,18 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from ..machine import load
+from ..results import export
+from ..units import format_size
 from . import plots
-from .tables import Point, format_when, group_by_collective, heading, points_table
+from .tables import (EXTRA_COLUMNS, Point, avg_busbw, format_gbps, format_when, group_by_collective,
+                     heading, noise_notes, points_table, run_warnings)
+
+#: The CSV of the run's points, written beside index.html.
+CSV_NAME = "points.csv"
 
 _CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 0 auto 2em; padding: 0 1em; max-width: 1400px; color: #222; }
 h1 { margin-bottom: .2em; } h2 { margin-top: 2em; border-bottom: 1px solid #ccc; }
 table { border-collapse: collapse; font-size: 13px; margin: .5em 0; }
 th, td { padding: 2px 8px; border-bottom: 1px solid #eee; }
@@ -29,6 +39,12 @@ tr.failed td { background: #fde2e2; } td.FAILED { color: #b00; font-weight: bold
 .plots svg { width: 100%; height: auto; } figure { margin: 0; }
 .summary { font-size: 15px; } .bad { color: #b00; font-weight: bold; }
 pre { background: #f7f7f7; padding: .5em; white-space: pre-wrap; }
+nav { position: sticky; top: 0; background: #fff; border-bottom: 1px solid #ccc;
+      padding: .4em 0; z-index: 1; font-size: 14px; }
+nav a { margin-right: 1.2em; text-decoration: none; color: #0645ad; }
+.warn { background: #fff4d6; border-left: 4px solid #e0a800; padding: .4em .8em; margin: .5em 0; }
+.warn ul { margin: .2em 0; padding-left: 1.2em; } tr.noisy td { background: #fff4d6; }
+.headline { font-size: 15px; } .headline b { font-size: 17px; }
 """
 
 
@@ -52,6 +68,8 @@ def _meta_table(run: Mapping[str, Any]) -> str:
             ("Python", run.get("python")), ("MPI library", mpi),
             ("ddlcomm version", run.get("ddlcomm_version")), ("git commit", run.get("git_commit")),
             ("command", run.get("command"))]
+    if run.get("load"):
+        rows.append(("machine load", load.describe(run["load"])))
     if run.get("error"):
         rows.append(("error", run["error"]))
     body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v if v not in (None, '') else '-'))}</td></tr>"
@@ -67,18 +85,44 @@ def _meta_table(run: Mapping[str, Any]) -> str:
     return html
 
 
+def _warnings(run: Mapping[str, Any], points: Sequence[Point]) -> str:
+    """A visible box of what makes this run's numbers doubtful: the machine's load
+    (:func:`run_warnings`) and how many points a noise marker flagged."""
+    items = [escape(w) for w in run_warnings(run)]
+    if any(noise_notes(group) for group in group_by_collective(points).values()):
+        items.append("some points look like scheduler noise: see the <b>noise</b> column and "
+                     "the notes under each table")
+    if not items:
+        return ""
+    return f'<div class="warn"><b>Warning</b><ul>{"".join(f"<li>{i}</li>" for i in items)}</ul></div>'
+
+
+def _busbw_table(points: Sequence[Point]) -> str:
+    """nccl-tests' headline per collective and series: avg bus bandwidth over the sizes."""
+    rows = [(coll, name, value, n) for coll, group in group_by_collective(points).items()
+            for name, value, n in avg_busbw(group)]
+    if not rows:
+        return ""
+    body = "".join(f"<tr><td>{escape(c)}</td><td>{escape(name or '-')}</td>"
+                   f'<td class="num"><b>{format_gbps(v)}</b></td><td class="num">{n}</td></tr>'
+                   for c, name, v, n in rows)
+    return ("<table><thead><tr><th>collective</th><th>series</th><th>avg bus bandwidth (GB/s)</th>"
+            f"<th>sizes</th></tr></thead><tbody>{body}</tbody></table>")
+
+
 def _summary(points: Sequence[Point]) -> str:
     count = {c: sum(p.get("check") == c for p in points) for c in ("passed", "failed", "skipped")}
     failed = f'<span class="bad">{count["failed"]} failed</span>' if count["failed"] else "0 failed"
     colls = ", ".join(escape(c) for c in group_by_collective(points))
     html = (f'<p class="summary">{len(points)} points: {count["passed"]} passed, {failed}, '
-            f'{count["skipped"]} check skipped. Collectives: {colls or "-"}.</p>')
+            f'{count["skipped"]} check skipped. Collectives: {colls or "-"}. '
+            f'All points as CSV: <a href="{CSV_NAME}">{CSV_NAME}</a>.</p>')
     errors = [p for p in points if p.get("error")]
     if errors:
         items = "".join(f"<li>{escape(str(p.get('collective')))} {escape(str(p.get('bytes')))} B: "
                         f"{escape(str(p['error']))}</li>" for p in errors)
         html += f'<ul class="bad">{items}</ul>'
-    return html
+    return html + _busbw_table(points)
 
 
 def _td_class(numeric: bool, text: str) -> str:
@@ -86,17 +130,52 @@ def _td_class(numeric: bool, text: str) -> str:
     return f' class="{classes}"' if classes else ""
 
 
+#: Headers of the points table that hold numbers (right-aligned).
+_NUMERIC = {"size", "count", "iters", "ranks", "x_add", *(h for h, _, _ in EXTRA_COLUMNS)}
+
+
 def _data_table(points: Sequence[Point]) -> str:
-    """The terminal table's columns as HTML; rows whose check failed highlighted."""
+    """The terminal table's columns as HTML; rows whose check failed, or that a noise
+    marker flagged, highlighted."""
     headers, rows = points_table(points)
-    numeric = [i for i, h in enumerate(headers) if h in ("size", "count", "ranks") or h.endswith(("_us", "GB/s"))]
+    numeric = [i for i, h in enumerate(headers) if h in _NUMERIC or h.endswith(("_us", "GB/s"))]
+    marks = headers.index("noise") if "noise" in headers else None
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
     body = []
     for row in rows:
         cells = "".join(f"<td{_td_class(i in numeric, c)}>{escape(c)}</td>" for i, c in enumerate(row))
-        css = ' class="failed"' if row[-1] == "FAILED" else ""
+        css = (' class="failed"' if row[-1] == "FAILED"
+               else ' class="noisy"' if marks is not None and row[marks] != "-" else "")
         body.append(f"<tr{css}>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _headline(points: Sequence[Point]) -> str:
+    """Above a collective's plots: its avg bus bandwidth per series, and ps-async's
+    server rate and staleness where measured."""
+    parts = [f"{escape(name) + ' ' if name else ''}<b>{format_gbps(v)}</b> GB/s"
+             for name, v, _ in avg_busbw(points)]
+    html = f'<p class="headline">avg bus bandwidth: {", ".join(parts)}</p>' if parts else ""
+    servers = {}                  # ps-async: every phase point of one run of it carries the same
+    for p in sorted(points, key=lambda p: p.get("bytes") or 0):
+        e = p.get("extra") or {}
+        if e.get("pushes_per_s") is not None:
+            where = f"{format_size(int(p.get('bytes') or 0))} {p.get('backend')}/{p.get('library')}"
+            servers.setdefault(where, e)
+    for where, e in servers.items():
+        html += (f'<p class="headline">{escape(where)}: server <b>{e["pushes_per_s"]:.0f}</b> '
+                 f'pushes/s, staleness mean <b>{e.get("staleness_mean", 0):.2f}</b>, '
+                 f'max <b>{e.get("staleness_max", "-")}</b> updates</p>')
+    return html
+
+
+def _notes(points: Sequence[Point]) -> str:
+    """The noise markers' legend with the points they flag, visibly under the table."""
+    notes = noise_notes(points)
+    if not notes:
+        return ""
+    items = "".join(f"<li>{escape(n)}</li>" for n in notes)
+    return f'<div class="warn"><b>noise</b><ul>{items}</ul></div>'
 
 
 def _figures(points: Sequence[Point], collective: str, out_dir: Path) -> str:
@@ -112,22 +191,35 @@ def _figures(points: Sequence[Point], collective: str, out_dir: Path) -> str:
     return f'<div class="plots">{"".join(parts)}</div>'
 
 
+def _nav(sections: Sequence[tuple[str, str]]) -> str:
+    """The navigation bar: the run, the summary, each collective, the CSV."""
+    links = [("#run", "Run"), ("#summary", "Summary"),
+             *((f"#{anchor}", name) for anchor, name in sections), (CSV_NAME, "CSV")]
+    return "<nav>" + "".join(f'<a href="{escape(h)}">{escape(t)}</a>' for h, t in links) + "</nav>"
+
+
 def write_run_report(run: Mapping[str, Any], points: Sequence[Point], out_dir: str | Path) -> Path:
     """Write ``out_dir/index.html`` for ``run`` and its ``points``; return its path.
 
-    Also writes ``out_dir/<collective>-latency.{png,svg}`` and
+    Also writes ``out_dir/points.csv`` (``ddlcomm results export --format
+    csv``'s columns), and ``out_dir/<collective>-latency.{png,svg}`` and
     ``-bandwidth.{png,svg}`` for each collective with sizes above 0 bytes.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    (out / CSV_NAME).write_text(export.to_csv(points), encoding="utf-8")
     title = f"ddlcomm run {run.get('id')}"
-    sections = []
+    sections, anchors = [], []
     for collective, group in group_by_collective(points).items():
-        sections.append(f"<section><h2>{escape(heading(group))}</h2>"
-                        f"{_figures(group, collective, out)}{_data_table(group)}</section>")
+        anchor = f"c-{_safe_name(collective)}"
+        anchors.append((anchor, collective))
+        sections.append(f'<section id="{escape(anchor)}"><h2>{escape(heading(group))}</h2>'
+                        f"{_headline(group)}{_figures(group, collective, out)}"
+                        f"{_data_table(group)}{_notes(group)}</section>")
     page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>"
-            f"<h1>{escape(title)}</h1>{_meta_table(run)}<h2>Summary</h2>{_summary(points)}"
+            f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>{_nav(anchors)}"
+            f'<h1 id="run">{escape(title)}</h1>{_warnings(run, points)}{_meta_table(run)}'
+            f'<h2 id="summary">Summary</h2>{_summary(points)}'
             f"{''.join(sections) or '<p>No points were recorded.</p>'}</body></html>\n")
     index = out / "index.html"
     index.write_text(page, encoding="utf-8")

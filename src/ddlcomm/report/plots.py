@@ -45,18 +45,18 @@ def _series(points: Sequence[Point]) -> list[tuple[str, list[Point]]]:
 
 
 def _size_axis(ax: Any, points: Sequence[Point]) -> None:
-    """log2 x axis with at most ~10 ticks at powers of two, labelled 4B, 1KiB, 1MiB..."""
+    """log2 x axis with a labelled tick at every power of two (4B, 8B, ... 1KiB, ...)."""
     # matplotlib is slow to import: only when a figure is drawn (see _pyplot)
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
     sizes = [p["bytes"] for p in points]
     lo, hi = math.floor(math.log2(min(sizes))), math.ceil(math.log2(max(sizes)))
-    step = next((s for s in (1, 2, 5) if (hi - lo) // s < 12), 10)  # 10: 1KiB, 1MiB, 1GiB
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(FixedLocator([2.0 ** e for e in range(lo, hi + 1) if e % step == 0]))
+    ax.xaxis.set_major_locator(FixedLocator([2.0 ** e for e in range(lo, hi + 1)]))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_size(int(round(x)))))
     ax.set_xlim(2.0 ** lo / 1.2, 2.0 ** hi * 1.2)
-    ax.tick_params(axis="x", labelrotation=45)
+    many = hi - lo > 12
+    ax.tick_params(axis="x", labelrotation=90 if many else 45, labelsize="x-small" if many else "small")
     ax.set_xlabel("message size")
     ax.grid(True, which="major", alpha=0.3)
 
@@ -88,7 +88,7 @@ def _title(points: Sequence[Point], what: str) -> str:
 
 
 def latency_figure(points: Sequence[Point], collective: str) -> Any:
-    """Average time per call (µs, log scale) versus size, min–max shaded, per series.
+    """Median time per call (p50, µs, log scale) versus size, p50..p99 shaded, per series.
 
     Returns a matplotlib Figure; raises ValueError if ``collective`` has no
     point above 0 bytes.
@@ -99,20 +99,22 @@ def latency_figure(points: Sequence[Point], collective: str) -> Any:
     chosen = _select(points, collective)
     fig, ax = plt.subplots(figsize=_FIGSIZE, layout="constrained")
     for label, ps in _series(chosen):
-        ps = [p for p in ps if (p.get("t_avg_us") or 0) > 0]
+        ps = [p for p in ps if (p.get("t_p50_us") or 0) > 0]
         if not ps:
             continue
         x = [p["bytes"] for p in ps]
-        (line,) = ax.plot(x, [p["t_avg_us"] for p in ps], marker="o", markersize=4,
-                          label=label or collective)
-        lo = [p.get("t_min_us") or p["t_avg_us"] for p in ps]
-        hi = [p.get("t_max_us") or p["t_avg_us"] for p in ps]
-        ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
-    _mark_failed(ax, chosen, "t_avg_us")
+        p50 = [p["t_p50_us"] for p in ps]
+        (line,) = ax.plot(x, p50, marker="o", markersize=4, label=label or collective)
+        p99 = [max(p.get("t_p99_us") or p50_, p50_) for p, p50_ in zip(ps, p50)]
+        if len(x) > 1:
+            ax.fill_between(x, p50, p99, color=line.get_color(), alpha=0.2, linewidth=0)
+        else:               # one size: no area to shade, a bar from p50 to p99 instead
+            ax.vlines(x, p50, p99, color=line.get_color(), alpha=0.3, linewidth=8)
+    _mark_failed(ax, chosen, "t_p50_us")
     _size_axis(ax, chosen)
     ax.set_yscale("log")
-    ax.set_ylabel("avg time per call (µs)")
-    band = Patch(color="gray", alpha=0.3, label="min..max over ranks")
+    ax.set_ylabel("median time per call, p50 (µs)")
+    band = Patch(color="gray", alpha=0.3, label="p50..p99 over iterations")
     return _finish(fig, ax, _title(chosen, "latency"), [band])
 
 

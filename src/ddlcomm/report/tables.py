@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ..machine import load
+from ..measure import noise
 from ..units import format_size
 
 Point = Mapping[str, Any]
@@ -24,9 +26,13 @@ DIMENSIONS = ("backend", "library", "form", "algorithm", "dtype", "op", "ranks",
 _METRIC_HEADERS = ("min_us", "avg_us", "max_us", "p50_us", "p99_us", "algbw_GB/s", "busbw_GB/s")
 _METRIC_KEYS = ("t_min_us", "t_avg_us", "t_max_us", "t_p50_us", "t_p99_us", "algbw_GBps", "busbw_GBps")
 _SCALAR = (str, int, float, bool, type(None))
+#: Columns shown when a point's ``extra`` has the key: header, key, format (ps-async's
+#: server rate and the staleness of the updates it applied).
+EXTRA_COLUMNS = (("pushes/s", "pushes_per_s", "{:.0f}"), ("stale_mean", "staleness_mean", "{:.2f}"),
+                 ("stale_max", "staleness_max", "{}"))
 #: Keys of ``extra`` that are measurements of a point, never a series: ``add_us`` is
 #: the time of one NumPy reduction pass over the point's bytes (the ``x_add`` column).
-MEASUREMENTS = ("add_us",)
+MEASUREMENTS = ("add_us", *(key for _, key, _ in EXTRA_COLUMNS))
 
 
 # --------------------------------------------------------------------------- formatting
@@ -201,19 +207,30 @@ def heading(points: Sequence[Point], varying: Sequence[str] | None = None) -> st
 
 # --------------------------------------------------------------------------- points
 
+def _extra_cell(point: Point, key: str, fmt: str) -> str:
+    value = dimension_value(point, key)
+    return "-" if value is None else fmt.format(value)
+
+
 def points_table(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
     """Headers and formatted rows of one collective's points (shared with the HTML page).
 
-    Rows are sorted by size, then series; columns are size, count, one per
-    varying dimension, the timings in µs, algbw and busbw in GB/s, ``x_add``
-    (median time over one NumPy reduction pass of the same bytes, for
-    reductions that measured it) and check.
+    Rows are sorted by size, then series; columns are size, count, iters
+    (timed iterations), one per varying dimension, the timings in µs, algbw
+    and busbw in GB/s, ``x_add`` (median time over one NumPy reduction pass of
+    the same bytes, for reductions that measured it), :data:`EXTRA_COLUMNS`
+    that any point has, ``noise`` (the markers of :mod:`ddlcomm.measure.noise`,
+    when any point raised one) and check.
     """
     varying = varying_dimensions(points)
     ordered = sorted(points, key=lambda p: (p.get("bytes") or 0,
                                             [_sort_value(dimension_value(p, d)) for d in varying]))
     with_add = any(dimension_value(p, "add_us") for p in points)
-    headers = ["size", "count", *varying, *_METRIC_HEADERS, *(["x_add"] if with_add else []), "check"]
+    extras = [c for c in EXTRA_COLUMNS if any(dimension_value(p, c[1]) is not None for p in points)]
+    with_noise = any(noise.point_flags(p) for p in points)
+    headers = ["size", "count", "iters", *varying, *_METRIC_HEADERS,
+               *(["x_add"] if with_add else []), *(h for h, _, _ in extras),
+               *(["noise"] if with_noise else []), "check"]
     rows = []
     for p in ordered:
         times = [format_us(p.get(k)) for k in _METRIC_KEYS[:5]]
@@ -221,10 +238,52 @@ def points_table(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
         add = dimension_value(p, "add_us")
         ratio = [format_ratio(p["t_p50_us"] / add if add and p.get("t_p50_us") else None)] \
             if with_add else []
+        marks = [noise.markers(noise.point_flags(p)) or "-"] if with_noise else []
         rows.append([format_size(int(p.get("bytes") or 0)), str(p.get("count", "-")),
+                     str(p.get("iterations") or "-"),
                      *[_cell(d, dimension_value(p, d)) for d in varying],
-                     *times, *bws, *ratio, format_check(p.get("check"))])
+                     *times, *bws, *ratio, *[_extra_cell(p, key, fmt) for _, key, fmt in extras],
+                     *marks, format_check(p.get("check"))])
     return headers, rows
+
+
+def noise_notes(points: Sequence[Point]) -> list[str]:
+    """One legend line per noise marker that some of ``points`` raised, with the
+    points' sizes and series, e.g. ``"Q (2 points: 8MiB, 16MiB): p50 sits on ..."``."""
+    varying = varying_dimensions(points)
+    flagged: dict[str, list[str]] = {}
+    for p in sorted(points, key=lambda p: p.get("bytes") or 0):
+        for flag in noise.point_flags(p):
+            where = f"{format_size(int(p.get('bytes') or 0))} {series_key(p, varying)}".strip()
+            flagged.setdefault(flag, []).append(where)
+    notes = []
+    for flag, (mark, meaning) in noise.FLAGS.items():
+        if flag in flagged:
+            which = flagged[flag]
+            listed = ", ".join(which[:8]) + (f", ... ({len(which) - 8} more)" if len(which) > 8 else "")
+            notes.append(f"{mark} ({len(which)} point{'s' if len(which) > 1 else ''}: {listed}): {meaning}")
+    return notes
+
+
+def avg_busbw(points: Sequence[Point]) -> list[tuple[str, float, int]]:
+    """nccl-tests' "avg bus bandwidth" of one collective's points, per series:
+    (series name, mean busbw in GB/s over its sizes above 0 bytes, number of sizes)."""
+    varying = varying_dimensions(points)
+    series: dict[str, list[float]] = {}
+    for p in points:
+        if (p.get("bytes") or 0) > 0 and p.get("busbw_GBps") is not None:
+            series.setdefault(series_key(p, varying), []).append(float(p["busbw_GBps"]))
+    return [(name, sum(v) / len(v), len(v)) for name, v in series.items()]
+
+
+def format_avg_busbw(points: Sequence[Point]) -> str:
+    """``avg bus bandwidth: 1.23 GB/s`` (or ``buffer 1.23, object 0.45 GB/s`` per series),
+    ``""`` when no point has a size."""
+    avgs = avg_busbw(points)
+    if not avgs:
+        return ""
+    text = ", ".join(f"{name} {format_gbps(v)}".strip() for name, v, _ in avgs)
+    return f"avg bus bandwidth: {text} GB/s"
 
 
 def _errors(points: Sequence[Point], varying: Sequence[str]) -> list[str]:
@@ -236,14 +295,18 @@ def _errors(points: Sequence[Point], varying: Sequence[str]) -> list[str]:
 def render_points(points: Iterable[Point]) -> str:
     """One table per collective (first-seen order), each under a ``# heading`` line.
 
-    Points that recorded an error are listed under their table.
+    Under each table: its avg bus bandwidth per series (nccl-tests' headline),
+    a legend line per noise marker raised (:func:`noise_notes`), and the
+    points that recorded an error.
     """
     blocks = []
     for group in group_by_collective(points).values():
         varying = varying_dimensions(group)
         headers, rows = points_table(group)
-        right = [h not in ("check",) and (h not in varying or h == "ranks") for h in headers]
+        right = [h not in ("check", "noise") and (h not in varying or h == "ranks") for h in headers]
         block = [f"# {heading(group, varying)}", format_table(headers, rows, right)]
+        block += [f"# {line}" for line in [format_avg_busbw(group)] if line]
+        block += [f"  noise {note}" for note in noise_notes(group)]
         block += _errors(group, varying)
         blocks.append("\n".join(block))
     return "\n\n".join(blocks) if blocks else "(no points)"
@@ -296,8 +359,14 @@ def render_runs(runs: Iterable[Mapping[str, Any]]) -> str:
     return format_table(headers, rows, right)
 
 
+def run_warnings(run: Mapping[str, Any]) -> list[str]:
+    """What the run's load record warns of (:func:`ddlcomm.machine.load.warnings`)."""
+    return load.warnings(run.get("load") or {})
+
+
 def render_run(run: Mapping[str, Any]) -> str:
-    """``key: value`` lines describing one run (``results show``; points follow)."""
+    """``key: value`` lines describing one run (``results show``; points follow),
+    with its load and a ``warning`` line per :func:`run_warnings`."""
     fields = [
         ("run", run.get("id")),
         ("status", "stale (running, but its owner died)" if run.get("stale") else run.get("status")),
@@ -311,6 +380,9 @@ def render_run(run: Mapping[str, Any]) -> str:
         fields.append(("error", run["error"]))
     if run.get("machine"):
         fields.append(("gpus", run["machine"].get("gpu_verdict")))
+    if run.get("load"):
+        fields.append(("load", load.describe(run["load"])))
+        fields += [("warning", text) for text in run_warnings(run)]
     config = run.get("config")
     if config:
         fields.append(("config", ", ".join(f"{k}={v}" for k, v in config.items())
@@ -332,15 +404,29 @@ def format_ratio(ratio: float | None) -> str:
     return "-" if ratio is None or not math.isfinite(ratio) else f"{ratio:.2f}x"
 
 
+#: The compare table's legend of a ``~`` ratio.
+NOISE_LEGEND = ("~ : within noise: the two points' p50..p99 ranges overlap, so the runs' own "
+                "spread allows the difference")
+
+
+def _compare_ratio(row: Mapping[str, Any]) -> str:
+    """``b/a`` of a compare row, ``~`` in front when it is within noise."""
+    text = format_ratio(row.get("ratio"))
+    return f"~{text}" if row.get("noise") and text != "-" else text
+
+
 def render_compare(rows: Iterable[Mapping[str, Any]], run_a: Mapping[str, Any] | int,
                    run_b: Mapping[str, Any] | int) -> str:
     """Side-by-side table of matched points of two runs, one table per collective.
 
     ``rows`` carry the key fields (backend, library, collective, form,
     algorithm, dtype, op, bytes, ranks, in_place) and ``t_avg_us_a/_b``,
-    ``ratio`` (b/a, or None), ``busbw_GBps_a/_b``, ``check_a/_b``.  ``run_a``
-    and ``run_b`` are run dicts or run ids.  A ratio above 1 means b is slower.
+    ``ratio`` (b/a, or None), ``noise`` (within noise: the ratio gets a ``~``
+    and the table a legend line), ``busbw_GBps_a/_b``, ``check_a/_b``.
+    ``run_a`` and ``run_b`` are run dicts or run ids.  A ratio above 1 means b
+    is slower.
     """
+    rows = list(rows)
     out = [f"a = {_run_label(run_a)}", f"b = {_run_label(run_b)}"]
     for group in group_by_collective(rows).values():
         varying = [d for d in varying_dimensions(group) if d in DIMENSIONS]
@@ -350,7 +436,7 @@ def render_compare(rows: Iterable[Mapping[str, Any]], run_a: Mapping[str, Any] |
                    "busbw_a", "busbw_b", "check_a", "check_b"]
         table = [[format_size(int(r.get("bytes") or 0)), *[_cell(d, r.get(d)) for d in varying],
                   format_us(r.get("t_avg_us_a")), format_us(r.get("t_avg_us_b")),
-                  format_ratio(r.get("ratio")),
+                  _compare_ratio(r),
                   format_gbps(r.get("busbw_GBps_a")), format_gbps(r.get("busbw_GBps_b")),
                   format_check(r.get("check_a")), format_check(r.get("check_b"))]
                  for r in group]
@@ -358,6 +444,8 @@ def render_compare(rows: Iterable[Mapping[str, Any]], run_a: Mapping[str, Any] |
         out += ["", f"# {heading(group, varying)}", format_table(headers, table, right)]
     if len(out) == 2:
         out.append("(no matching points)")
+    elif any(r.get("noise") and r.get("ratio") is not None for r in rows):
+        out += ["", NOISE_LEGEND]
     return "\n".join(out)
 
 

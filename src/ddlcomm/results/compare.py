@@ -2,11 +2,12 @@
 
 Points are matched on :data:`KEY_FIELDS` (plus ``extra['phase']`` when a
 point has one); each match gives one row with both average times (in
-microseconds), their ratio and both bus bandwidths (GB/s).
+microseconds), their ratio, whether that ratio is within the two points' own
+noise (:func:`within_noise`) and both bus bandwidths (GB/s).
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Optional
 
 #: Point fields that identify "the same measurement" in two runs.
 #: The library is not part of the key: comparing a run under Open MPI with one
@@ -42,6 +43,19 @@ def _sort_key(row: Mapping[str, Any]) -> tuple:
     return tuple(_order(row[f]) for f in _SORT_FIELDS)
 
 
+def within_noise(a: Mapping[str, Any], b: Mapping[str, Any]) -> Optional[bool]:
+    """Whether two points' difference is within their own spread: their
+    p50..p99 ranges overlap, so the ratio B/A of 1 (no difference) lies inside
+    what the ranges allow (from ``p50_b / p99_a`` to ``p99_b / p50_a``).
+
+    None when a side lacks its p50 or p99.
+    """
+    lo_a, hi_a, lo_b, hi_b = (p.get(k) for p in (a, b) for k in ("t_p50_us", "t_p99_us"))
+    if None in (lo_a, hi_a, lo_b, hi_b):
+        return None
+    return max(lo_a, lo_b) <= min(max(hi_a, lo_a), max(hi_b, lo_b))
+
+
 def compare(points_a: Iterable[Mapping[str, Any]],
             points_b: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Match the points of run A and run B and compare their times.
@@ -49,7 +63,9 @@ def compare(points_a: Iterable[Mapping[str, Any]],
     Each row holds the key fields and ``phase`` (None unless the points have
     ``extra['phase']``), ``t_avg_us_a``/``_b`` (microseconds), ``ratio`` =
     ``t_avg_us_b / t_avg_us_a`` (above 1: B is slower; None when either time
-    is missing or A's is 0), ``busbw_GBps_a``/``_b`` and ``check_a``/``_b``.
+    is missing or A's is 0), ``noise`` (:func:`within_noise`: True when the
+    difference is within the points' own p50..p99 spread, None when unknown),
+    ``busbw_GBps_a``/``_b`` and ``check_a``/``_b``.
     A key measured on one side only still gets a row, the other side None.
     Rows are sorted by collective, form, backend, library, algorithm, dtype,
     op, ranks, in_place, phase and bytes.
@@ -62,6 +78,7 @@ def compare(points_a: Iterable[Mapping[str, Any]],
         ta, tb = pa.get("t_avg_us"), pb.get("t_avg_us")
         row["t_avg_us_a"], row["t_avg_us_b"] = ta, tb
         row["ratio"] = tb / ta if ta and tb is not None else None
+        row["noise"] = within_noise(pa, pb)
         row["busbw_GBps_a"], row["busbw_GBps_b"] = pa.get("busbw_GBps"), pb.get("busbw_GBps")
         row["check_a"], row["check_b"] = pa.get("check"), pb.get("check")
         rows.append(row)

@@ -61,6 +61,8 @@ MIGRATIONS: list[tuple[str, ...]] = [
     ("ALTER TABLE runs ADD COLUMN machine TEXT",),
     # 3: the process that owns a run (host, pid, start time), to tell a stale run.
     ("ALTER TABLE runs ADD COLUMN owner TEXT",),
+    # 4: how busy the machine was around the run (machine/load.py's record).
+    ("ALTER TABLE runs ADD COLUMN load TEXT",),
 ]
 
 #: Version of the schema this code writes (the number of migrations).
@@ -72,7 +74,7 @@ RUN_FIELDS: dict[str, str] = {
     "host": "str", "cpu_model": "str", "cores": "int", "os": "str", "python": "str",
     "mpi_library": "str", "mpi_version": "str", "ddlcomm_version": "str",
     "git_commit": "str", "command": "str", "config": "json", "machine": "json",
-    "owner": "json",
+    "owner": "json", "load": "json",
 }
 
 #: Point fields and their kinds (``str``, ``int``, ``float``, ``bool``, ``json``).

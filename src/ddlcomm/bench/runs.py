@@ -157,7 +157,8 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
         os._exit(EXIT_RANK_FAILED)
 
     def on_interrupt(signame: str) -> None:
-        where = f" during {watchdog.current}" if watchdog.current else ""
+        current, last = watchdog.current, watchdog.last
+        where = f" during {current}" if current else f" after {last}" if last else ""
         message = f"interrupted ({signame}){where}"
         os.write(2, f"ddlcomm: rank {comm.rank}: {message}\n".encode())   # no lock: any thread
         record("interrupted", message)

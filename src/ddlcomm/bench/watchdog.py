@@ -19,7 +19,9 @@ class Watchdog:
         self._on_expire = on_expire
         self._cond = threading.Condition()
         self._armed: Optional[tuple[str, float, float]] = None
+        #: The step under guard now (None between steps), and the last one guarded.
         self.current: Optional[str] = None
+        self.last: Optional[str] = None
         threading.Thread(target=self._watch, name="ddlcomm-watchdog", daemon=True).start()
 
     @contextmanager
@@ -28,7 +30,7 @@ class Watchdog:
         limit = self.timeout_s if timeout_s is None else timeout_s
         with self._cond:
             self._armed = (what, time.monotonic() + limit, limit)
-            self.current = what
+            self.current = self.last = what
             self._cond.notify()
         try:
             yield

@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -102,6 +104,25 @@ def test_script_up_run_down():
         down = run([script, "down"], os.environ, 120)
     assert down.returncode == 0, down.stderr
     assert _leftovers(ident) == []
+
+
+def test_script_keeper_killed():
+    """The keeper killed outright: the daemons end with it, `down` removes the rest."""
+    _available()
+    script = str(ROOT / "scripts" / "slurm-cluster")
+    up = run([script, "up", "--nodes", "2"], os.environ, TIMEOUT_S)
+    assert up.returncode == 0, up.stdout + up.stderr
+    ident = re.search(r"slurm cluster (\d+-\d+)", up.stdout).group(1)
+    keeper = int(re.search(r"keeper pid (\d+)", up.stdout).group(1))
+    os.kill(keeper, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while any(x.startswith("process") for x in _leftovers(ident)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [x for x in _leftovers(ident) if x.startswith("process")]
+    down = run([script, "down"], os.environ, 120)
+    assert down.returncode == 0 and "also removed" in down.stdout, down.stdout + down.stderr
+    assert _leftovers(ident) == []
+    assert run([script, "status"], os.environ, 60).returncode == 1      # none is up
 
 
 # --------------------------------------------------------------- srun

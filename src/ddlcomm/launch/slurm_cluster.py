@@ -38,7 +38,7 @@ from typing import Mapping, Optional
 from ..errors import UnsupportedError, UsageError
 from . import containers
 from .containers import ContainerSet
-from .processes import owner_alive, pid_alive
+from .processes import owner_alive, start_time
 
 #: Where clusters keep their configuration, keys, spool and logs (one dir per cluster).
 STATE_ROOT = Path("/run/ddlcomm-slurm")
@@ -157,7 +157,7 @@ class SlurmCluster:
             self.state = STATE_ROOT / self.containers.id
             self.state.mkdir(parents=True)
             self.conf = self.state / "slurm.conf"
-            (self.state / "owner").write_text(str(os.getpid()))
+            (self.state / "owner").write_text(start_time(os.getpid()) or "")
             self._start_munge()
             self._write_conf()
             self._start_daemons()
@@ -263,7 +263,7 @@ class SlurmCluster:
                                     preexec_fn=_die_with_parent, env=self.env(
                                         {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}))
         self._daemons.append((name, proc))
-        (self.state / f"{name}.daemon-pid").write_text(str(proc.pid))
+        (self.state / f"{name}.daemon").write_text(f"{proc.pid} {start_time(proc.pid) or ''}")
 
     def _log_tail(self, name: str, lines: int = 5) -> str:
         assert self.state is not None
@@ -338,7 +338,9 @@ def _end(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
 def cleanup_stale() -> list[str]:
     """State directories of clusters whose owner died: their daemons ended, the dirs removed.
 
-    The containers of such a cluster are :func:`containers.cleanup_stale`'s.
+    A cluster's directory is named by its container set's id ``<owner pid>-<seq>``;
+    the owner's start time (``owner``) tells a reused pid apart.  The containers of
+    such a cluster are :func:`containers.cleanup_stale`'s.
     """
     removed: list[str] = []
     if not STATE_ROOT.is_dir() or os.geteuid() != 0:
@@ -346,19 +348,22 @@ def cleanup_stale() -> list[str]:
     for d in sorted(STATE_ROOT.iterdir()):
         if not _SET_RE.match(d.name) or not d.is_dir():
             continue
-        try:
-            owner = int((d / "owner").read_text())
-        except (OSError, ValueError):
-            owner = 0
-        if owner and owner_alive(owner):
+        if owner_alive(int(d.name.split("-")[0]), _read(d / "owner") or None):
             continue
-        for f in d.glob("*.daemon-pid"):
-            try:
-                pid = int(f.read_text())
-                if pid_alive(pid):
-                    os.kill(pid, signal.SIGKILL)
-            except (OSError, ValueError):
-                pass
+        for f in d.glob("*.daemon"):
+            pid, _, start = _read(f).partition(" ")
+            if pid.isdigit() and owner_alive(int(pid), start or None):
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except OSError:
+                    pass
         shutil.rmtree(d, ignore_errors=True)
         removed.append(str(d))
     return removed + containers.cleanup_stale()
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""

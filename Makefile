@@ -14,12 +14,21 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 .SECONDARY:
 setup: system-packages $(STAMPS)
 
-# Best effort, never fatal: memkind (for --memory hbw) from Debian's packages when we are root.
+# Best effort, never fatal: memkind (for --memory hbw) and Slurm from Debian's packages when we are root.
 system-packages:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! dpkg -s libmemkind0 >/dev/null 2>&1; then \
 	  echo "== installing libmemkind0 (memory kind hbw)"; \
 	  (apt-get update -qq && apt-get install -y -qq libmemkind0) >/dev/null 2>&1 \
 	    || echo "note: libmemkind0 not installed; --memory hbw will say so"; \
+	fi
+	@# Slurm and munge for the local cluster of tests/mpi/test_slurm.py (scripts/slurm-cluster);
+	@# libpmix-dev: the PMIx library Debian's srun --mpi=pmix opens (Open MPI under srun).
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    ! dpkg -s slurmctld slurmd slurm-client munge libpmix-dev >/dev/null 2>&1; then \
+	  echo "== installing slurmctld slurmd slurm-client munge libpmix-dev (a local Slurm cluster)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	     slurmctld slurmd slurm-client munge libpmix-dev) >/dev/null 2>&1 \
+	    || echo "note: Slurm not installed; tests/mpi/test_slurm.py will say so"; \
 	fi
 
 # One virtual environment per MPI wheel: both ship mpirun/mpicc, so they cannot share one.

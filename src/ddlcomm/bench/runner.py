@@ -95,22 +95,29 @@ def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
 MEASURES = {"collective": measure_collective, "workload": measure_workload, "c": measure_c}
 
 
-def placement_fields(plan: BenchPlan, nranks: int, cpus: Optional[list[str]] = None) -> dict:
+def placement_fields(plan: BenchPlan, nranks: int, cpus: Optional[list[str]] = None,
+                     hosts: Optional[list[str]] = None) -> dict:
     """Where the ranks and buffers were: stored with every point of the run.
 
     ``transport`` names, for each pair of ranks, the path their MPI takes as
-    inferred from the placement (shared memory within a container or on the
-    host, TCP between containers): the libraries do not report it per pair.
-    ``cpus`` is each rank's CPU affinity as the rank itself read it (taskset's
-    list syntax), so a binding is recorded as it was applied, not as asked.
+    inferred from the placement (shared memory within a container or on one
+    host, TCP between containers, the network between hosts, e.g. the nodes of
+    a Slurm job): the libraries do not report it per pair.  ``hosts`` is each
+    rank's host name as the rank read it.  ``cpus`` is each rank's CPU
+    affinity as the rank itself read it (taskset's list syntax), so a binding
+    is recorded as it was applied, not as asked.
     """
     groups = split_ranks(nranks, plan.containers or 1)
     where = {r: i for i, g in enumerate(groups) for r in g}
-    pairs = {f"{a}-{b}": transport(where[a], where[b])
+    across = "tcp"
+    if hosts is not None and not plan.containers and len(set(hosts)) > 1:
+        where, across = {r: hosts.index(h) for r, h in enumerate(hosts)}, "network"
+    pairs = {f"{a}-{b}": transport(where[a], where[b], across)
              for a in range(nranks) for b in range(a + 1, nranks)}
     return {"memory": plan.memory or "numpy", "containers": plan.containers,
             "ranks_per_container": [len(g) for g in groups] if plan.containers else [],
-            "bind": plan.bind, "transport": pairs, **({"cpus": cpus} if cpus is not None else {})}
+            "bind": plan.bind, "transport": pairs, **({"cpus": cpus} if cpus is not None else {}),
+            **({"hosts": hosts} if hosts is not None else {})}
 
 
 def check_plan(comms: dict, plan: BenchPlan) -> None:
@@ -153,8 +160,9 @@ def run_sweep(comms: dict, plan: BenchPlan, watchdog: Watchdog, store: Any,
                         desc=f"{','.join(plan.backends)} {first.size} ranks", dynamic_ncols=not plain,
                         mininterval=5.0 if plain else 0.1, ncols=100 if plain else None)
     failed = 0
-    cpus = first.allgather_object(format_cpulist(sorted(os.sched_getaffinity(0))))
-    common = placement_fields(plan, first.size, cpus)
+    where = first.allgather_object((format_cpulist(sorted(os.sched_getaffinity(0))),
+                                    socket.gethostname()))
+    common = placement_fields(plan, first.size, [w[0] for w in where], [w[1] for w in where])
     try:
         for spec in points:
             label = spec.label(len(plan.backends) > 1)

@@ -23,8 +23,9 @@ Costs that belong to this backend, not to ddlcomm:
   latency that MPI's direct calls do not have.
 
 Ranks meet in :func:`init_process_group`: through ``MASTER_ADDR`` and
-``MASTER_PORT`` (torchrun, ``ddlcomm bench --ranks N``) or, under mpirun,
-through a TCP store whose address travels by MPI.
+``MASTER_PORT`` (torchrun, ``ddlcomm bench --ranks N``), under srun through
+the step's first node and a port derived from the job's ids, or, under
+mpirun, through a TCP store whose address travels by MPI.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ import numpy as np
 
 from ..dtypes import DTYPES, DType
 from ..errors import BackendUnavailable, UnsupportedError, UsageError
-from ..launch.env import LaunchInfo, detect
+from ..launch.env import LaunchInfo, detect, slurm_rendezvous
 from .base import Communicator
 from .mpi import _import_mpi
 
@@ -104,11 +105,14 @@ def init_process_group(info: LaunchInfo, timeout_s: float = DEFAULT_TIMEOUT_S) -
     """Join this rank to the default Gloo process group; return how the ranks met.
 
     (a) ``MASTER_ADDR`` and ``MASTER_PORT`` set (torchrun, ddlcomm's own
-    spawner): ``env://`` with rank and size from ``info``.  (b) Started by an
-    MPI launcher with mpi4py importable: rank 0 opens a TCP store on a port
-    the OS picks (127.0.0.1 when every rank is on its host, else its host's
-    address) and sends ``tcp://ADDR:PORT`` to the others by MPI broadcast.
-    (c) Otherwise :class:`BackendUnavailable`.
+    spawner): ``env://`` with rank and size from ``info``.  (b) Ranks that
+    are the tasks of an srun step (Slurm's rank and size are theirs, whatever
+    PMI srun also offers): ``tcp://`` to the step's first node, on the port
+    :func:`~ddlcomm.launch.env.slurm_rendezvous` derives from the job's ids.
+    (c) Started by an MPI launcher with mpi4py importable: rank 0 opens a TCP
+    store on a port the OS picks (127.0.0.1 when every rank is on its host,
+    else its host's address) and sends ``tcp://ADDR:PORT`` to the others by
+    MPI broadcast.  (d) Otherwise :class:`BackendUnavailable`.
     """
     _import_torch()
     timeout = datetime.timedelta(seconds=timeout_s)
@@ -116,6 +120,12 @@ def init_process_group(info: LaunchInfo, timeout_s: float = DEFAULT_TIMEOUT_S) -
         dist.init_process_group("gloo", init_method="env://", rank=info.rank,
                                 world_size=info.size, timeout=timeout)
         return f"env://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    slurm = slurm_rendezvous() if _srun_tasks(info) else None
+    if slurm is not None:
+        url = f"tcp://{slurm[0]}:{slurm[1]}"
+        dist.init_process_group("gloo", init_method=url, rank=info.rank,
+                                world_size=info.size, timeout=timeout)
+        return url
     if info.launcher in MPI_LAUNCHERS and _has_mpi4py():
         store, url = _store_through_mpi(info, timeout)
         dist.init_process_group("gloo", store=store, rank=info.rank, world_size=info.size,
@@ -126,6 +136,18 @@ def init_process_group(info: LaunchInfo, timeout_s: float = DEFAULT_TIMEOUT_S) -
         "no MASTER_ADDR/MASTER_PORT)",
         "set MASTER_ADDR and MASTER_PORT, or start the ranks under torchrun or mpirun "
         "(with mpi4py installed)")
+
+
+def _srun_tasks(info: LaunchInfo) -> bool:
+    """Whether the ranks are an srun step's tasks, not mpirun's inside an allocation.
+
+    Open MPI's mpirun starts its daemons with srun, so its ranks inherit a step's
+    variables that number daemons, not ranks: its ranks meet through MPI.
+    """
+    env = os.environ
+    return (info.launcher != "openmpi" and "SLURM_STEP_ID" in env
+            and env.get("SLURM_PROCID") == str(info.rank)
+            and env.get("SLURM_NTASKS") == str(info.size))
 
 
 def _has_mpi4py() -> bool:

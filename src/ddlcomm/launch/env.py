@@ -52,3 +52,49 @@ def detect(environ: Optional[Mapping[str, str]] = None) -> Optional[LaunchInfo]:
             continue
         return LaunchInfo(name, rank, size, local)
     return None
+
+
+#: Ports a Slurm job step's rank 0 may listen on for the gloo rendezvous (below
+#: Linux's ephemeral range, 32768-60999, so that no client socket holds one).
+SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 10000
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm host list expression (pure).
+
+    ``first_host("node[07-09,12],gpu3") == "node07"``; every bracket takes its
+    first value, zero padding kept (``rack[2-3]-n[1-4]`` -> ``rack2-n1``).
+    """
+    out, depth, bracket = [], 0, ""
+    for ch in nodelist.strip():
+        if ch == "," and depth == 0:
+            break
+        if ch == "[":
+            depth, bracket = depth + 1, ""
+        elif ch == "]":
+            depth -= 1
+            out.append(bracket.split(",")[0].split("-")[0])
+        elif depth:
+            bracket += ch
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def slurm_rendezvous(environ: Optional[Mapping[str, str]] = None) -> Optional[tuple[str, int]]:
+    """(host, port) where rank 0 of this Slurm job step can meet the others, or None.
+
+    Inside an srun step: rank 0 runs on the step's first node (block and cyclic
+    distributions alike), and every rank derives the same port from the job
+    and step ids, with no message exchanged.  ``MASTER_ADDR``/``MASTER_PORT``
+    override both (see comm/torchdist.py).
+    """
+    env = os.environ if environ is None else environ
+    nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_NODELIST")
+    try:
+        job, step = int(env["SLURM_JOB_ID"]), int(env["SLURM_STEP_ID"])
+    except (KeyError, ValueError):
+        return None
+    if not nodes:
+        return None
+    return first_host(nodes), SLURM_PORT_BASE + (job * 131 + step) % SLURM_PORT_SPAN

@@ -31,9 +31,10 @@ def check_bind(bind: str) -> None:
         raise UsageError(f"unknown binding {bind!r}", f"use one of {', '.join(BINDS)}")
 
 
-def transport(container_of_a: int, container_of_b: int) -> str:
-    """How two ranks in the given containers talk: shared memory within one, TCP across (pure)."""
-    return "shared memory" if container_of_a == container_of_b else "tcp"
+def transport(container_of_a: int, container_of_b: int, across: str = "tcp") -> str:
+    """How two ranks in the given containers (or hosts) talk: shared memory within
+    one, ``across`` between them (pure)."""
+    return "shared memory" if container_of_a == container_of_b else across
 
 
 def split_ranks(nranks: int, containers: int) -> list[list[int]]:

@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import UsageError
+from .base import rank_number
 from .native import TAG
 
 #: Tag of the group barrier's messages (apart from the algorithms' TAG).
@@ -43,6 +44,8 @@ class Group:
         return self.parent.check_op(op, dtype)
 
     def check_root(self, root: int) -> int:
+        if root.__class__ is not int:
+            root = rank_number(root)
         if not 0 <= root < self.size:
             raise UsageError(f"root {root} is not a rank of this group (size {self.size})")
         return root

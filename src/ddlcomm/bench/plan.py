@@ -306,6 +306,9 @@ def check(plan: BenchPlan) -> None:
         raise UsageError(f"--root {plan.root} is not one of the {plan.ranks} ranks")
     if plan.workloads:
         workloads.check_request(plan)
+    elif plan.path != "host":
+        raise UsageError(f"--path {plan.path} applies to --workload runs",
+                         "collectives move host buffers: leave --path out")
     if plan.memory is not None:
         memory.check(plan.memory, plan.hbw_fallback)
     elif plan.hbw_fallback is not None:

@@ -24,7 +24,9 @@ class Group:
     """The ranks ``members`` (parent ranks, in group order) of ``parent``; this rank must be one."""
 
     def __init__(self, parent, members: Sequence[int]):
-        members = [int(m) for m in members]
+        if isinstance(members, (str, bytes)) or not hasattr(members, "__iter__"):
+            raise UsageError(f"group members must be a list of ranks, got {members!r}")
+        members = [rank_number(m) for m in members]
         if parent.rank not in members:
             raise UsageError(f"rank {parent.rank} is not in the group {members}")
         if len(set(members)) != len(members) or not all(0 <= m < parent.size for m in members):

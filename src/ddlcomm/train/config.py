@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
-from ..bench.plan import MAX_RANKS_PER_CORE, mem_available, usable_cores
+from ..bench.plan import MAX_RANKS_PER_CORE, check_start, mem_available, usable_cores
 from ..comm import registry
 from ..errors import UsageError
 from ..units import (MAX_ITERS, MAX_SEED, format_size, parse_list, parse_positive_int,
@@ -157,6 +157,9 @@ def plan_jobs(o: TrainOptions, launcher_size: Optional[int]) -> list[TrainJob]:
         raise UsageError("--wait applies to --arch allreduce", "drop --wait for ps")
     batches = _batches(o, base)
     ranks = _ranks(o, launcher_size)
+    if launcher_size is None:             # this command starts the ranks: they must fit here
+        # Every training rank loads torch, as a gloo rank does, whatever the backend.
+        check_start(max(ranks), o.oversubscribe, [o.backend, "gloo"])
     _check_batch_memory(base, max(batches), max(ranks))
     if o.peer == "ddp":
         registry.check("gloo")

@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..bench.plan import check_start
 from ..bench.runs import EXIT_CHECK_FAILED, own, program, rank_run, run_info, settle
 from ..comm import registry
 from ..errors import RankFailure, UsageError
@@ -51,8 +50,6 @@ def main(options: TrainOptions, argv: Sequence[str], db_path: Path, report_dir: 
               "extra": {"tag": tag} if tag else {}}
     if info is not None:
         return rank_main(jobs[0], argv, db_path, report_dir, config)
-    # Every training rank loads torch, as a gloo rank does, whatever the backend.
-    check_start(max(j.ranks for j in jobs), options.oversubscribe, [options.backend, "gloo"])
     return launch(jobs, argv, db_path, config, report_dir)
 
 

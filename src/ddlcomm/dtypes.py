@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .errors import UsageError
+from .units import format_size
 
 try:        # NumPy has no bfloat16; ml_dtypes adds one (without it, ddlcomm has no bfloat16)
     import ml_dtypes
@@ -56,9 +57,18 @@ def get_dtype(name: str | DType) -> DType:
         return name
     try:
         return DTYPES[name]
-    except KeyError:
+    except (KeyError, TypeError):               # TypeError: an unhashable name
         raise UsageError(f"unknown dtype {name!r}",
                          f"choose one of {', '.join(DTYPES)}") from None
+
+
+def check_whole(nbytes: int, dtype: DType, flag: str) -> None:
+    """Refuse ``nbytes`` (given as ``flag``) that is not a whole number of ``dtype`` elements."""
+    if nbytes % dtype.itemsize:
+        size = dtype.itemsize
+        raise UsageError(f"{flag} {format_size(nbytes)} is not a whole number of {dtype.name} "
+                         f"elements ({size} bytes each)",
+                         f"give multiples of {size} B, e.g. {format_size(max(size, nbytes - nbytes % size))}")
 
 
 _BY_NUMPY: dict[np.dtype, DType] = {d.numpy: d for d in DTYPES.values()}
@@ -139,5 +149,5 @@ def get_op(name: str | ReduceOp) -> ReduceOp:
         return name
     try:
         return OPS[name]
-    except KeyError:
+    except (KeyError, TypeError):               # TypeError: an unhashable name
         raise UsageError(f"unknown op {name!r}", f"choose one of {', '.join(OPS)}") from None

@@ -9,6 +9,7 @@ number options and comma lists of names.
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 from .errors import UsageError
 
@@ -19,6 +20,10 @@ _UNITS = {
     "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
     "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40,
 }
+#: Most iterations, warm-up calls or steps accepted: each one's time is kept (80 MB a rank).
+MAX_ITERS = 10_000_000
+#: Largest seed accepted (NumPy's and torch's generators both take it).
+MAX_SEED = 2 ** 32 - 1
 #: Longest duration accepted (a week): beyond it, timers overflow and nothing sensible waits.
 MAX_SECONDS = 7 * 24 * 3600.0
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
@@ -72,14 +77,17 @@ def format_size(nbytes: int) -> str:
     return f"{nbytes}B"
 
 
-def parse_positive_int(text: str, what: str, minimum: int = 1) -> int:
-    """Parse an integer option and check it is at least ``minimum``."""
+def parse_positive_int(text: str, what: str, minimum: int = 1,
+                       maximum: Optional[int] = None) -> int:
+    """Parse an integer option and check it is at least ``minimum`` (and at most ``maximum``)."""
     try:
         value = int(text)
     except (TypeError, ValueError):
         raise UsageError(f"{what} must be a whole number, got {text!r}") from None
     if value < minimum:
         raise UsageError(f"{what} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise UsageError(f"{what} must be at most {maximum}, got {value}")
     return value
 
 

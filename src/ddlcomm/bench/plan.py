@@ -7,16 +7,17 @@ the C reference's abilities.  It starts nothing and allocates nothing.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Optional
 
 from .. import memory
 from ..collectives import COLLECTIVES, Collective, check_in_place, get_collective
 from ..comm import algorithms, registry
-from ..dtypes import DType, ReduceOp, get_dtype, get_op
+from ..dtypes import DType, ReduceOp, check_whole, get_dtype, get_op
 from ..errors import UsageError
-from ..units import (format_size, parse_list, parse_positive_int, parse_seconds, parse_size,
-                     parse_sizes)
+from ..units import (MAX_ITERS, format_size, parse_list, parse_positive_int, parse_seconds,
+                     parse_size, parse_sizes)
 from ..workloads import base as workloads
 from .cref import ABILITIES as C_REFERENCE
 
@@ -140,15 +141,39 @@ def check_memory(coll: Collective, nbytes: int, ranks: int, object_form: bool,
 def check_fits(plan: BenchPlan, available: int) -> None:
     """Refuse a plan whose ranks and largest point cannot fit in ``available`` bytes,
     all ranks here."""
-    ranks_bytes = plan.ranks * max(registry.get_spec(b).rank_bytes for b in plan.backends)
-    if ranks_bytes > available:
-        raise UsageError(f"{plan.ranks} ranks need about {format_size(ranks_bytes)} of memory "
-                         f"before any buffer, more than the {format_size(available)} available",
-                         "use fewer --ranks")
+    ranks_bytes = check_rank_memory(plan.ranks, rank_bytes(plan.backends), available)
     # A workload holds what a gather holds at its server (ps-sync) or less.
     for name in plan.collectives or ["gather"]:
         check_memory(get_collective(name), max(plan.sizes), plan.ranks,
                      "object" in plan.forms and not plan.workloads, available - ranks_bytes)
+
+
+def rank_bytes(backends: list[str]) -> int:
+    """Memory one rank running ``backends`` takes before any buffer (the largest's)."""
+    return max(registry.get_spec(b).rank_bytes for b in backends)
+
+
+def check_rank_memory(ranks: int, rank_bytes: int, available: int) -> int:
+    """The bytes ``ranks`` ranks of ``rank_bytes`` each take before any buffer; refused
+    when more than ``available``."""
+    ranks_bytes = ranks * rank_bytes
+    if ranks_bytes > available:
+        raise UsageError(f"{ranks} ranks need about {format_size(ranks_bytes)} of memory "
+                         f"before any buffer, more than the {format_size(available)} available",
+                         "use fewer --ranks")
+    return ranks_bytes
+
+
+def check_start(ranks: int, oversubscribe: bool, backends: list[str]) -> None:
+    """Before starting ``ranks`` local ranks running ``backends``: against the cores this
+    process may use (see :func:`check_ranks`) and the memory available."""
+    check_ranks(ranks, usable_cores(), oversubscribe)
+    check_rank_memory(ranks, rank_bytes(backends), mem_available())
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0))
 
 
 def check_ranks(ranks: int, cores: int, oversubscribe: bool) -> None:
@@ -217,15 +242,15 @@ def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
         backends=backends, collectives=collectives, sizes=_sizes(o, dtype),
         workloads=workloads_, model=o.model,
         fusion=parse_size(o.fusion) if o.fusion is not None else None,
-        steps=parse_positive_int(o.steps, "--steps") if o.steps is not None else None,
+        steps=parse_positive_int(o.steps, "--steps", 1, MAX_ITERS) if o.steps is not None else None,
         path=o.path,
         dtype=dtype.name, op=op.name, forms=_forms(o), in_place=o.in_place,
         memory=o.memory, hbw_fallback=o.hbw_fallback, bind=o.bind,
         algorithms=parse_list(o.algorithm, "--algorithm"),
         containers=parse_positive_int(o.containers, "--containers") if o.containers else 0,
         check=o.check, ranks=ranks,
-        iters=parse_positive_int(o.iters, "--iters") if o.iters else None,
-        warmup=parse_positive_int(o.warmup, "--warmup", 0) if o.warmup is not None else None,
+        iters=parse_positive_int(o.iters, "--iters", 1, MAX_ITERS) if o.iters else None,
+        warmup=parse_positive_int(o.warmup, "--warmup", 0, MAX_ITERS) if o.warmup is not None else None,
         budget_s=parse_seconds(o.budget, "--budget"),
         timeout_s=parse_seconds(o.timeout, "--timeout"),
         root=parse_positive_int(o.root, "--root", 0),
@@ -264,13 +289,8 @@ def _sizes(o: BenchOptions, dtype: DType) -> list[int]:
         return [workloads.model_bytes(o.model, dtype.name)]
     if o.fusion is not None:
         raise UsageError("--fusion applies to --model runs")
-    ragged = [n for n in sizes if n % dtype.itemsize]
-    if ragged:
-        n = ragged[0]
-        raise UsageError(f"--sizes {format_size(n)} is not a whole number of {dtype.name} "
-                         f"elements ({dtype.itemsize} bytes each)",
-                         f"give multiples of {dtype.itemsize} B, e.g. "
-                         f"{format_size(max(dtype.itemsize, n - n % dtype.itemsize))}")
+    for n in sizes:
+        check_whole(n, dtype, "--sizes")
     return sizes
 
 
@@ -286,6 +306,9 @@ def check(plan: BenchPlan) -> None:
         raise UsageError(f"--root {plan.root} is not one of the {plan.ranks} ranks")
     if plan.workloads:
         workloads.check_request(plan)
+    elif plan.path != "host":
+        raise UsageError(f"--path {plan.path} applies to --workload runs",
+                         "collectives move host buffers: leave --path out")
     if plan.memory is not None:
         memory.check(plan.memory, plan.hbw_fallback)
     elif plan.hbw_fallback is not None:

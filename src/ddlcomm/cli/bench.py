@@ -7,13 +7,11 @@ it is one of the ranks.
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import fields
 from typing import Optional
 
 from ..bench import session
-from ..bench.plan import (BenchOptions, BenchPlan, check_fits, check_ranks, mem_available,
-                          resolve)
+from ..bench.plan import BenchOptions, BenchPlan, check_fits, check_start, mem_available, resolve
 from ..comm import registry
 from ..launch.containers import check_available
 from ..launch.env import detect
@@ -77,8 +75,7 @@ def add_parser(sub) -> None:
     b.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                    help="verify every point on an untimed call (default: on)")
     b.add_argument("--ranks", help="number of ranks (default: 2, or the launcher's)")
-    b.add_argument("--oversubscribe", action="store_true",
-                   help="start more than 8 ranks per usable core anyway (refused without it)")
+    common.add_oversubscribe(b)
     b.add_argument("--iters", help="timed iterations per point (default: fit --budget)")
     b.add_argument("--warmup", help="untimed warm-up calls per point (default: iters/10, 2..200)")
     b.add_argument("--budget", default="0.2",
@@ -103,7 +100,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         registry.check(name)
     if info is not None:
         return session.rank_main(plan, argv, info, db, common.report_dir(args, db))
-    check_ranks(plan.ranks, len(os.sched_getaffinity(0)), args.oversubscribe)
+    check_start(plan.ranks, args.oversubscribe, plan.backends)
     if plan.containers:
         check_available()
     check_fits(plan, mem_available())

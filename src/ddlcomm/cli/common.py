@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Optional
 
+from ..bench.plan import MAX_RANKS_PER_CORE
 from ..errors import UsageError
 from ..outputs import writable_dir, writable_file
 from ..results import default_db_path
@@ -24,6 +25,13 @@ class _Parser(argparse.ArgumentParser):
 
 def add_db(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", metavar="PATH", help=DB_HELP)
+
+
+def add_oversubscribe(p: argparse.ArgumentParser) -> None:
+    """``--oversubscribe``, for the commands that start ranks themselves (bench, train)."""
+    p.add_argument("--oversubscribe", action="store_true",
+                   help=f"start more than {MAX_RANKS_PER_CORE} ranks per usable core anyway "
+                        "(refused without it)")
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,8 @@ from tqdm import tqdm
 
 from ..dtypes import get_dtype
 from ..kernels import KERNELS, available, op_name
-from ..kernels.bench import measure
+from ..bench.plan import mem_available
+from ..kernels.bench import check_request, measure
 from ..report.tables import render_kernels
 from ..units import format_size, parse_list, parse_positive_int, parse_size
 
@@ -33,6 +34,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     dtypes = [get_dtype(name).name for name in parse_list(args.dtype, "--dtype")]
     op_name(args.op)
     nbytes = parse_size(args.size)
+    check_request(dtypes, nbytes, mem_available())
     rounds = parse_positive_int(args.rounds, "--rounds")
     kernels = [k for k in KERNELS if not available()[k].startswith("missing")]
     with tqdm(total=rounds * (len(dtypes) * len(kernels) + 1), unit="pass", file=sys.stderr,

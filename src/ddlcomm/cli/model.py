@@ -387,9 +387,9 @@ def cmd_ssgd(args) -> int:
 
 def cmd_report(args) -> int:
     out = writable_dir(Path(args.out).expanduser().resolve(), "--out")
-    fit = load(args.fit)
     max_ranks = parse_positive_int(args.max_ranks, "--max-ranks", 2)
     sizes = parse_bytes_list(args.bytes)
+    fit = load(args.fit)
     page = view.write_model_report(fit, out, max_ranks, sizes)
     print(f"report: {page}")
     return 0

@@ -20,11 +20,11 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     db = common.existing_db(args)
     run_id = common.run_id(args.run)
+    out = common.out_dir(args.out, db.parent / "reports" / f"run-{run_id}")
     with Store(db) as store:
         stored, points = store.run(run_id), store.points(run_id)
     if not points:
         raise UsageError(f"run {run_id} has no points to report")
-    out = common.out_dir(args.out, db.parent / "reports" / f"run-{run_id}")
     write = train.write_train_report if train.is_train_run(points) else html.write_run_report
     print(f"report: {write(stored, points, out)}")
     return 0

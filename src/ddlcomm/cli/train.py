@@ -53,6 +53,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "over Gloo in the same job (default none)")
     t.add_argument("--ranks", help="ranks, or a comma list for a weak-scaling study "
                                    "(1 is added as the baseline); default 2, or the launcher's")
+    common.add_oversubscribe(t)
     t.add_argument("--batch", help="images per worker per iteration (default: the model's CPU-sized one)")
     t.add_argument("--batch-sweep", metavar="LIST",
                    help="comma list of batch sizes trained by one worker (--ranks 1)")

@@ -27,6 +27,19 @@ class Request(Protocol):
         """Block until the operation is complete (its buffer may then be reused or read)."""
 
 
+def rank_number(value: Any) -> int:
+    """A rank given as anything but a plain int: a whole number (NumPy's too), never a bool."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise UsageError(f"a rank must be a whole number, got {value!r}")
+    return value.__index__()
+
+
+def check_writable(array: np.ndarray, what: str) -> None:
+    """Refuse a read-only array as a buffer ddlcomm writes into."""
+    if not array.flags.writeable:
+        raise UsageError(f"{what} is read-only", "pass a writable array (e.g. a.copy())")
+
+
 def _done() -> None:
     return None
 
@@ -111,6 +124,9 @@ class Communicator(abc.ABC):
     def check_buffer(self, array: np.ndarray) -> DType:
         """The array's DType if this backend can carry it and it is C-contiguous (checked
         on every call: keep it cheap); else a precise UsageError/UnsupportedError."""
+        if array.__class__ is not np.ndarray and not isinstance(array, np.ndarray):
+            raise UsageError(f"buffers must be NumPy arrays, got {type(array).__name__}",
+                             "send other Python objects with the *_object calls")
         dtype = self._dtype_table.get(array.dtype)
         if dtype is None:
             name = dtype_of(array).name          # raises for dtypes ddlcomm has no name for
@@ -137,14 +153,25 @@ class Communicator(abc.ABC):
 
     def check_root(self, root: int) -> int:
         """``root`` if it is a rank of this communicator (UsageError otherwise)."""
+        if root.__class__ is not int:
+            root = rank_number(root)
         if not 0 <= root < self.size:
             raise UsageError(f"root {root} is not a rank of this communicator (size {self.size})")
         return root
 
-    def _check_len(self, array: Optional[np.ndarray], count: int, what: str) -> None:
-        if array is None or array.size != count:
-            have = "none" if array is None else str(array.size)
-            raise UsageError(f"{what} needs {count} elements, got {have}")
+    def _check_recv(self, recvbuf: Optional[np.ndarray], sendbuf: np.ndarray, count: int,
+                    what: str) -> np.ndarray:
+        """``recvbuf`` if it is a writable array of ``count`` elements of sendbuf's dtype."""
+        if recvbuf is None:
+            raise UsageError(f"{what} needs {count} elements, got none")
+        if recvbuf is not sendbuf:
+            self.check_buffer(recvbuf)
+            if recvbuf.dtype != sendbuf.dtype:
+                raise UsageError(f"{what} is {recvbuf.dtype}, not {sendbuf.dtype} as the send buffer")
+        if recvbuf.size != count:
+            raise UsageError(f"{what} needs {count} elements, got {recvbuf.size}")
+        check_writable(recvbuf, what)
+        return recvbuf
 
     def _block(self, count: int, what: str) -> int:
         if count % self.size:
@@ -205,6 +232,7 @@ class Communicator(abc.ABC):
     def broadcast(self, buf: np.ndarray, root: int = 0) -> np.ndarray:
         """Copy the root's ``buf`` into every rank's ``buf`` (in place)."""
         self.check_buffer(buf)
+        check_writable(buf, "broadcast's buffer")
         self._broadcast(buf, self.check_root(root))
         return buf
 
@@ -215,7 +243,7 @@ class Communicator(abc.ABC):
         if self.rank == self.check_root(root):
             if recvbuf is None:
                 recvbuf = np.empty(sendbuf.size * self.size, sendbuf.dtype)
-            self._check_len(recvbuf, sendbuf.size * self.size, "gather's receive buffer")
+            self._check_recv(recvbuf, sendbuf, sendbuf.size * self.size, "gather's receive buffer")
         self._gather(sendbuf, recvbuf if self.rank == root else None, root)
         return recvbuf if self.rank == root else None
 
@@ -224,7 +252,7 @@ class Communicator(abc.ABC):
         self.check_buffer(sendbuf)
         if recvbuf is None:
             recvbuf = np.empty(sendbuf.size * self.size, sendbuf.dtype)
-        self._check_len(recvbuf, sendbuf.size * self.size, "allgather's receive buffer")
+        self._check_recv(recvbuf, sendbuf, sendbuf.size * self.size, "allgather's receive buffer")
         self._allgather(sendbuf, recvbuf)
         return recvbuf
 
@@ -239,7 +267,7 @@ class Communicator(abc.ABC):
         if self.rank == self.check_root(root):
             if recvbuf is None:
                 recvbuf = np.empty_like(sendbuf)
-            self._check_len(recvbuf, sendbuf.size, "reduce's receive buffer")
+            self._check_recv(recvbuf, sendbuf, sendbuf.size, "reduce's receive buffer")
         else:
             recvbuf = None
         self._reduce(sendbuf, recvbuf, rop, root)
@@ -253,10 +281,7 @@ class Communicator(abc.ABC):
         rop = self.check_op(op, self.check_buffer(sendbuf))
         if recvbuf is None:
             return np.empty_like(sendbuf), rop
-        if recvbuf.size != sendbuf.size or recvbuf.dtype != sendbuf.dtype:
-            self._check_len(recvbuf, sendbuf.size, f"{what}'s receive buffer")
-            raise UsageError(f"{what}'s receive buffer is {recvbuf.dtype}, not {sendbuf.dtype}")
-        return recvbuf, rop
+        return self._check_recv(recvbuf, sendbuf, sendbuf.size, f"{what}'s receive buffer"), rop
 
     def allreduce(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
                   op: str | ReduceOp = "sum") -> np.ndarray:
@@ -295,7 +320,7 @@ class Communicator(abc.ABC):
         block = self._block(sendbuf.size, "reduce_scatter")
         if recvbuf is None:
             recvbuf = np.empty(block, sendbuf.dtype)
-        self._check_len(recvbuf, block, "reduce_scatter's receive buffer")
+        self._check_recv(recvbuf, sendbuf, block, "reduce_scatter's receive buffer")
         self._reduce_scatter(sendbuf, recvbuf, rop)
         rop.finish(recvbuf, self.size)
         return recvbuf
@@ -306,7 +331,7 @@ class Communicator(abc.ABC):
         self._block(sendbuf.size, "alltoall")
         if recvbuf is None:
             recvbuf = np.empty_like(sendbuf)
-        self._check_len(recvbuf, sendbuf.size, "alltoall's receive buffer")
+        self._check_recv(recvbuf, sendbuf, sendbuf.size, "alltoall's receive buffer")
         self._alltoall(sendbuf, recvbuf)
         return recvbuf
 
@@ -331,10 +356,8 @@ class Communicator(abc.ABC):
         if coll.divisible:
             self._block(sendbuf.size, collective)
         if coll.has_recvbuf(self.rank, root):
-            self._check_len(recvbuf, coll.recv_count(sendbuf.size, self.size),
-                            f"{collective}'s receive buffer")
-            if recvbuf.dtype != sendbuf.dtype or not recvbuf.flags.c_contiguous:
-                raise UsageError(f"{collective}'s receive buffer must be a contiguous {dtype.name} array")
+            self._check_recv(recvbuf, sendbuf, coll.recv_count(sendbuf.size, self.size),
+                             f"{collective}'s receive buffer")
         else:
             recvbuf = None
         call = self._bind(coll, sendbuf, recvbuf, rop, root)

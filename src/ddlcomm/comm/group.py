@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import UsageError
+from .base import rank_number
 from .native import TAG
 
 #: Tag of the group barrier's messages (apart from the algorithms' TAG).
@@ -23,7 +24,9 @@ class Group:
     """The ranks ``members`` (parent ranks, in group order) of ``parent``; this rank must be one."""
 
     def __init__(self, parent, members: Sequence[int]):
-        members = [int(m) for m in members]
+        if isinstance(members, (str, bytes)) or not hasattr(members, "__iter__"):
+            raise UsageError(f"group members must be a list of ranks, got {members!r}")
+        members = [rank_number(m) for m in members]
         if parent.rank not in members:
             raise UsageError(f"rank {parent.rank} is not in the group {members}")
         if len(set(members)) != len(members) or not all(0 <= m < parent.size for m in members):
@@ -43,6 +46,8 @@ class Group:
         return self.parent.check_op(op, dtype)
 
     def check_root(self, root: int) -> int:
+        if root.__class__ is not int:
+            root = rank_number(root)
         if not 0 <= root < self.size:
             raise UsageError(f"root {root} is not a rank of this group (size {self.size})")
         return root

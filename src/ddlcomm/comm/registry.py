@@ -9,6 +9,7 @@ variable ``DDLCOMM_PLUGINS`` (comma list), imported on first look-up.
 from __future__ import annotations
 
 import importlib
+import inspect
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -71,7 +72,7 @@ def get_spec(name: str) -> BackendSpec:
     _load_plugins()
     try:
         return BACKENDS[name]
-    except KeyError:
+    except (KeyError, TypeError):               # TypeError: an unhashable name
         raise UsageError(f"unknown backend {name!r}",
                          f"choose from {', '.join(BACKENDS)}") from None
 
@@ -103,4 +104,10 @@ def start_order(names: list[str]) -> list[str]:
 
 def create(name: str, **kwargs) -> Communicator:
     """Start backend ``name`` in this rank and return its communicator."""
-    return load(check(name).target)(**kwargs)
+    cls = load(check(name).target)
+    try:
+        inspect.signature(cls).bind(**kwargs)
+    except TypeError as exc:
+        raise UsageError(f"backend {name}: {exc}",
+                         f"it takes {', '.join(inspect.signature(cls).parameters) or 'no options'}") from None
+    return cls(**kwargs)

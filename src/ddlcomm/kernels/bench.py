@@ -14,11 +14,27 @@ from typing import Sequence
 
 import numpy as np
 
-from ..dtypes import get_dtype
+from ..dtypes import check_whole, get_dtype
+from ..errors import UsageError
+from ..units import format_size
 from . import describe, reducer
 
 #: The reference every bandwidth is divided by.
 REFERENCE = ("float32", "numpy")
+
+
+def check_request(dtypes: Sequence[str], nbytes: int, available: int) -> None:
+    """Refuse a size that is empty, not whole elements of every dtype, or beyond ``available``
+    bytes (two buffers per dtype, the reference's too), before anything is allocated."""
+    if nbytes <= 0:
+        raise UsageError(f"--size must be above 0 bytes, got {nbytes}", "e.g. --size 256MiB")
+    for name in dtypes:
+        check_whole(nbytes, get_dtype(name), "--size")
+    need = 2 * nbytes * len({*dtypes, REFERENCE[0]})
+    if need > available:
+        raise UsageError(f"--size {format_size(nbytes)} needs about {format_size(need)} of memory "
+                         f"(two buffers per dtype), more than the {format_size(available)} available",
+                         "use a smaller --size or fewer --dtype")
 
 
 def measure(dtypes: Sequence[str], nbytes: int, kernels: Sequence[str] = ("numpy", "c"),

@@ -13,9 +13,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
+from ..bench.plan import MAX_RANKS_PER_CORE, check_start, mem_available, usable_cores
 from ..comm import registry
 from ..errors import UsageError
-from ..units import format_size, parse_list, parse_positive_int, parse_seconds, parse_size
+from ..units import (MAX_ITERS, MAX_SEED, format_size, parse_list, parse_positive_int,
+                     parse_seconds, parse_size)
 from .aggregate import ARCHS
 from .data import data_files
 from .nets import check_image_size, get_net
@@ -108,6 +110,7 @@ class TrainOptions:
     comm_reps: str
     check: bool
     timeout: str
+    oversubscribe: bool = False
 
 
 def base_config(o: TrainOptions) -> TrainConfig:
@@ -130,12 +133,13 @@ def base_config(o: TrainOptions) -> TrainConfig:
         data = str(Path(o.data).expanduser().resolve())
     return TrainConfig(
         model=spec.name, fusion=fusion, batch=spec.batch, image_size=image,
-        iters=parse_positive_int(o.iters, "--iters"),
-        warmup=parse_positive_int(o.warmup, "--warmup", 0), lr=lr,
-        seed=parse_positive_int(o.seed, "--seed", 0),
-        threads=parse_positive_int(o.threads, "--threads"), data=data,
+        iters=parse_positive_int(o.iters, "--iters", 1, MAX_ITERS),
+        warmup=parse_positive_int(o.warmup, "--warmup", 0, MAX_ITERS), lr=lr,
+        seed=parse_positive_int(o.seed, "--seed", 0, MAX_SEED),
+        threads=parse_positive_int(o.threads, "--threads", 1,
+                                   MAX_RANKS_PER_CORE * usable_cores()), data=data,
         prefetch=parse_positive_int(o.prefetch, "--prefetch"),
-        comm_reps=parse_positive_int(o.comm_reps, "--comm-reps"), check=o.check)
+        comm_reps=parse_positive_int(o.comm_reps, "--comm-reps", 1, MAX_ITERS), check=o.check)
 
 
 def plan_jobs(o: TrainOptions, launcher_size: Optional[int]) -> list[TrainJob]:
@@ -153,6 +157,10 @@ def plan_jobs(o: TrainOptions, launcher_size: Optional[int]) -> list[TrainJob]:
         raise UsageError("--wait applies to --arch allreduce", "drop --wait for ps")
     batches = _batches(o, base)
     ranks = _ranks(o, launcher_size)
+    if launcher_size is None:             # this command starts the ranks: they must fit here
+        # Every training rank loads torch, as a gloo rank does, whatever the backend.
+        check_start(max(ranks), o.oversubscribe, [o.backend, "gloo"])
+    _check_batch_memory(base, max(batches), max(ranks))
     if o.peer == "ddp":
         registry.check("gloo")
     timeout = parse_seconds(o.timeout, "--timeout")
@@ -180,6 +188,17 @@ def _batches(o: TrainOptions, base: TrainConfig) -> list[int]:
         return sorted({parse_positive_int(b, "--batch-sweep")
                        for b in parse_list(o.batch_sweep, "--batch-sweep")})
     return [parse_positive_int(o.batch, "--batch")] if o.batch else [base.batch]
+
+
+def _check_batch_memory(base: TrainConfig, batch: int, ranks: int) -> None:
+    """Refuse batches whose images alone (float32, 3 channels) cannot fit in memory."""
+    per_rank = batch * 3 * base.image_size ** 2 * 4
+    available = mem_available()
+    if per_rank * ranks > available:
+        raise UsageError(f"a batch of {batch} images of {base.image_size}x{base.image_size} takes "
+                         f"{format_size(per_rank)} a rank, {format_size(per_rank * ranks)} at "
+                         f"{ranks} ranks: more than the {format_size(available)} available",
+                         "use a smaller --batch or --image-size, or fewer --ranks")
 
 
 def _ranks(o: TrainOptions, launcher_size: Optional[int]) -> list[int]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run
+from conftest import MPIS, ROOT, MPIEnv, run
 from ddlcomm.errors import UnsupportedError
 from ddlcomm.launch import slurm_cluster
 from ddlcomm.launch.slurm_cluster import SlurmCluster
@@ -141,10 +141,17 @@ def test_srun_mpi_flat_and_hierarchical(cluster, mpi, tmp_path):
     assert {p["algorithm"] for p in points} == {"library", "hierarchical"}
 
 
-def test_salloc_mpirun_openmpi(cluster, mpi):
-    """Open MPI's mpirun inside salloc starts its daemons on the allocation's nodes."""
-    if mpi.name != "openmpi":
-        pytest.skip("salloc + mpirun is the Open MPI way without PMIx; MPICH uses srun's PMI-2")
+def _only(name: str):
+    """The MPI environment ``name`` for a test that belongs to it alone (not run per MPI)."""
+    if name not in MPIS:
+        pytest.skip(f"DDLCOMM_TEST_MPIS leaves out {name}")
+    return MPIEnv(name)
+
+
+def test_salloc_mpirun_openmpi(cluster):
+    """Open MPI's mpirun inside salloc starts its daemons on the allocation's nodes (the
+    Open MPI way without PMIx; MPICH uses srun's PMI-2)."""
+    mpi = _only("openmpi")
     prog = "import socket; from mpi4py import MPI; print(MPI.COMM_WORLD.Get_size(), socket.gethostname())"
     cmd = ["salloc", "-N", "2", "-n", "4", mpi.bin / "mpirun", mpi.python, "-c", prog]
     res = run(cmd, mpi.launcher.environment(_env(cluster, mpi)), TIMEOUT_S)
@@ -152,10 +159,10 @@ def test_salloc_mpirun_openmpi(cluster, mpi):
     assert sorted(res.stdout.split()) == sorted(["4", cluster.nodes[0]] * 2 + ["4", cluster.nodes[1]] * 2)
 
 
-def test_srun_gloo(cluster, mpi, tmp_path):
-    """Gloo's ranks meet through srun's environment (the step's first node, a port from the job)."""
-    if mpi.name != "openmpi":
-        pytest.skip("gloo needs no MPI: one environment is enough")
+def test_srun_gloo(cluster, tmp_path):
+    """Gloo's ranks meet through srun's environment (the step's first node, a port from the
+    job); gloo needs no MPI, so one environment is enough."""
+    mpi = _only("openmpi")
     db = tmp_path / "gloo.db"
     cmd = ["srun", "-N", "2", "-n", "4", mpi.python, *BENCH, "--backend", "gloo", "--db", db,
            "--no-report"]
@@ -185,10 +192,10 @@ def _wait_for_job(job: str, env: dict, timeout_s: float = TIMEOUT_S) -> str:
     pytest.fail(f"job {job} still {state} after {timeout_s} s")
 
 
-def test_sbatch_readme_script(cluster, mpi, tmp_path):
-    """sbatch runs the README's batch script as written (sizes shrunk): it completes, passed."""
-    if mpi.name != "mpich":
-        pytest.skip("the README's batch script runs MPICH's ddlcomm (srun --mpi=pmi2)")
+def test_sbatch_readme_script(cluster, tmp_path):
+    """sbatch runs the README's batch script as written (sizes shrunk): it completes, passed.
+    The script runs MPICH's ddlcomm (srun --mpi=pmi2)."""
+    mpi = _only("mpich")
     script = re.sub(r"--sizes \S+", "--sizes 1KiB:4KiB --budget 0.01", readme_batch_script())
     (tmp_path / "job.sh").write_text(script)
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")

@@ -34,6 +34,11 @@ SRUN_MPI = {"mpich": ["--mpi=pmi2"], "openmpi": ["--mpi=pmix"]}
 QUIET_WAIT = {"mpich": {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1",
                         "MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT": "1"},
               "openmpi": {"OMPI_MCA_mpi_yield_when_idle": "1"}}
+#: Slurm 22.05's pmi2 plugin, under load, now and then reads a long PMI request in two
+#: pieces and rejects it ("value not properly terminated in client request"): MPICH's
+#: UCX addresses are long. Seen in about one full `make test` in three; a step or job
+#: that fails with it is run once more.
+PMI2_GARBLED = "mpi/pmi2: value not properly terminated"
 BENCH = ["-m", "ddlcomm", "bench", "--collective", "allreduce", "--sizes", "1KiB:16KiB",
          "--form", "buffer", "--budget", "0.01"]
 
@@ -135,6 +140,9 @@ def test_srun_mpi_flat_and_hierarchical(cluster, mpi, tmp_path):
     cmd = ["srun", "-N", "2", "-n", "4", *SRUN_MPI[mpi.name], mpi.python, *BENCH,
            "--algorithm", "library,hierarchical", "--db", db, "--no-report"]
     res = run(cmd, _env(cluster, mpi), TIMEOUT_S)
+    if res.returncode and PMI2_GARBLED in res.stderr:
+        db.unlink(missing_ok=True)
+        res = run(cmd, _env(cluster, mpi), TIMEOUT_S)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     points = _points(db)
     _assert_two_nodes(points, cluster)
@@ -181,7 +189,8 @@ def readme_batch_script() -> str:
 
 
 def _wait_for_job(job: str, env: dict, timeout_s: float = TIMEOUT_S) -> str:
-    """The job's final state (sbatch --wait polls too slowly: up to half a minute more)."""
+    """The job's final state, or ``TIMEOUT`` (sbatch --wait polls too slowly: up to half a
+    minute more)."""
     deadline, state = time.monotonic() + timeout_s, "?"
     while time.monotonic() < deadline:
         out = run(["scontrol", "-o", "show", "job", job], env, 30).stdout
@@ -189,7 +198,16 @@ def _wait_for_job(job: str, env: dict, timeout_s: float = TIMEOUT_S) -> str:
         if state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "?"):
             return state
         time.sleep(0.5)
-    pytest.fail(f"job {job} still {state} after {timeout_s} s")
+    run(["scancel", job], env, 30)
+    return "TIMEOUT"
+
+
+def _sbatch(folder: Path, env: dict) -> tuple[str, str]:
+    """Submit ``folder/job.sh``; (job id, final state)."""
+    res = run(["sbatch", f"--chdir={folder}", folder / "job.sh"], env, 60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    job = re.search(r"Submitted batch job (\d+)", res.stdout).group(1)
+    return job, _wait_for_job(job, env)
 
 
 def test_sbatch_readme_script(cluster, tmp_path):
@@ -200,10 +218,10 @@ def test_sbatch_readme_script(cluster, tmp_path):
     (tmp_path / "job.sh").write_text(script)
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
     env = _env(cluster, mpi)
-    res = run(["sbatch", f"--chdir={tmp_path}", tmp_path / "job.sh"], env, 60)
-    assert res.returncode == 0, res.stdout + res.stderr
-    job = re.search(r"Submitted batch job (\d+)", res.stdout).group(1)
-    state = _wait_for_job(job, env)
+    job, state = _sbatch(tmp_path, env)
+    if state != "COMPLETED" and PMI2_GARBLED in (tmp_path / f"ddlcomm-{job}.out").read_text():
+        (tmp_path / "ddlcomm.db").unlink(missing_ok=True)
+        job, state = _sbatch(tmp_path, env)
     assert state == "COMPLETED", state + "".join(p.read_text() for p in tmp_path.glob("*.out"))
     out = (tmp_path / f"ddlcomm-{job}.out").read_text()
     assert "status passed" in out and "status failed" not in out, out

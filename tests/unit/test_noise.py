@@ -30,9 +30,11 @@ def pt(nbytes: int, p50: float, p99: float, **over) -> dict:
 # ------------------------------------------------------------------ point flags
 
 @pytest.mark.parametrize("p50, flagged", [
-    (8000.0, True), (16000.0, True), (7900.0, True), (12300.0, True), (4000.0, True),
-    (3950.0, True),                     # within 3% of one quantum
-    (3000.0, False), (10000.0, False), (6000.0, False), (2.0, False), (None, False), (0.0, False),
+    (8000.0, True), (16000.0, True), (7900.0, True), (12100.0, True), (4000.0, True),
+    (3950.0, True), (32000.0, True),    # within 3% of one quantum of 1..8 quanta
+    (12300.0, False), (3000.0, False), (10000.0, False), (6000.0, False), (2.0, False),
+    (None, False), (0.0, False),
+    (36000.0, False), (124663.0, False),  # past 8 quanta every time is near some multiple
 ])
 def test_on_quanta(p50, flagged):
     assert noise.on_quanta(p50) is flagged
@@ -41,7 +43,8 @@ def test_on_quanta(p50, flagged):
 def test_on_quanta_named_constants():
     assert noise.SCHED_QUANTUM_US == 4000.0
     assert noise.on_quanta(1000.0, quantum_us=1000.0) and not noise.on_quanta(1500.0, quantum_us=1000.0)
-    assert noise.on_quanta(8400.0, tolerance=0.06) and not noise.on_quanta(8400.0)
+    assert noise.on_quanta(8400.0, tolerance=0.12) and not noise.on_quanta(8400.0)
+    assert noise.MAX_QUANTA == 8
 
 
 def test_wide_spread_and_flags():

@@ -5,8 +5,9 @@ gets its CPU back only at a scheduler tick: Linux's CFS, with the common
 ``HZ=250``, ticks every 4 ms, so the point's median lands on 4, 8, 16 ms
 whatever the message.  Two signs are flagged:
 
-* ``quanta``: p50 at or above :data:`SCHED_QUANTUM_US` and within
-  :data:`QUANTUM_TOLERANCE` of a whole multiple of it;
+* ``quanta``: p50 within :data:`QUANTUM_TOLERANCE` of a quantum of one of the
+  first :data:`MAX_QUANTA` multiples of :data:`SCHED_QUANTUM_US` (past those,
+  every time lies close to some multiple and the sign says nothing);
 * ``spread``: p99 above :data:`WIDE_SPREAD` times p50: the iterations
   disagree so much that the median says little.
 """
@@ -17,8 +18,11 @@ from typing import Any, Mapping, Optional
 #: The scheduler quantum, µs: one tick of CFS at HZ=250 (the default of most
 #: distributions' kernels); a descheduled rank resumes on a tick.
 SCHED_QUANTUM_US = 4000.0
-#: How close (relative) to a multiple of the quantum a p50 must be to be flagged.
+#: How close to a multiple of the quantum a p50 must be to be flagged, as a share of one
+#: quantum (0.03: 120 µs at 4 ms).
 QUANTUM_TOLERANCE = 0.03
+#: The largest multiple of the quantum still read as a sign (8: up to 32 ms).
+MAX_QUANTA = 8
 #: p99/p50 above which a point's spread is called wide.
 WIDE_SPREAD = 2.0
 
@@ -33,11 +37,11 @@ FLAGS: dict[str, tuple[str, str]] = {
 
 def on_quanta(p50_us: Optional[float], quantum_us: float = SCHED_QUANTUM_US,
               tolerance: float = QUANTUM_TOLERANCE) -> bool:
-    """Whether ``p50_us`` is at least one quantum and within ``tolerance`` of a multiple of it."""
-    if not p50_us or p50_us < quantum_us * (1 - tolerance):
+    """Whether ``p50_us`` lies within ``tolerance`` quanta of 1..MAX_QUANTA quanta."""
+    if not p50_us:
         return False
-    multiple = max(round(p50_us / quantum_us), 1) * quantum_us
-    return abs(p50_us - multiple) <= tolerance * multiple
+    k = round(p50_us / quantum_us)
+    return 1 <= k <= MAX_QUANTA and abs(p50_us - k * quantum_us) <= tolerance * quantum_us
 
 
 def wide_spread(p50_us: Optional[float], p99_us: Optional[float], limit: float = WIDE_SPREAD) -> bool:

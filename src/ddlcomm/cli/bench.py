@@ -11,7 +11,8 @@ from dataclasses import fields
 from typing import Optional
 
 from ..bench import session
-from ..bench.plan import BenchOptions, BenchPlan, check_fits, check_start, mem_available, resolve
+from ..bench.plan import (BenchOptions, BenchPlan, check_fits, check_ranks, mem_available, resolve,
+                          usable_cores)
 from ..comm import registry
 from ..launch.containers import check_available
 from ..launch.env import detect
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         registry.check(name)
     if info is not None:
         return session.rank_main(plan, argv, info, db, common.report_dir(args, db))
-    check_start(plan.ranks, args.oversubscribe, plan.backends)
+    check_ranks(plan.ranks, usable_cores(), args.oversubscribe)   # memory: check_fits
     if plan.containers:
         check_available()
     check_fits(plan, mem_available())

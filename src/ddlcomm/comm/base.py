@@ -34,6 +34,15 @@ def rank_number(value: Any) -> int:
     return value.__index__()
 
 
+def rank_of(root: Any, size: int, what: str) -> int:
+    """``root`` as a rank of a ``what`` of ``size`` ranks (UsageError otherwise)."""
+    if root.__class__ is not int:
+        root = rank_number(root)
+    if not 0 <= root < size:
+        raise UsageError(f"root {root} is not a rank of this {what} (size {size})")
+    return root
+
+
 def check_writable(array: np.ndarray, what: str) -> None:
     """Refuse a read-only array as a buffer ddlcomm writes into."""
     if not array.flags.writeable:
@@ -153,11 +162,7 @@ class Communicator(abc.ABC):
 
     def check_root(self, root: int) -> int:
         """``root`` if it is a rank of this communicator (UsageError otherwise)."""
-        if root.__class__ is not int:
-            root = rank_number(root)
-        if not 0 <= root < self.size:
-            raise UsageError(f"root {root} is not a rank of this communicator (size {self.size})")
-        return root
+        return rank_of(root, self.size, "communicator")
 
     def _check_recv(self, recvbuf: Optional[np.ndarray], sendbuf: np.ndarray, count: int,
                     what: str) -> np.ndarray:

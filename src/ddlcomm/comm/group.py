@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import UsageError
-from .base import rank_number
+from .base import rank_number, rank_of
 from .native import TAG
 
 #: Tag of the group barrier's messages (apart from the algorithms' TAG).
@@ -46,11 +46,7 @@ class Group:
         return self.parent.check_op(op, dtype)
 
     def check_root(self, root: int) -> int:
-        if root.__class__ is not int:
-            root = rank_number(root)
-        if not 0 <= root < self.size:
-            raise UsageError(f"root {root} is not a rank of this group (size {self.size})")
-        return root
+        return rank_of(root, self.size, "group")
 
     def _send(self, buf, dest: int, tag: int) -> None:
         self.parent._send(buf, self.members[dest], tag)

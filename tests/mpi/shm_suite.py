@@ -1,8 +1,10 @@
-"""Rank-side checks of the shared-memory all-reduces: shm (copying, zero-copy) and hierarchical.
+"""Rank-side checks of the shared-memory all-reduces: shm (staged, pipelined, zero-copy) and hierarchical.
 
 Run under a launcher (``mpirun -n N python shm_suite.py [--backend NAME]``).
 Every dtype × op × count (0, 1, 7, 13, 10007, and one above the leaders'
-ring threshold) against a float64/int64 reference.  ``hierarchical`` runs
+ring threshold) against a float64/int64 reference.  The pipelined form (the
+C kernel's reducer) runs with 128-byte chunks, so most counts take many chunks
+and reuse its staging windows, out of place and in place.  ``hierarchical`` runs
 every dtype and op with the ranks round robin over 2 nodes (in place and
 not), and spot checks with every rank on one node, in blocks of 2 and one
 node per rank; nodes are named per rank with its ``node`` argument, so the
@@ -18,6 +20,7 @@ import ddlcomm
 from ddlcomm import memory
 from ddlcomm.comm import hierarchical, shm
 from ddlcomm.dtypes import DTYPES, OPS
+from ddlcomm.kernels import reducer
 from suite_end import conclude
 
 COUNTS = (0, 1, 7, 13, 10007)
@@ -26,6 +29,9 @@ LARGE = 262_147
 
 #: (dtype, op) the other node layouts run; "round robin" runs every dtype and op.
 SPOT_CHECKS = {("float32", "sum"), ("float16", "avg"), ("bfloat16", "max"), ("int64", "prod")}
+
+#: Chunk bytes of the pipelined runs: small, so that counts of a few hundred take many chunks.
+PIPE_CHUNK = 128
 
 #: Node layouts of the hierarchical runs: rank, ranks -> node name.
 LAYOUTS = {
@@ -62,7 +68,18 @@ def cases(comm, held):
                 every = [np.random.default_rng(100 * q + n).integers(1, hi, n).astype(dt.numpy)
                          for q in range(p)]
                 want = expected(every, opname, dt, p)
-                for variant in ("copy", "zero-copy", "in-place"):
+                c_kernel = reducer("sum" if op.divide_by_ranks else opname, dt)
+                c_kernel = c_kernel if shm.pipelines(c_kernel) else None
+                for variant in ("copy", "zero-copy", "in-place", "pipelined", "pipelined in-place"):
+                    if variant.startswith("pipelined"):
+                        if c_kernel is None:
+                            continue
+                        send = every[comm.rank].copy()
+                        recv = send if variant.endswith("in-place") else np.zeros(n, dt.numpy)
+                        yield f"shm {variant} {dname} {opname} n={n}", \
+                            shm.bind_allreduce(comm, send, recv, op, reduce=c_kernel, chunk_bytes=PIPE_CHUNK), \
+                            send, every[comm.rank], recv, want, dt
+                        continue
                     if variant == "copy":
                         send, recv = every[comm.rank].copy(), np.zeros(n, dt.numpy)
                     else:

@@ -2,8 +2,9 @@
 import numpy as np
 import pytest
 
-from ddlcomm.comm.algorithms import (RING_MIN_BYTES, SHARED_MEMORY, check, kernel, names,
-                                     resolve, split)
+from ddlcomm.comm import shm
+from ddlcomm.comm.algorithms import (RING_MIN_BYTES, SHARED_MEMORY, SHM_MIN_BYTES, check, choose_auto,
+                                     kernel, names, resolve, split)
 from ddlcomm.dtypes import get_op
 from ddlcomm.errors import UsageError
 from ddlcomm.kernels import describe
@@ -18,7 +19,6 @@ def test_split_and_resolve_keep_the_kernel():
 
 
 def test_auto_rule_by_size_and_rank_count():
-    from ddlcomm.comm.algorithms import choose_auto
     assert choose_auto("allreduce", RING_MIN_BYTES - 1, 4) == "library"
     assert choose_auto("allreduce", RING_MIN_BYTES, 1) == "library"      # nothing to reduce
     assert choose_auto("broadcast", 1 << 30, 8) == "library"
@@ -28,6 +28,18 @@ def test_auto_rule_by_size_and_rank_count():
         ["ring", "ring", "rhd", "ring", "rhd"]
     assert resolve("allreduce", "auto", 64 << 20, 4) == "rhd"
     assert "shm" not in names("gather")
+
+
+def test_auto_on_one_node_is_the_pipelined_shm_from_its_threshold():
+    for p in (2, 8, 16):
+        assert choose_auto("allreduce", SHM_MIN_BYTES, p, pipelined_shm=True) == "shm"
+        assert choose_auto("allreduce", SHM_MIN_BYTES - 1, p, pipelined_shm=True) == "library"
+    assert choose_auto("allreduce", 1 << 30, 1, pipelined_shm=True) == "library"
+    assert choose_auto("broadcast", 1 << 30, 4, pipelined_shm=True) == "library"
+    built = shm._shmpipe is not None
+    assert resolve("allreduce", "auto", 1 << 20, 4, one_node=True) == ("shm" if built else "rhd")
+    assert resolve("allreduce", "auto+numpy", 1 << 20, 4, one_node=True) == "rhd+numpy"   # staged shm: no
+    assert resolve("allreduce", "auto", 1 << 20, 4, one_node=False) == "rhd"
 
 
 def test_shared_memory_algorithms_are_allreduce_names():

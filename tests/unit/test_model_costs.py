@@ -39,8 +39,8 @@ def terms(coll, alg, p, n=N, **kw):
     ("allreduce", "linear", 3, (4, 4 * N, 2 * N)),
     ("allreduce", "nonoverlapping", 3, (4, 4 * N, 2 * N)),     # binomial reduce + bcast: 2+2
     ("allreduce", "shm", 1, (0, 2 * N, 0)),
-    ("allreduce", "shm", 4, (4, 2 * N, 750)),
-    ("allreduce", "shm", 3, (4, 2 * N, N * 2 / 3)),
+    ("allreduce", "shm", 4, (3, 7 * N / 4, 750)),
+    ("allreduce", "shm", 3, (3, 5 * N / 3, N * 2 / 3)),
     ("broadcast", "binomial", 1, (0, 0, 0)),
     ("broadcast", "binomial", 2, (1, N, 0)),
     ("broadcast", "binomial", 5, (3, 3 * N, 0)),

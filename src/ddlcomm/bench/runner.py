@@ -19,6 +19,7 @@ from tqdm import tqdm
 from .. import kernels
 from ..collectives import get_collective
 from ..comm import algorithms
+from ..comm.shm import same_node
 from ..dtypes import get_dtype, get_op
 from ..errors import RankFailure, UnsupportedError
 from ..launch.placement import format_cpulist, split_ranks, transport
@@ -47,7 +48,8 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     algorithm = spec.algorithm
     extra: dict[str, Any] = {}
     if algorithm != "library":
-        algorithm = algorithms.resolve(spec.name, algorithm, count * dtype.itemsize, comm.size)
+        algorithm = algorithms.resolve(spec.name, algorithm, count * dtype.itemsize, comm.size,
+                                       one_node=same_node(comm))
         reducer = algorithms.kernel(algorithm, op, dtype.numpy)
         if reducer is not None:
             extra["kernel"] = kernels.describe(reducer)

@@ -7,16 +7,20 @@ through shared memory (:data:`SHARED_MEMORY`: ``shm`` inside one node,
 ``hierarchical`` across nodes), and ``auto``.
 
 ``auto`` picks per collective, size and rank count, from what we measured
-on our machine and the cost model: below ``RING_MIN_BYTES`` the library's
-collective (small messages, where the library's latency wins: see
-docs/benchmarks.md, "ddlcomm's own all-reduce"); from there up, of the ring
+on our machine and the cost model.  With every rank on one node and the
+pipelined shm all-reduce built (:func:`ddlcomm.comm.shm.pipelines`), the
+all-reduce runs ``shm`` from ``SHM_MIN_BYTES`` up and the library's below
+(docs/benchmarks.md, "The pipelined shm all-reduce").  Across nodes: below
+``RING_MIN_BYTES`` the library's collective (small messages, where the
+library's latency wins: see docs/benchmarks.md, "ddlcomm's own
+all-reduce"); from there up, of the ring
 and recursive halving/doubling, the one whose α-β-γ schedule
 (:func:`ddlcomm.comm.native.schedule`) is cheaper on that many ranks with
 :data:`AUTO_PARAMS` -- both move the same bytes on powers of two, where rhd
 needs fewer rounds; elsewhere rhd's fold costs 2n more bytes and the ring
 wins.  Ties go to the ring (2 ranks).  Collectives with no faster native
-path measured stay with the library.  The shared-memory paths are chosen by
-name.  The choice is recorded with each point as ``algorithm_run``.
+path measured stay with the library.  The choice is recorded with each point
+as ``algorithm_run``.
 """
 from __future__ import annotations
 
@@ -28,10 +32,13 @@ from ..dtypes import ReduceOp
 from ..errors import UsageError
 from ..kernels import reducer
 from ..lazy import load
-from . import native
+from . import native, shm
 
 #: From this size up ``auto`` uses ddlcomm's all-reduce (ring or rhd).
 RING_MIN_BYTES = 1 << 20
+#: On one node, from this size up ``auto`` runs the pipelined shm all-reduce (2 ranks,
+#: both MPIs: 4 KiB 2.4 against the library's 3.2 µs, 1 KiB a tie, below the library wins).
+SHM_MIN_BYTES = 4 << 10
 #: Pieces of this many bytes pipeline each step of the ring and rhd all-reduces that
 #: ``--algorithm`` runs: the piece just received is reduced while still in cache
 #: (15-25% faster at 64-256 MiB, 2 ranks, both MPIs: docs/benchmarks.md).
@@ -62,8 +69,11 @@ def names(collective: str) -> list[str]:
     return ["library", "auto", *native.algorithms_for(collective), *shared]
 
 
-def choose_auto(collective: str, nbytes: int, nranks: int = 2) -> str:
-    """The algorithm ``auto`` runs (pure): see the module docstring."""
+def choose_auto(collective: str, nbytes: int, nranks: int = 2, pipelined_shm: bool = False) -> str:
+    """The algorithm ``auto`` runs (pure): see the module docstring.  ``pipelined_shm``:
+    every rank is on one node and the pipelined shm all-reduce can run."""
+    if pipelined_shm and collective == "allreduce" and nranks >= 2:
+        return "shm" if nbytes >= SHM_MIN_BYTES else "library"
     candidates = AUTO_CANDIDATES.get(collective)
     if candidates is None or nbytes < RING_MIN_BYTES or nranks < 2:
         return "library"
@@ -99,13 +109,15 @@ def kernel(algorithm: str, op: Optional[ReduceOp], dtype) -> Optional[Callable]:
     return reducer(op.name if not op.divide_by_ranks else "sum", dtype, split(algorithm)[1])
 
 
-def resolve(collective: str, algorithm: str, nbytes: int, nranks: int = 2) -> str:
+def resolve(collective: str, algorithm: str, nbytes: int, nranks: int = 2, one_node: bool = False) -> str:
     """``auto`` made concrete for this size and rank count (the same on every rank);
-    a kernel suffix is kept."""
-    base, _ = split(algorithm)
+    a kernel suffix is kept.  ``one_node``: every rank runs on one node."""
+    base, suffix = split(algorithm)
     if base != "auto":
         return algorithm
-    return choose_auto(collective, nbytes, nranks) + algorithm[len(base):]
+    pipelined = one_node and get_collective(collective).reduces and shm.pipelines(
+        reducer("sum", "float32", suffix))
+    return choose_auto(collective, nbytes, nranks, pipelined) + algorithm[len(base):]
 
 
 def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[ReduceOp],

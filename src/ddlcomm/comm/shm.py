@@ -1,19 +1,34 @@
 """The intra-node shared-memory path: one segment, every rank reduces its slice.
 
-For ranks on one node: each rank copies its input into its slot of one POSIX
-shared-memory segment; after a barrier, rank r reduces slice r of the result
-straight from every rank's slot (the reduction kernel reads all p inputs and
-writes once, no copy through the MPI library); after a second barrier, every
-rank copies the whole result out.  Two result slots alternate between calls,
-so a fast rank's next reduction never overwrites what a slow rank still
-reads.  Per call a rank moves about 3 n bytes against the 2 (p-1)/p n each
-way of a ring, and the p ranks reduce in parallel.
+For ranks on one node, three forms, chosen when the call is bound:
+
+* **pipelined** (the C reduction kernel, with :mod:`ddlcomm.comm._shmpipe`
+  built): the input is cut into chunks (:func:`pipe_chunk`); per chunk every
+  rank stages the parts the others reduce in one of :data:`PIPE_WINDOWS`
+  windows of the segment, reduces its own line-aligned part from every rank's
+  input (its own straight from its buffer), and copies the whole reduced chunk
+  out, meeting the others through counters in the segment (no MPI call).  At
+  step s a rank stages chunk s, reduces chunk s-1 and copies chunk s-2 out, so
+  it waits only for what the others did a step before.  A chunk's staging
+  stays in the caches, so a rank reads its input and writes its output from
+  memory about once.
+* **staged** (the NumPy kernel, or no C build): each rank copies its whole
+  input into its slot of the segment; after a barrier, rank r reduces slice r
+  of the result straight from every rank's slot; after a second barrier,
+  every rank copies the whole result out.  Two result slots alternate between
+  calls, so a fast rank's next reduction never overwrites what a slow rank
+  still reads.  Per call a rank moves about 3 n bytes against the 2 (p-1)/p n
+  each way of a ring, and the p ranks reduce in parallel.
+* **zero-copy**: every rank's buffers already live in shared segments
+  (``--memory shared``): each rank reduces its slice straight from every
+  input into every output.
 
 The segment is made once per bound call (the set-up that ``bind`` pays) and
 freed with it.  Ranks on several nodes: see ``hierarchical``.
 """
 from __future__ import annotations
 
+import os
 import socket
 import weakref
 from typing import Callable, Optional
@@ -24,6 +39,27 @@ from .. import memory
 from ..dtypes import ReduceOp
 from ..errors import UnsupportedError
 from ..memory.shared import attach, segment_of
+
+try:
+    from . import _shmpipe
+except ImportError:         # not built (no C compiler at install time): the staged form runs
+    _shmpipe = None
+
+#: Staging windows of the pipelined form: chunks s-2..s are live while a rank is at step s.
+PIPE_WINDOWS = 4
+#: Bytes of staging the pipelined form aims for, windows x (ranks + 1) x chunk: within
+#: the last-level cache.  Its chunk is this over windows x (ranks + 1), kept within
+#: [PIPE_CHUNK_MIN, PIPE_CHUNK_MAX] (512 KiB at 2 ranks, 90 KiB at 16).
+PIPE_STAGING_BYTES = 6 << 20
+PIPE_CHUNK_MIN, PIPE_CHUNK_MAX = 64 << 10, 512 << 10
+#: From this size up an out-of-place result is written with streaming stores: the
+#: inputs and results of the node's ranks no longer fit in the caches, and the
+#: results' lines need not be read first (2 ranks here: 16 MiB 2.4 -> 1.9 ms,
+#: 64 MiB 11 -> 8 ms; below, streaming was slower).
+PIPE_STREAM_BYTES = 8 << 20
+#: Microseconds a rank of the pipelined form spins for a peer before it sleeps,
+#: while the node's ranks do not outnumber its CPUs (past that: sleep at once).
+PIPE_SPIN_US = 50.0
 
 
 def same_node(comm) -> bool:
@@ -106,13 +142,44 @@ def _zero_copy(comm, sendbuf, recvbuf, op, reduce, lo, hi):
     return call
 
 
+def pipelines(reduce) -> bool:
+    """Whether the pipelined form runs with ``reduce``: a C kernel's reducer, and the engine built."""
+    return _shmpipe is not None and hasattr(reduce, "loop")
+
+
+def pipe_chunk(nranks: int, nbytes: int) -> int:
+    """The pipelined form's chunk in bytes at ``nranks`` for ``nbytes`` (pure)."""
+    line = 64
+    chunk = PIPE_STAGING_BYTES // (PIPE_WINDOWS * (nranks + 1)) // line * line
+    return min(max(PIPE_CHUNK_MIN, min(chunk, PIPE_CHUNK_MAX)), -(-max(nbytes, 1) // line) * line)
+
+
+def _pipelined(comm, sendbuf, recvbuf, op, reduce, chunk_bytes: Optional[int]) -> Callable[[], None]:
+    p = comm.size
+    chunk = pipe_chunk(p, sendbuf.nbytes) if chunk_bytes is None else chunk_bytes
+    seg = node_segment(comm, 0, _shmpipe.segment_bytes(p, chunk, PIPE_WINDOWS))
+    raw = seg.array(np.uint8, seg.nbytes)
+    rank, state = comm.rank, {"base": 0}
+    spin_us = PIPE_SPIN_US if p <= (os.cpu_count() or 1) else 0.0
+
+    def call() -> None:
+        state["base"] = _shmpipe.allreduce(raw, sendbuf, recvbuf, reduce, rank, p, chunk, PIPE_WINDOWS,
+                                           state["base"], spin_us, PIPE_STREAM_BYTES)
+        op.finish(recvbuf, p)
+
+    weakref.finalize(call, seg.free)
+    return call
+
+
 def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
-                   reduce: Optional[Callable] = None) -> Callable[[], None]:
+                   reduce: Optional[Callable] = None,
+                   chunk_bytes: Optional[int] = None) -> Callable[[], None]:
     """Set up the segment and return the all-reduce on these buffers.
 
     With every rank's buffers in shared memory (``--memory shared``) no copy is
-    made at all; otherwise inputs are copied into one node segment and the
-    result copied out.
+    made at all; otherwise the pipelined form where the C kernel reduces (in
+    chunks of ``chunk_bytes``, a multiple of 64; default :func:`pipe_chunk`),
+    else the staged one (see the module's docstring).
     """
     if not same_node(comm):
         raise UnsupportedError("the shm all-reduce needs every rank on one node",
@@ -124,6 +191,8 @@ def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
     comm.allreduce(shared, shared, op="min")
     if shared[0] and n:
         return _zero_copy(comm, sendbuf, recvbuf, op, reduce, lo, hi)
+    if pipelines(reduce):
+        return _pipelined(comm, sendbuf, recvbuf, op, reduce, chunk_bytes)
     seg = node_segment(comm, 0, (p + 2) * n * dtype.itemsize)
     flat = seg.array(dtype, (p + 2) * n)
     inputs = [flat[r * n:(r + 1) * n] for r in range(p)]

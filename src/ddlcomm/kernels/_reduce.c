@@ -48,6 +48,9 @@
 #include "loops_x86.h"
 #endif
 
+/* The name of the capsule that hands a Reducer's loop to other C code (ddlcomm.comm._shmpipe). */
+#define LOOP_CAPSULE "ddlcomm.kernels._reduce.loop"
+
 /* Below this many bytes a loop is shorter than releasing and taking the GIL. */
 #define GIL_RELEASE_BYTES 16384
 
@@ -263,11 +266,19 @@ static PyObject *reducer_repr(PyObject *self_)
 static PyObject *get_op(PyObject *self, void *c) { return PyUnicode_FromString(OP_NAMES[((ReducerObject *)self)->op]); }
 static PyObject *get_dtype(PyObject *self, void *c) { return PyUnicode_FromString(DT_NAMES[((ReducerObject *)self)->dtype]); }
 static PyObject *get_isa(PyObject *self, void *c) { return PyUnicode_FromString(ISA_NAMES[((ReducerObject *)self)->isa]); }
+static PyObject *get_itemsize(PyObject *self, void *c) { return PyLong_FromSsize_t(((ReducerObject *)self)->itemsize); }
+static PyObject *get_loop(PyObject *self, void *c)
+{
+    return PyCapsule_New((void *)((ReducerObject *)self)->loop, LOOP_CAPSULE, NULL);
+}
 
 static PyGetSetDef reducer_getset[] = {
     {"op", get_op, NULL, "the reduction: sum, prod, min or max", NULL},
     {"dtype", get_dtype, NULL, "the element type the buffers are read as", NULL},
     {"isa", get_isa, NULL, "the instruction set its loop uses", NULL},
+    {"itemsize", get_itemsize, NULL, "bytes per element of its dtype", NULL},
+    {"loop", get_loop, NULL, "its loop for other C code: a capsule named " LOOP_CAPSULE
+     " holding void (*)(const void *a, const void *b, void *out, size_t n)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -23,7 +23,7 @@ allreduce  rhd (= rabenseifner)    native: 2·log2 p (+2); 2(p-1)/p·n (+2n); (p
 allreduce  recursive_doubling      ⌈log2 p⌉ (+1 off powers of two); n per round; n per exchange
 allreduce  linear                  reduce to the root, then broadcast: 2(p-1); 2(p-1)n; (p-1)n
 allreduce  nonoverlapping          binomial reduce + binomial broadcast
-allreduce  shm                     2 barriers (2⌈log2 p⌉); 2n copied (in, out); (p-1)/p·n
+allreduce  shm                     pipelined: 3 waits; (2p-1)/p·n copied; (p-1)/p·n
 allreduce  hierarchical            shm reduce + fan-out in each node (intra-node
                                    parameters) + the leaders' all-reduce (inter-node)
 broadcast  binomial, pipelined     native: ⌈log2 p⌉ rounds of n; (p-2+m) rounds of n/m
@@ -214,11 +214,16 @@ def allreduce_nonoverlapping(p: int, nbytes: float) -> Schedule:
 
 
 def allreduce_shm(p: int, nbytes: float) -> Schedule:
-    """``comm/shm.py``: each rank copies n bytes in; barrier; reduces its 1/p
-    slice reading all p inputs ((p-1)/p·n reduced); barrier; copies n out.
-    A barrier is ⌈log2 p⌉ messages (recursive doubling/dissemination)."""
+    """``comm/shm.py``'s pipelined form (the C kernel's ``shm``): per chunk each
+    rank stages the (p-1)/p·n the others reduce, reduces its 1/p part reading
+    all p inputs ((p-1)/p·n reduced) and copies the whole n out; the chunks
+    overlap, so one chunk's three waits (one round each) are on the critical
+    path; one rank copies its input to the window and out.  (``shm+numpy``,
+    the staged form, is :func:`allreduce_shm_phases`.)"""
     p = _p(p)
-    return Schedule(2 * _log2c(p), 2.0 * nbytes, (p - 1) / p * nbytes)
+    if p == 1:
+        return Schedule(0, 2.0 * nbytes, 0.0)
+    return Schedule(3, (2 * p - 1) / p * nbytes, (p - 1) / p * nbytes)
 
 
 def allreduce_shm_phases(p: int, nbytes: float) -> tuple[Schedule, Schedule]:

@@ -1,0 +1,374 @@
+/* ddlcomm.comm._shmpipe: the pipelined shared-memory all-reduce of ranks on one node.
+ *
+ *     seg = <a shared segment of segment_bytes(nranks, chunk, windows) bytes, zeroed>
+ *     base = allreduce(seg, send, recv, reducer, rank, nranks, chunk, windows, base)
+ *
+ * The input is cut into chunks of `chunk` bytes.  Per chunk, every rank copies
+ * its piece into its slot of one of `windows` staging windows in the segment,
+ * then reduces its own line-aligned part of the chunk straight from every
+ * rank's slot (one pass of the C kernel per peer, in L2), then copies the whole
+ * reduced chunk out.  Ranks go on to the next chunk as soon as their part is
+ * done, so the copies of one chunk overlap the reductions of the next, and a
+ * chunk's staging stays in the caches: each rank reads its input and writes its
+ * output from memory once.
+ *
+ * Ranks meet through three counters per rank (each on its own cache line in the
+ * segment's header): READY (its piece of chunk g is staged), REDUCED (its part of
+ * chunk g is reduced), DONE (it copied chunk g out).  Counters hold global chunk
+ * numbers + 1 and only grow, so a bound call passes `base` (the chunks of the
+ * calls before, returned by the previous call) and the segment is never reset.
+ * A window is reused only when every rank has copied its chunk out.  A wait
+ * spins for `spin_us`, then sleeps on a futex that the counter's owner wakes
+ * when it publishes (only if someone sleeps): ranks that outnumber the cores
+ * give theirs up.  The GIL is released for the whole call, so a watchdog thread
+ * can still end the rank.
+ *
+ * `reducer` is a ddlcomm.kernels._reduce.Reducer: its `loop` capsule is the
+ * SIMD loop out = a (op) b, and its `itemsize` the element size.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+typedef void (*ddl_loop)(const void *a, const void *b, void *out, size_t n);
+
+#define LINE 64
+#define PAGE 4096
+#define LOOP_CAPSULE "ddlcomm.kernels._reduce.loop"
+
+enum { READY, REDUCED, DONE, N_COUNTERS };
+
+/* A rank's counter, alone on its cache line: the value (global chunk number + 1,
+ * compared modulo 2^32) and how many ranks sleep on it. */
+typedef struct {
+    int32_t value;
+    int32_t sleepers;
+} Counter;
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static size_t header_bytes(int nranks)
+{
+    size_t bytes = (size_t)N_COUNTERS * (size_t)nranks * LINE;
+    return (bytes + PAGE - 1) / PAGE * PAGE;
+}
+
+static size_t window_bytes(int nranks, size_t chunk) { return ((size_t)nranks + 1) * chunk; }
+
+static Counter *counter(char *seg, int which, int nranks, int rank)
+{
+    return (Counter *)(seg + ((size_t)which * (size_t)nranks + (size_t)rank) * LINE);
+}
+
+static int at_least(int32_t value, int64_t target) { return (int32_t)((uint32_t)value - (uint32_t)target) >= 0; }
+
+static void publish(Counter *c, int64_t value)
+{
+    __atomic_store_n(&c->value, (int32_t)(uint32_t)value, __ATOMIC_SEQ_CST);
+#ifdef __linux__
+    if (__atomic_load_n(&c->sleepers, __ATOMIC_SEQ_CST) > 0)
+        syscall(SYS_futex, &c->value, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+#endif
+}
+
+/* Until the counter reaches `target`: spin for up to spin_ns, then sleep on it
+ * (a futex on Linux: publish() wakes the sleepers; elsewhere, yield). */
+static void wait_for(Counter *c, int64_t target, uint64_t spin_ns)
+{
+    uint64_t start;
+    unsigned spins = 0;
+    if (at_least(__atomic_load_n(&c->value, __ATOMIC_ACQUIRE), target))
+        return;
+    start = now_ns();
+    while (!at_least(__atomic_load_n(&c->value, __ATOMIC_ACQUIRE), target)) {
+        if ((++spins & 255) == 0 && now_ns() - start >= spin_ns)
+            break;
+        cpu_relax();
+    }
+    while (!at_least(__atomic_load_n(&c->value, __ATOMIC_ACQUIRE), target)) {
+#ifdef __linux__
+        int32_t seen;
+        __atomic_add_fetch(&c->sleepers, 1, __ATOMIC_SEQ_CST);
+        seen = __atomic_load_n(&c->value, __ATOMIC_SEQ_CST);
+        if (!at_least(seen, target))      /* the kernel sleeps only if the value is still `seen` */
+            syscall(SYS_futex, &c->value, FUTEX_WAIT, seen, NULL, NULL, 0);
+        __atomic_sub_fetch(&c->sleepers, 1, __ATOMIC_SEQ_CST);
+#else
+        sched_yield();
+#endif
+    }
+}
+
+static void wait_all(char *seg, int which, int nranks, int64_t target, uint64_t spin_ns)
+{
+    for (int q = 0; q < nranks; q++)
+        wait_for(counter(seg, which, nranks, q), target, spin_ns);
+}
+
+/* [lo, hi) bytes of a `len`-byte chunk that `rank` reduces: whole cache lines, balanced. */
+static void part_of(size_t len, int rank, int nranks, size_t *lo, size_t *hi)
+{
+    size_t lines = (len + LINE - 1) / LINE, each = lines / (size_t)nranks, extra = lines % (size_t)nranks;
+    size_t r = (size_t)rank, first = r * each + (r < extra ? r : extra);
+    size_t last = first + each + (r < extra ? 1 : 0);
+    *lo = first * LINE < len ? first * LINE : len;
+    *hi = last * LINE < len ? last * LINE : len;
+}
+
+typedef struct {
+    char *seg;
+    const char *send;
+    char *recv;
+    size_t nbytes, itemsize, chunk;
+    int rank, nranks, windows, stream;
+    uint64_t spin_ns;
+    ddl_loop loop;
+} Job;
+
+/* Chunk i of a call: where it lies in the buffers and in the segment. */
+typedef struct {
+    int64_t g;                  /* its global number (calls before counted) */
+    size_t off, len, lo, hi;    /* its bytes in send/recv; this rank's part of it */
+    char *slots, *out;          /* its window: one slot per rank, then the reduced chunk */
+} Chunk;
+
+static Chunk chunk_at(const Job *j, int64_t base, size_t i)
+{
+    Chunk c;
+    c.g = base + (int64_t)i;
+    c.off = i * j->chunk;
+    c.len = j->nbytes - c.off < j->chunk ? j->nbytes - c.off : j->chunk;
+    part_of(c.len, j->rank, j->nranks, &c.lo, &c.hi);
+    c.slots = j->seg + header_bytes(j->nranks) + (size_t)(c.g % j->windows) * window_bytes(j->nranks, j->chunk);
+    c.out = c.slots + (size_t)j->nranks * j->chunk;
+    return c;
+}
+
+/* Stage the chunk: the parts the other ranks reduce go into this rank's slot. */
+static void stage(const Job *j, const Chunk *c)
+{
+    char *mine = c->slots + (size_t)j->rank * j->chunk;
+    wait_all(j->seg, DONE, j->nranks, c->g - j->windows + 1, j->spin_ns);  /* the window is free */
+    memcpy(mine, j->send + c->off, c->lo);
+    memcpy(mine + c->hi, j->send + c->off + c->hi, c->len - c->hi);
+    publish(counter(j->seg, READY, j->nranks, j->rank), c->g + 1);
+}
+
+/* Reduce this rank's part from every rank's input (its own straight from send) into the window. */
+static void reduce(const Job *j, const Chunk *c)
+{
+    size_t n = (c->hi - c->lo) / j->itemsize;
+    const char *own = j->send + c->off + c->lo;
+    wait_all(j->seg, READY, j->nranks, c->g + 1, j->spin_ns);
+    if (n > 0 && j->nranks == 1)
+        memcpy(c->out + c->lo, own, c->hi - c->lo);
+    for (int q = 1; n > 0 && q < j->nranks; q++) {
+        const char *a = q == 1 ? (j->rank == 0 ? own : c->slots + c->lo) : c->out + c->lo;
+        const char *b = q == j->rank ? own : c->slots + (size_t)q * j->chunk + c->lo;
+        j->loop(a, b, c->out + c->lo, n);
+    }
+    publish(counter(j->seg, REDUCED, j->nranks, j->rank), c->g + 1);
+}
+
+/* memcpy with streaming stores (x86-64: SSE2, in every such CPU): the destination's
+ * lines are not read first, and not kept in the caches. */
+static void copy_streaming(char *dst, const char *src, size_t len)
+{
+#if defined(__x86_64__)
+    size_t head = (16 - ((uintptr_t)dst & 15)) & 15, i;
+    if (head > len)
+        head = len;
+    memcpy(dst, src, head);
+    for (i = head; i + 64 <= len; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(src + i)), b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32)), d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+        _mm_stream_si128((__m128i *)(dst + i), a);
+        _mm_stream_si128((__m128i *)(dst + i + 16), b);
+        _mm_stream_si128((__m128i *)(dst + i + 32), c);
+        _mm_stream_si128((__m128i *)(dst + i + 48), d);
+    }
+    memcpy(dst + i, src + i, len - i);
+    _mm_sfence();
+#else
+    memcpy(dst, src, len);
+#endif
+}
+
+/* Copy the whole reduced chunk out. */
+static void unstage(const Job *j, const Chunk *c)
+{
+    wait_all(j->seg, REDUCED, j->nranks, c->g + 1, j->spin_ns);
+    if (j->stream)
+        copy_streaming(j->recv + c->off, c->out, c->len);
+    else
+        memcpy(j->recv + c->off, c->out, c->len);
+    publish(counter(j->seg, DONE, j->nranks, j->rank), c->g + 1);
+}
+
+/* Step s stages chunk s, reduces chunk s-1 and copies chunk s-2 out: each wait is
+ * for what the other ranks did a step before, so a rank late by less than a step
+ * holds nobody up.  Chunks s-2..s are live at once, so windows >= 3. */
+static int64_t run(const Job *j, int64_t base)
+{
+    size_t nchunks = (j->nbytes + j->chunk - 1) / j->chunk;
+    for (size_t s = 0; s < nchunks + 2; s++) {
+        Chunk c;
+        if (s < nchunks) {
+            c = chunk_at(j, base, s);
+            stage(j, &c);
+        }
+        if (s >= 1 && s - 1 < nchunks) {
+            c = chunk_at(j, base, s - 1);
+            reduce(j, &c);
+        }
+        if (s >= 2) {
+            c = chunk_at(j, base, s - 2);
+            unstage(j, &c);
+        }
+    }
+    return base + (int64_t)nchunks;
+}
+
+static int check_shape(int rank, int nranks, Py_ssize_t chunk, int windows)
+{
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+        PyErr_Format(PyExc_ValueError, "rank %d of %d ranks is out of range", rank, nranks);
+    else if (chunk <= 0 || chunk % LINE != 0)
+        PyErr_Format(PyExc_ValueError, "chunk must be a positive multiple of %d bytes, got %zd", LINE, chunk);
+    else if (windows < 3)
+        PyErr_Format(PyExc_ValueError, "windows must be at least 3, got %d", windows);
+    else
+        return 0;
+    return -1;
+}
+
+static PyObject *segment_bytes(PyObject *m, PyObject *args)
+{
+    int nranks, windows;
+    Py_ssize_t chunk;
+    if (!PyArg_ParseTuple(args, "ini:segment_bytes", &nranks, &chunk, &windows) ||
+        check_shape(0, nranks, chunk, windows) < 0)
+        return NULL;
+    return PyLong_FromSize_t(header_bytes(nranks) + (size_t)windows * window_bytes(nranks, (size_t)chunk));
+}
+
+static int reducer_parts(PyObject *reducer, ddl_loop *loop, size_t *itemsize)
+{
+    PyObject *capsule = PyObject_GetAttrString(reducer, "loop");
+    PyObject *size = capsule == NULL ? NULL : PyObject_GetAttrString(reducer, "itemsize");
+    int ok = size != NULL;
+    if (ok) {
+        *loop = (ddl_loop)PyCapsule_GetPointer(capsule, LOOP_CAPSULE);
+        *itemsize = PyLong_AsSize_t(size);
+        ok = *loop != NULL && !PyErr_Occurred() && *itemsize > 0 && LINE % *itemsize == 0;
+        if (!ok && !PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "the reducer's item size must divide 64");
+    }
+    Py_XDECREF(capsule);
+    Py_XDECREF(size);
+    return ok ? 0 : -1;
+}
+
+static PyObject *allreduce(PyObject *m, PyObject *args)
+{
+    PyObject *seg_obj, *send_obj, *recv_obj, *reducer;
+    int rank, nranks, windows;
+    Py_ssize_t chunk;
+    long long base;
+    double spin_us;
+    Py_ssize_t stream_min;
+    Py_buffer seg, send, recv;
+    Job j;
+    const char *bad = NULL;
+
+    if (!PyArg_ParseTuple(args, "OOOOiiniLdn:allreduce", &seg_obj, &send_obj, &recv_obj, &reducer,
+                          &rank, &nranks, &chunk, &windows, &base, &spin_us, &stream_min) ||
+        check_shape(rank, nranks, chunk, windows) < 0 || reducer_parts(reducer, &j.loop, &j.itemsize) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(seg_obj, &seg, PyBUF_WRITABLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(send_obj, &send, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&seg);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(recv_obj, &recv, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&seg);
+        PyBuffer_Release(&send);
+        return NULL;
+    }
+    j = (Job){seg.buf, send.buf, recv.buf, (size_t)recv.len, j.itemsize, (size_t)chunk, rank, nranks, windows,
+              0, spin_us > 0 ? (uint64_t)(spin_us * 1000.0) : 0, j.loop};
+    j.stream = send.buf != recv.buf && stream_min >= 0 && j.nbytes >= (size_t)stream_min;
+    if (send.len != recv.len)
+        bad = "send and receive buffers differ in size";
+    else if (j.nbytes % j.itemsize != 0)
+        bad = "the buffers' size is not a whole number of elements";
+    else if ((size_t)seg.len < header_bytes(nranks) + (size_t)windows * window_bytes(nranks, j.chunk))
+        bad = "the segment is smaller than segment_bytes(nranks, chunk, windows)";
+    else if (send.buf != recv.buf && (char *)send.buf < (char *)recv.buf + recv.len &&
+             (char *)recv.buf < (char *)send.buf + send.len)
+        bad = "send and receive buffers overlap without being the same memory";
+    if (bad == NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        base = run(&j, base);
+        Py_END_ALLOW_THREADS
+    } else {
+        PyErr_SetString(PyExc_ValueError, bad);
+    }
+    PyBuffer_Release(&seg);
+    PyBuffer_Release(&send);
+    PyBuffer_Release(&recv);
+    return bad == NULL ? PyLong_FromLongLong(base) : NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"segment_bytes", segment_bytes, METH_VARARGS,
+     "segment_bytes(nranks, chunk, windows): bytes of the shared segment allreduce() needs."},
+    {"allreduce", allreduce, METH_VARARGS,
+     "allreduce(seg, send, recv, reducer, rank, nranks, chunk, windows, base, spin_us, stream_min)\n"
+     "-> the next base: the pipelined all-reduce of this rank's part (see the module's source);\n"
+     "a wait spins spin_us microseconds before it sleeps; an out-of-place result of at least\n"
+     "stream_min bytes (-1: never) is written with streaming stores."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_shmpipe",
+    "The pipelined shared-memory all-reduce's inner loop; see ddlcomm.comm.shm.", -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__shmpipe(void)
+{
+    PyObject *m = PyModule_Create(&module_def);
+    if (m != NULL && PyModule_AddIntConstant(m, "LINE", LINE) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

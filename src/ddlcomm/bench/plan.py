@@ -19,7 +19,7 @@ from ..errors import UnsupportedError, UsageError
 from ..units import (MAX_ITERS, format_size, parse_list, parse_positive_int, parse_seconds,
                      parse_size, parse_sizes)
 from ..workloads import base as workloads
-from ..workloads.paths import get_path
+from ..workloads.paths import check_path, get_path
 from .cref import ABILITIES as C_REFERENCE
 
 FORMS = ("buffer", "object")
@@ -91,15 +91,24 @@ class BenchPlan:
             return [PointSpec("workload", w, s, "buffer", b, path=p)
                     for s in self.sizes for w in self.workloads for p in self.paths
                     for b in self.backends]
-        return [PointSpec("c" if f == "c" else "collective", c, s, f, b, a)
+        return [PointSpec(_kind(f, p), c, s, f, b, a, path=p)
                 for c in self.collectives
                 for s in (self.sizes if COLLECTIVES[c].moves_data else self.sizes[:1])
-                for b in self.backends for a in self.algorithms for f in self.forms
-                if a == "library" or f == "buffer"]
+                for p in self.paths for b in self.backends for a in self.algorithms
+                for f in self.forms
+                if (a == "library" or f == "buffer") and (p == "host" or f == "buffer")]
 
     def as_config(self) -> dict:
         """A JSON-able record of the plan for the run row."""
         return {k: v for k, v in self.__dict__.items()}
+
+
+def _kind(form: str, path: str) -> str:
+    """How a collective point is measured: the C loop, along a data path other than the
+    default, or the collective itself (see ``runner.MEASURES``)."""
+    if form == "c":
+        return "c"
+    return "collective" if path == "host" else "staged"
 
 
 def parse_forms(text: str) -> list[str]:
@@ -321,8 +330,7 @@ def check(plan: BenchPlan) -> None:
     if plan.workloads:
         workloads.check_request(plan)
     elif plan.paths != ["host"]:
-        raise UsageError(f"--path {','.join(plan.paths)} applies to --workload runs",
-                         "collectives move their buffers where --memory puts them: leave --path out")
+        check_collective_paths(plan)
     if plan.memory is not None:
         memory.check(plan.memory, plan.hbw_fallback)
     elif plan.hbw_fallback is not None:
@@ -342,6 +350,21 @@ def check(plan: BenchPlan) -> None:
         if plan.memory is not None and memory.kind(plan.memory).on_device:
             raise UsageError(f"--memory {plan.memory} runs the library's collectives only",
                              "leave --algorithm out")
+
+
+def check_collective_paths(plan: BenchPlan) -> None:
+    """Collectives along data paths: paths made for single collectives, buffer form, the
+    library's collectives, and paths that can run here."""
+    for name in plan.paths:
+        if not get_path(name).for_collectives:
+            raise UsageError(f"--path {name} is a parameter-server path: it applies to --workload "
+                             "runs", "use --path host-staged or direct for collectives")
+    if "c" in plan.forms:
+        raise UsageError("--impl c runs on host buffers: not along a GPU data path")
+    if plan.algorithms != ["library"]:
+        raise UsageError("--path runs the library's collectives", "leave --algorithm out")
+    for name in plan.paths:
+        check_path(name, plan)
 
 
 def check_backend_memory(plan: BenchPlan) -> None:

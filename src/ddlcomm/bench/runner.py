@@ -33,6 +33,7 @@ from ..workloads.paths import PATHS
 from .buffers import PointBuffers
 from .cimpl import measure_c
 from .plan import BenchPlan, PointSpec
+from .staged import measure_staged
 from .watchdog import Watchdog
 
 #: "tty" or "plain": whether the owner's stderr is a terminal (rank 0's never is under a launcher).
@@ -112,7 +113,8 @@ def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
 
 
 #: How each kind of point is measured.
-MEASURES = {"collective": measure_collective, "workload": measure_workload, "c": measure_c}
+MEASURES = {"collective": measure_collective, "workload": measure_workload, "c": measure_c,
+            "staged": measure_staged}
 
 
 def placement_fields(plan: BenchPlan, nranks: int, cpus: Optional[list[str]] = None,
@@ -160,7 +162,7 @@ def check_plan(comms: dict, plan: BenchPlan) -> None:
         if dtype.name not in comm.dtypes:
             raise UnsupportedError(f"backend {comm.name} cannot carry {dtype.name}",
                                    f"supported: {', '.join(comm.dtypes)}")
-        if spec.kind == "collective" and spec.form == "buffer":
+        if spec.kind in ("collective", "staged") and spec.form == "buffer":
             comm.check_supported(spec.name)
 
 

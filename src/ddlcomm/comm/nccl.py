@@ -84,6 +84,8 @@ class NCCLCommunicator(TorchDistCommunicator):
         logging = ncclinfo.debug_env(os.environ)
         os.environ.update(logging)
         self._log = ncclinfo.log_path(os.environ, socket.gethostname(), os.getpid())
+        #: ddlcomm's own log (not one the user named) is removed at close
+        self._own_log = self._log if logging.get("NCCL_DEBUG_FILE") == ncclinfo.DEFAULT_LOG else None
         self._log_note = None if logging or self._log else \
             f"not read: NCCL_DEBUG={os.environ.get('NCCL_DEBUG')} was set without NCCL_DEBUG_FILE"
         return {}
@@ -94,6 +96,7 @@ class NCCLCommunicator(TorchDistCommunicator):
         if self.rendezvous is None:       # the caller's process group: its device, its setup
             self.device = torchdist.torch.device("cuda", torchdist.torch.cuda.current_device())
             self.place, self._log, self._log_note = {"gpu": self.device.index}, None, "not read"
+            self._own_log = None
             self._stream_sync = torchdist.torch.cuda.current_stream(self.device).synchronize
             self.sharing = ncclinfo.SharedGpu({}, "the caller's process group")
             return
@@ -122,6 +125,12 @@ class NCCLCommunicator(TorchDistCommunicator):
         os.environ.update(sharing.env)
         return sharing
 
+    def close(self) -> None:
+        super().close()
+        if self._own_log is not None:
+            Path(self._own_log).unlink(missing_ok=True)
+            self._own_log = None
+
     # ------------------------------------------------------------ identity
     @property
     def library(self) -> str:
@@ -137,9 +146,9 @@ class NCCLCommunicator(TorchDistCommunicator):
         return "native NCCL type (CUDA tensor)"
 
     def point_facts(self) -> dict:
-        """The GPU, how many ranks share it and how, and the transports NCCL logged so far."""
-        facts = {"gpu": self.place.get("gpu"), "ranks_per_gpu": self.place.get("ranks_per_gpu"),
-                 "gpu_sharing": self.sharing.how, "sync": "cuda stream after each timed call"}
+        """How the ranks on a GPU were let in, the sync, and the transports NCCL logged so far
+        (the runner stores each rank's GPU and how many ranks shared it)."""
+        facts = {"gpu_sharing": self.sharing.how, "sync": "cuda stream after each timed call"}
         if self._log_note is not None:
             facts["nccl_transport"] = self._log_note
             return facts

@@ -130,6 +130,7 @@ class NCCLChief(DataPath):
     name = "nccl-chief"
     description = "server to a chief worker over MPI, NCCL among the workers"
     needs_gpu = True
+    for_collectives = False
 
     def check(self, plan) -> None:
         chief.check_plan(plan)

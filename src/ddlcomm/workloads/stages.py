@@ -83,6 +83,8 @@ class DataPath:
     #: What the run's backends are handed: "host" arrays or "device" tensors (None: the
     #: run's --memory kind decides, as without a path).
     backend_memory: Optional[str] = "host"
+    #: It moves single collectives too (``--collective X --path NAME``), not only a PS step.
+    for_collectives: bool = True
 
     def check(self, plan) -> None:
         """Refuse, before any rank starts, what this path cannot run here (with the reason)."""

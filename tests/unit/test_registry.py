@@ -97,3 +97,12 @@ def test_nccl_without_a_gpu_is_one_clear_line():
     with pytest.raises(BackendUnavailable) as err:
         registry.check("nccl")
     assert str(err.value).startswith("backend nccl needs a CUDA GPU: torch.cuda.is_available() is False")
+
+
+def test_backends_that_hold_one_thing_cannot_run_together():
+    registry.check_together(["mpi", "gloo"])
+    registry.check_together(["mpi", "nccl"])
+    with pytest.raises(UsageError) as err:
+        registry.check_together(["gloo", "mpi", "nccl"])
+    assert "backends gloo and nccl cannot run in one run" in str(err.value)
+    assert "default process group" in str(err.value)

@@ -248,6 +248,7 @@ def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
     backends = parse_list(o.backend, "--backend")
     for name in backends:
         registry.check(name)          # first: a backend that cannot run here says so at once
+    registry.check_together(backends)
     dtype, op = get_dtype(o.dtype), get_op(o.op)
     ranks = parse_positive_int(o.ranks, "--ranks") if o.ranks is not None else default_ranks
     collectives, workloads_ = _targets(o, dtype, op)

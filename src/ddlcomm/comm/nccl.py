@@ -189,6 +189,16 @@ class NCCLCommunicator(TorchDistCommunicator):
     def _irecv(self, buf, source, tag):
         return super()._irecv(self._device_only(buf), source, tag)
 
+    def _iallreduce(self, sendbuf, recvbuf, op):
+        # NCCL's Work is done when the GPU is: is_completed() is test(), wait() then sync.
+        work_wait, test = super()._iallreduce(self._device_only(sendbuf),
+                                              self._device_only(recvbuf), op)
+
+        def wait() -> None:
+            work_wait()
+            self.sync()
+        return wait, test
+
     @staticmethod
     def _device_only(buf):
         if buf.__class__ is np.ndarray:

@@ -84,3 +84,13 @@ def test_collective_points_along_paths():
 def test_workload_points_along_paths():
     points = plan(workloads=["ps-sync"], collectives=[], paths=["host-staged", "nccl-chief"]).points()
     assert [(p.kind, p.path) for p in points] == [("workload", "host-staged"), ("workload", "nccl-chief")]
+
+
+def test_backend_facts_of_every_rank_are_merged():
+    from ddlcomm.measure.records import merge_facts
+    said = [{"nccl_transport": {"0->1": "P2P/IPC"}, "nccl_transports": ["P2P/IPC"], "sync": "a"},
+            {"nccl_transport": {"1->0": "SHM/direct/direct"}, "nccl_transports": ["SHM/direct/direct"],
+             "sync": "b"}, {}]
+    assert merge_facts(said) == {"nccl_transport": {"0->1": "P2P/IPC", "1->0": "SHM/direct/direct"},
+                                 "nccl_transports": ["P2P/IPC", "SHM/direct/direct"], "sync": "a"}
+    assert merge_facts([{}, {}]) == {}

@@ -25,7 +25,7 @@ from ..launch.placement import format_cpulist, split_ranks, transport
 from ..measure import timing
 from ..measure.calls import prepare
 from ..measure.checks import verdict
-from ..measure.records import collective_records
+from ..measure.records import backend_facts, collective_records
 from ..memory import kind as memory_kind
 from ..memory.gpu import use_gpu
 from ..workloads import get_workload
@@ -80,24 +80,6 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
                               extra={"pages": pages, "algorithm_run": algorithm, **extra})
 
 
-def backend_facts(comm) -> dict:
-    """What every rank's backend says about the point just measured (``point_facts``),
-    merged at rank 0: a table (NCCL's transports per pair) joins every rank's entries."""
-    said = comm.gather_object(comm.point_facts(), root=0)
-    if comm.rank != 0:
-        return {}
-    merged: dict = {}
-    for facts in said:
-        for key, value in facts.items():
-            if isinstance(value, dict) and isinstance(merged.get(key), dict):
-                merged[key] = {**merged[key], **value}
-            elif isinstance(value, list) and isinstance(merged.get(key), list):
-                merged[key] = sorted(set(merged[key]) | set(value))
-            else:
-                merged.setdefault(key, value)
-    return merged
-
-
 def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     """A workload's phases, its buffers (zeroed) in the run's memory kind (on its data path)."""
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:
@@ -107,8 +89,9 @@ def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
             return out
         records = get_workload(spec.name).measure(comm, plan, spec, alloc)
         pages = bufs.placement()
+    facts = backend_facts(comm)
     for record in records:
-        record["extra"]["pages"] = pages
+        record["extra"].update(facts, pages=pages)
     return records
 
 

@@ -15,7 +15,7 @@ from ..collectives import get_collective
 from ..dtypes import get_dtype, get_op
 from ..measure import timing
 from ..measure.checks import verdict
-from ..measure.records import make_record
+from ..measure.records import backend_facts, make_record
 from ..workloads.paths import get_path
 from .buffers import PointBuffers
 from .plan import BenchPlan, PointSpec
@@ -56,8 +56,9 @@ def measure_staged(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
             comm, timing.phases(comm, stage.run, len(phases)), plan.budget_s, plan.iters,
             plan.warmup)
         path.close()
+    facts = backend_facts(comm)
     return _records(comm, coll, dtype, op, count, times, phases, plan.root, in_place,
-                    iterations, warmup, check, {**path.facts, "path": spec.path})
+                    iterations, warmup, check, {**path.facts, **facts, "path": spec.path})
 
 
 def _records(comm, coll, dtype, op, count, times, phases, root, in_place, iterations, warmup,

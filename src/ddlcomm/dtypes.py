@@ -109,9 +109,13 @@ class ReduceOp:
         return self.finish(out, len(arrays))
 
     def finish(self, out: np.ndarray, nranks: int) -> np.ndarray:
-        """Apply the op's last step in place (the division of ``avg``)."""
+        """Apply the op's last step in place (the division of ``avg``); ``out`` is a NumPy
+        array or a torch tensor (divided on its own device)."""
         if self.divide_by_ranks and nranks > 1:
-            np.divide(out, nranks, out=out, casting="unsafe")
+            if isinstance(out, np.ndarray):
+                np.divide(out, nranks, out=out, casting="unsafe")
+            else:
+                out.div_(nranks)
         return out
 
     def combine(self, a: object, b: object) -> object:

@@ -36,10 +36,43 @@ def test_woo2020_matrix():
 
 
 def test_choi2021_runs_both_mpis_and_lists_gpu_variants():
+    from ddlcomm.workloads.paths import gpu_available
     recipe = get_recipe("choi2021")
     assert {s.env for s in recipe.steps(False)} == {"openmpi", "mpich"}
-    variants = [v for v, _ in recipe.unavailable()]
-    assert "NCCL" in variants and "CUDA-aware Open MPI" in variants
+    if gpu_available()[0]:
+        pytest.skip("this machine has a GPU: the GPU half runs (test_choi2021_gpu_half)")
+    variants = [v for v, why in recipe.unavailable()]
+    assert "GPU half: NCCL" in variants and "GPU half: CUDA-aware Open MPI (path direct)" in variants
+    assert all("torch.cuda.is_available() is False" in why or "PyTorch" in why
+               for _, why in recipe.unavailable())
+    assert not any("--memory" in " ".join(s.args) for s in recipe.steps(False))
+
+
+def test_choi2021_gpu_half(monkeypatch):
+    """The GPU runs it would make (listed here without running them)."""
+    from ddlcomm.recipes import choi2021
+    monkeypatch.setattr(choi2021, "cuda_aware_mpis", lambda: {"openmpi": False})
+    steps = choi2021.gpu_steps(False)
+    args = [" ".join(s.args) for s in steps]
+    assert len(steps) == 4 * 2 * 4                     # workers x workloads x (2 MPIs, NCCL, Gloo)
+    assert all("--memory device" in a for a in args)
+    assert sum("--path host-staged,nccl-chief" in a for a in args) == 16
+    assert sum("--backend nccl" in a for a in args) == 8 and sum("--backend gloo" in a for a in args) == 8
+    assert "--ranks 5" in args[-1] or any("--ranks 5" in a for a in args)   # 4 workers + server
+    full = " ".join(" ".join(s.args) for s in choi2021.gpu_steps(True))
+    assert f"--sizes {1 << 30}B" in full and "--steps 1000" in full
+    monkeypatch.setattr(choi2021, "cuda_aware_mpis", lambda: {"openmpi": True})
+    assert any("--path direct" in " ".join(s.args) for s in choi2021.gpu_steps(False))
+
+
+def test_choi2021_gpu_panels():
+    from ddlcomm.recipes import choi2021
+    cpu = dict(library="MPICH", memory="numpy", containers=0, ranks=3)
+    gpu = dict(library="Open MPI", memory="device", path="host-staged", ranks_per_gpu=[3, 3, 3])
+    assert choi2021._panel(cpu) == "MPICH" and choi2021._panel(gpu) == "GPU: Open MPI host-staged"
+    assert choi2021._panel(dict(gpu, library="NCCL", path="host")) == "GPU: NCCL"
+    assert choi2021._line(gpu) == "all ranks on one GPU"
+    assert choi2021._line(dict(gpu, ranks_per_gpu=[1, 1])) == "one rank per GPU"
 
 
 def test_training_recipes():

@@ -70,3 +70,39 @@ def test_plugin_registers_a_backend(monkeypatch, tmp_path):
         assert "plug" in str(pytest.raises(UsageError, registry.get_spec, "nope").value)
     finally:
         sys.modules.pop("ddlcomm_test_plugin", None)
+
+
+def test_nccl_is_registered_with_its_gpu_check():
+    spec = registry.get_spec("nccl")
+    assert spec.target == "ddlcomm.comm.nccl:NCCLCommunicator"
+    assert spec.check == "ddlcomm.comm.nccl:check_here" and spec.memories == ("device",)
+    assert registry.get_spec("gloo").memories == ("host", "device")
+    assert registry.get_spec("mpi").memories == ("host",) and registry.get_spec("mpi").device_if_cuda_aware
+
+
+def test_a_backends_own_check_runs_after_its_modules(monkeypatch):
+    def refuse():
+        raise BackendUnavailable("backend fake needs a CUDA GPU: none here")
+    monkeypatch.setattr(sys.modules[__name__], "refuse_here", refuse, raising=False)
+    registry.register(BackendSpec("fake", "ddlcomm_fake:Comm", ("numpy",), "hint", ("mpirun",),
+                                  check=f"{__name__}:refuse_here"))
+    with pytest.raises(BackendUnavailable, match="needs a CUDA GPU"):
+        registry.check("fake")
+
+
+def test_nccl_without_a_gpu_is_one_clear_line():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(BackendUnavailable) as err:
+        registry.check("nccl")
+    assert str(err.value).startswith("backend nccl needs a CUDA GPU: torch.cuda.is_available() is False")
+
+
+def test_backends_that_hold_one_thing_cannot_run_together():
+    registry.check_together(["mpi", "gloo"])
+    registry.check_together(["mpi", "nccl"])
+    with pytest.raises(UsageError) as err:
+        registry.check_together(["gloo", "mpi", "nccl"])
+    assert "backends gloo and nccl cannot run in one run" in str(err.value)
+    assert "default process group" in str(err.value)

@@ -85,7 +85,7 @@ def test_job_round_trips_through_json():
     (["--lr", "abc"], "--lr must be a number"),
     (["--iters", "-3"], "--iters must be at least 1"),
     (["--ranks", "2,2"], "names something twice"),
-    (["--backend", "nccl"], "unknown backend"),
+    (["--backend", "nccl9"], "unknown backend"),
 ])
 def test_bad_input(argv, message):
     with pytest.raises(UsageError, match=message):
@@ -105,3 +105,9 @@ def test_help_explains():
     for word in ("--fusion", "--overlap", "--arch", "--peer", "--batch-sweep", "images/s",
                  "identical parameters"):
         assert word in text
+
+
+def test_training_over_nccl_is_refused_until_it_runs_on_the_gpu():
+    from ddlcomm.errors import UnsupportedError
+    with pytest.raises(UnsupportedError, match="backend nccl moves device memory only"):
+        jobs("--backend", "nccl")

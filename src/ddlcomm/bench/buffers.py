@@ -5,16 +5,21 @@ Without ``--memory`` buffers come from NumPy's own allocator (recorded as
 With it, every send and receive buffer of a point comes from
 :mod:`ddlcomm.memory`, is read back after the point (huge pages, NUMA node)
 and freed when the point is done.
+
+A device kind (``--memory device``) gives torch CUDA tensors: the point's
+inputs are filled and its results verified on host arrays, copied to and
+from the device tensors around the untimed check (:class:`DeviceCopies`).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
-from .. import memory
+from ..memory import allocate, kind
 from ..collectives import numpy_alloc
-from ..dtypes import DType
+from ..dtypes import DType, dtype_of
+from ..memory.gpu import copy_in, copy_out
 
 
 class PointBuffers:
@@ -24,13 +29,27 @@ class PointBuffers:
         self.memory = memory
         self.hbw_fallback = hbw_fallback
         self._held: list = []
+        #: buffers are device tensors (host arrays are only the fill/verify copies)
+        self.on_device = memory is not None and kind(memory).on_device
+
+    def _allocate(self, dtype: DType, count: int):
+        buf = allocate(self.memory, max(1, count * dtype.itemsize), self.hbw_fallback)
+        self._held.append(buf)
+        return buf
 
     def alloc(self, dtype: DType, count: int) -> np.ndarray:
-        if self.memory is None:
+        """A host array: of the memory kind, or NumPy's when the kind is a device's."""
+        if self.memory is None or self.on_device:
             return numpy_alloc(dtype, count)
-        buf = memory.allocate(self.memory, max(1, count * dtype.itemsize), self.hbw_fallback)
-        self._held.append(buf)
-        return buf.array(dtype.numpy, count)
+        return self._allocate(dtype, count).array(dtype.numpy, count)
+
+    def tensor(self, dtype: DType, count: int) -> Any:
+        """A device tensor of ``count`` elements (device kinds)."""
+        return self._allocate(dtype, count).tensor_view(dtype.numpy, count)
+
+    def device_copies(self) -> Optional["DeviceCopies"]:
+        """The device side of a point whose buffers live on the device, else None."""
+        return DeviceCopies(self) if self.on_device else None
 
     def placement(self) -> dict:
         """What the first buffer's pages really got (call after it was written)."""
@@ -48,3 +67,23 @@ class PointBuffers:
 
     def __exit__(self, *exc) -> None:
         self.free()
+
+
+class DeviceCopies:
+    """Device tensors that mirror host arrays (``measure.calls.DeviceSide``)."""
+
+    def __init__(self, bufs: PointBuffers) -> None:
+        self._bufs = bufs
+
+    def put(self, host: np.ndarray) -> Any:
+        """A new device tensor holding a copy of ``host``."""
+        out = self._bufs.tensor(dtype_of(host), host.size)
+        copy_in(out, host)
+        return out
+
+    def load(self, device: Any, host: np.ndarray) -> None:
+        copy_in(device, host)
+
+    def fetch(self, device: Any, host: np.ndarray) -> np.ndarray:
+        copy_out(device, host)
+        return host

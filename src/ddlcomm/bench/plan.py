@@ -15,10 +15,11 @@ from .. import memory
 from ..collectives import COLLECTIVES, Collective, check_in_place, get_collective
 from ..comm import algorithms, registry
 from ..dtypes import DType, ReduceOp, check_whole, get_dtype, get_op
-from ..errors import UsageError
+from ..errors import UnsupportedError, UsageError
 from ..units import (MAX_ITERS, format_size, parse_list, parse_positive_int, parse_seconds,
                      parse_size, parse_sizes)
 from ..workloads import base as workloads
+from ..workloads.paths import check_path, get_path
 from .cref import ABILITIES as C_REFERENCE
 
 FORMS = ("buffer", "object")
@@ -40,10 +41,12 @@ class PointSpec:
     form: str
     backend: str
     algorithm: str = "library"
+    path: str = "host"     # a workload's data path
 
     def label(self, with_backend: bool) -> str:
         where = f"{self.backend}, " if with_backend else ""
         how = "" if self.algorithm == "library" else f"{self.algorithm}, "
+        how += "" if self.path == "host" else f"{self.path}, "
         return f"{self.name} ({where}{how}{self.form}, {format_size(self.nbytes)})"
 
 
@@ -61,7 +64,7 @@ class BenchPlan:
     model: Optional[str] = None
     fusion: Optional[int] = None
     steps: Optional[int] = None
-    path: str = "host"
+    paths: list[str] = field(default_factory=lambda: ["host"])
     algorithms: list[str] = field(default_factory=lambda: ["library"])
     memory: Optional[str] = None          # None: NumPy's allocator; else a ddlcomm.memory kind
     hbw_fallback: Optional[str] = None
@@ -85,17 +88,27 @@ class BenchPlan:
         A barrier moves no data, so it is measured once, not once per size.
         """
         if self.workloads:
-            return [PointSpec("workload", w, s, "buffer", b)
-                    for s in self.sizes for w in self.workloads for b in self.backends]
-        return [PointSpec("c" if f == "c" else "collective", c, s, f, b, a)
+            return [PointSpec("workload", w, s, "buffer", b, path=p)
+                    for s in self.sizes for w in self.workloads for p in self.paths
+                    for b in self.backends]
+        return [PointSpec(_kind(f, p), c, s, f, b, a, path=p)
                 for c in self.collectives
                 for s in (self.sizes if COLLECTIVES[c].moves_data else self.sizes[:1])
-                for b in self.backends for a in self.algorithms for f in self.forms
-                if a == "library" or f == "buffer"]
+                for p in self.paths for b in self.backends for a in self.algorithms
+                for f in self.forms
+                if (a == "library" or f == "buffer") and (p == "host" or f == "buffer")]
 
     def as_config(self) -> dict:
         """A JSON-able record of the plan for the run row."""
         return {k: v for k, v in self.__dict__.items()}
+
+
+def _kind(form: str, path: str) -> str:
+    """How a collective point is measured: the C loop, along a data path other than the
+    default, or the collective itself (see ``runner.MEASURES``)."""
+    if form == "c":
+        return "c"
+    return "collective" if path == "host" else "staged"
 
 
 def parse_forms(text: str) -> list[str]:
@@ -234,7 +247,8 @@ def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
     """Check every bench option and return the plan (raises UsageError)."""
     backends = parse_list(o.backend, "--backend")
     for name in backends:
-        registry.get_spec(name)
+        registry.check(name)          # first: a backend that cannot run here says so at once
+    registry.check_together(backends)
     dtype, op = get_dtype(o.dtype), get_op(o.op)
     ranks = parse_positive_int(o.ranks, "--ranks") if o.ranks is not None else default_ranks
     collectives, workloads_ = _targets(o, dtype, op)
@@ -243,7 +257,7 @@ def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
         workloads=workloads_, model=o.model,
         fusion=parse_size(o.fusion) if o.fusion is not None else None,
         steps=parse_positive_int(o.steps, "--steps", 1, MAX_ITERS) if o.steps is not None else None,
-        path=o.path,
+        paths=parse_list(o.path, "--path"),
         dtype=dtype.name, op=op.name, forms=_forms(o), in_place=o.in_place,
         memory=o.memory, hbw_fallback=o.hbw_fallback, bind=o.bind,
         algorithms=parse_list(o.algorithm, "--algorithm"),
@@ -295,9 +309,19 @@ def _sizes(o: BenchOptions, dtype: DType) -> list[int]:
 
 
 def _forms(o: BenchOptions) -> list[str]:
+    """--form or --impl; on a device memory kind the buffer form only (objects are pickled
+    host bytes, the C reference moves host memory)."""
     if o.impl is not None and o.form is not None:
         raise UsageError("give --form or --impl, not both", "--impl c,buffer,object covers both")
-    return parse_impls(o.impl) if o.impl is not None else parse_forms(o.form or "both")
+    forms = parse_impls(o.impl) if o.impl is not None else parse_forms(o.form or "both")
+    if o.memory is None or not memory.kind(o.memory).on_device:
+        return forms
+    if o.form is None and o.impl is None:
+        return ["buffer"]
+    if forms != ["buffer"]:
+        raise UsageError(f"--memory {o.memory} holds buffer-form calls only, not "
+                         f"{', '.join(f for f in forms if f != 'buffer')}", "use --form buffer")
+    return forms
 
 
 def check(plan: BenchPlan) -> None:
@@ -306,13 +330,13 @@ def check(plan: BenchPlan) -> None:
         raise UsageError(f"--root {plan.root} is not one of the {plan.ranks} ranks")
     if plan.workloads:
         workloads.check_request(plan)
-    elif plan.path != "host":
-        raise UsageError(f"--path {plan.path} applies to --workload runs",
-                         "collectives move host buffers: leave --path out")
+    elif plan.paths != ["host"]:
+        check_collective_paths(plan)
     if plan.memory is not None:
         memory.check(plan.memory, plan.hbw_fallback)
     elif plan.hbw_fallback is not None:
         raise UsageError("--hbw-fallback applies to --memory hbw")
+    check_backend_memory(plan)
     if "c" in plan.forms:
         C_REFERENCE.check_request(plan.backends, plan.collectives, plan.dtype, plan.op)
     if plan.containers and plan.ranks is not None and plan.containers > plan.ranks:
@@ -324,3 +348,51 @@ def check(plan: BenchPlan) -> None:
                 algorithms.check(name, algorithm)
         if plan.workloads:
             raise UsageError("--algorithm applies to collectives (workloads use the library's)")
+        if plan.memory is not None and memory.kind(plan.memory).on_device:
+            raise UsageError(f"--memory {plan.memory} runs the library's collectives only",
+                             "leave --algorithm out")
+
+
+def check_collective_paths(plan: BenchPlan) -> None:
+    """Collectives along data paths: paths made for single collectives, buffer form, the
+    library's collectives, and paths that can run here."""
+    for name in plan.paths:
+        if not get_path(name).for_collectives:
+            raise UsageError(f"--path {name} is a parameter-server path: it applies to --workload "
+                             "runs", "use --path host-staged or direct for collectives")
+    if "c" in plan.forms:
+        raise UsageError("--impl c runs on host buffers: not along a GPU data path")
+    if plan.algorithms != ["library"]:
+        raise UsageError("--path runs the library's collectives", "leave --algorithm out")
+    for name in plan.paths:
+        check_path(name, plan)
+
+
+def check_backend_memory(plan: BenchPlan) -> None:
+    """Refuse a backend handed memory it cannot take: where each data path puts the buffers
+    it hands over (the run's --memory kind on the host path) against what each backend's
+    registry entry takes.  A CUDA-aware MPI's device buffers are the direct path's to check."""
+    on_device = plan.memory is not None and memory.kind(plan.memory).on_device
+    for name in plan.paths:
+        path = get_path(name)
+        where = path.backend_memory or ("device" if on_device else "host")
+        for backend in plan.backends:
+            spec = registry.get_spec(backend)
+            if where in spec.memories or (where == "device" and spec.device_if_cuda_aware
+                                          and path.backend_memory == "device"):
+                continue
+            raise UnsupportedError(*_memory_refusal(backend, spec, where, plan.memory))
+
+
+def _memory_refusal(backend: str, spec, where: str, kind: Optional[str]) -> tuple[str, str]:
+    """(message, hint) of a backend refused the memory it would be handed."""
+    if where == "host":
+        return (f"backend {backend} moves device (GPU) memory only, not host memory "
+                f"({kind or 'numpy'})", "add --memory device (collectives, workloads on --path host)")
+    if spec.device_if_cuda_aware:
+        return (f"backend {backend} takes device memory only through a CUDA-aware MPI "
+                "(--path direct, workloads): never a GPU pointer to a CPU-only library",
+                "use --workload ... --path host-staged (copies through pinned host memory), "
+                "or --backend nccl or gloo for collectives on --memory device")
+    return (f"backend {backend} moves host memory only, not --memory {kind}",
+            "use a host memory kind, or --path host-staged for workloads")

@@ -26,12 +26,15 @@ from ..launch.placement import format_cpulist, split_ranks, transport
 from ..measure import timing
 from ..measure.calls import prepare
 from ..measure.checks import verdict
-from ..measure.records import collective_records
+from ..measure.records import backend_facts, collective_records
+from ..memory import kind as memory_kind
+from ..memory.gpu import use_gpu
 from ..workloads import get_workload
-from ..workloads.paths import get_path
+from ..workloads.paths import PATHS
 from .buffers import PointBuffers
 from .cimpl import measure_c
 from .plan import BenchPlan, PointSpec
+from .staged import measure_staged
 from .watchdog import Watchdog
 
 #: "tty" or "plain": whether the owner's stderr is a terminal (rank 0's never is under a launcher).
@@ -55,22 +58,24 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
             extra["kernel"] = kernels.describe(reducer)
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:
         prepared = prepare(coll, comm, spec.form, dtype, count, op, plan.root, in_place,
-                           bufs.alloc, algorithm=algorithm)
+                           bufs.alloc, algorithm=algorithm, device=bufs.device_copies())
         check = "skipped"
         if plan.check:
             prepared.reset()
             comm.barrier()
             prepared.run()
+            comm.sync()
             expected = coll.expected(dtype, count, comm.rank, comm.size, op, plan.root)
             check = verdict(comm, coll.verify(prepared.result(), expected, dtype))
         times, iterations, warmup = timing.calibrate(comm, timing.calls(comm, prepared.run),
                                                      plan.budget_s, plan.iters, plan.warmup)
         pages = bufs.placement()
         del prepared                      # its views die with the buffers
-        if op is not None and spec.form == "buffer" and count:
+        if op is not None and spec.form == "buffer" and count and not bufs.on_device:
             extra["add_us"] = timing.reduce_pass_us(
                 comm, kernels.reducer(op, dtype, "numpy"), bufs.alloc(dtype, count),
                 bufs.alloc(dtype, count), plan.budget_s / 4)
+    extra.update(backend_facts(comm))
     return collective_records(comm, coll, dtype, op, count, times, form=spec.form,
                               root=plan.root, in_place=in_place, iterations=iterations,
                               warmup=warmup, check=check, algorithm=spec.algorithm,
@@ -78,9 +83,7 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
 
 
 def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
-    """A workload's phases, its buffers (zeroed) in the run's memory kind."""
-    get_path(plan.path)
-
+    """A workload's phases, its buffers (zeroed) in the run's memory kind (on its data path)."""
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:
         def alloc(dtype, count: int) -> np.ndarray:
             out = bufs.alloc(dtype, count)
@@ -88,13 +91,15 @@ def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
             return out
         records = get_workload(spec.name).measure(comm, plan, spec, alloc)
         pages = bufs.placement()
+    facts = backend_facts(comm)
     for record in records:
-        record["extra"]["pages"] = pages
+        record["extra"].update(facts, pages=pages)
     return records
 
 
 #: How each kind of point is measured.
-MEASURES = {"collective": measure_collective, "workload": measure_workload, "c": measure_c}
+MEASURES = {"collective": measure_collective, "workload": measure_workload, "c": measure_c,
+            "staged": measure_staged}
 
 
 def placement_fields(plan: BenchPlan, nranks: int, cpus: Optional[list[str]] = None,
@@ -122,6 +127,18 @@ def placement_fields(plan: BenchPlan, nranks: int, cpus: Optional[list[str]] = N
             **({"hosts": hosts} if hosts is not None else {})}
 
 
+def needs_gpu(plan: BenchPlan) -> bool:
+    """Whether the run's memory kind or one of its data paths puts data on a GPU."""
+    return (plan.memory is not None and memory_kind(plan.memory).gpu) or \
+        any(PATHS[p].needs_gpu for p in plan.paths)
+
+
+def gpu_fields(hosts: list[str], gpus: list[int]) -> dict:
+    """Each rank's GPU (``local_rank % gpus``) and how many ranks shared it (pure)."""
+    places = list(zip(hosts, gpus))
+    return {"gpu": gpus, "ranks_per_gpu": [places.count(p) for p in places]}
+
+
 def check_plan(comms: dict, plan: BenchPlan) -> None:
     """Refuse, before measuring anything, what a backend declares it cannot do."""
     dtype = get_dtype(plan.dtype)
@@ -130,7 +147,7 @@ def check_plan(comms: dict, plan: BenchPlan) -> None:
         if dtype.name not in comm.dtypes:
             raise UnsupportedError(f"backend {comm.name} cannot carry {dtype.name}",
                                    f"supported: {', '.join(comm.dtypes)}")
-        if spec.kind == "collective" and spec.form == "buffer":
+        if spec.kind in ("collective", "staged") and spec.form == "buffer":
             comm.check_supported(spec.name)
 
 
@@ -162,9 +179,12 @@ def run_sweep(comms: dict, plan: BenchPlan, watchdog: Watchdog, store: Any,
                         desc=f"{','.join(plan.backends)} {first.size} ranks", dynamic_ncols=not plain,
                         mininterval=5.0 if plain else 0.1, ncols=100 if plain else None)
     failed = 0
+    gpu = use_gpu(first.local_rank)["gpu"] if needs_gpu(plan) else None
     where = first.allgather_object((format_cpulist(sorted(os.sched_getaffinity(0))),
-                                    socket.gethostname()))
+                                    socket.gethostname(), gpu))
     common = placement_fields(plan, first.size, [w[0] for w in where], [w[1] for w in where])
+    if gpu is not None:
+        common.update(gpu_fields([w[1] for w in where], [w[2] for w in where]))
     try:
         for spec in points:
             label = spec.label(len(plan.backends) > 1)

@@ -17,7 +17,7 @@ import numpy as np
 from ..collectives import Collective, get_collective
 from ..dtypes import DTYPES, OPS, DType, ReduceOp, dtype_of, get_op
 from ..errors import UnsupportedError, UsageError
-from . import objects
+from . import buffers, objects
 
 
 class Request(Protocol):
@@ -44,8 +44,8 @@ def rank_of(root: Any, size: int, what: str) -> int:
 
 
 def check_writable(array: np.ndarray, what: str) -> None:
-    """Refuse a read-only array as a buffer ddlcomm writes into."""
-    if not array.flags.writeable:
+    """Refuse a read-only array as a buffer ddlcomm writes into (tensors are always writable)."""
+    if isinstance(array, np.ndarray) and not array.flags.writeable:
         raise UsageError(f"{what} is read-only", "pass a writable array (e.g. a.copy())")
 
 
@@ -102,6 +102,11 @@ class Communicator(abc.ABC):
     dtypes: tuple[str, ...] = tuple(DTYPES)
     #: collectives this backend cannot run, each with the reason (refused with it).
     unsupported: dict[str, str] = {}
+    #: Where the buffers it is handed may live: ``"host"`` (NumPy arrays, any host
+    #: memory kind, pinned included) and/or ``"device"`` (CUDA torch tensors).
+    memories: tuple[str, ...] = (buffers.HOST,)
+    #: Why this backend refuses device buffers, and how to move them instead.
+    device_refusal: str = "it moves host memory only (use --path host-staged)"
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -134,8 +139,7 @@ class Communicator(abc.ABC):
         """The array's DType if this backend can carry it and it is C-contiguous (checked
         on every call: keep it cheap); else a precise UsageError/UnsupportedError."""
         if array.__class__ is not np.ndarray and not isinstance(array, np.ndarray):
-            raise UsageError(f"buffers must be NumPy arrays, got {type(array).__name__}",
-                             "send other Python objects with the *_object calls")
+            return self._check_tensor(array)
         dtype = self._dtype_table.get(array.dtype)
         if dtype is None:
             name = dtype_of(array).name          # raises for dtypes ddlcomm has no name for
@@ -144,6 +148,35 @@ class Communicator(abc.ABC):
         if not array.flags.c_contiguous:
             raise UsageError("buffers must be C-contiguous arrays", "pass np.ascontiguousarray(a)")
         return dtype
+
+    def _check_tensor(self, tensor: Any) -> DType:
+        """A torch tensor as a buffer: a CUDA one only where the backend takes device memory;
+        a CPU one only where it takes host memory."""
+        dtype = buffers.check_tensor(tensor)
+        where = buffers.memory_of(tensor)
+        if where not in self.memories:
+            if where == buffers.DEVICE:
+                raise UnsupportedError(f"backend {self.name} cannot take device (CUDA) buffers: "
+                                       f"{self.device_refusal}")
+            raise UnsupportedError(f"backend {self.name} takes device (CUDA) buffers only, "
+                                   "not host tensors", "use --memory device")
+        if dtype.name not in self.dtypes:
+            raise UnsupportedError(f"backend {self.name} cannot carry {dtype.name}",
+                                   f"supported: {', '.join(self.dtypes)}")
+        return dtype
+
+    def sync(self) -> None:
+        """Wait until this rank's last call has really finished (a no-op on host backends).
+
+        The timing loop calls it after every timed call: OSU's ``-d cuda``
+        convention, each timed call ends with a stream synchronisation, since a
+        GPU backend returns once the work is queued on a CUDA stream.
+        """
+
+    def point_facts(self) -> dict:
+        """What this backend says about the point just measured (stored with it): e.g. the
+        transport NCCL chose.  Empty on host backends."""
+        return {}
 
     def check_op(self, op: str | ReduceOp, dtype: DType) -> ReduceOp:
         """The ReduceOp named by ``op``, refused where ``dtype`` cannot take it."""
@@ -173,8 +206,9 @@ class Communicator(abc.ABC):
             self.check_buffer(recvbuf)
             if recvbuf.dtype != sendbuf.dtype:
                 raise UsageError(f"{what} is {recvbuf.dtype}, not {sendbuf.dtype} as the send buffer")
-        if recvbuf.size != count:
-            raise UsageError(f"{what} needs {count} elements, got {recvbuf.size}")
+        got = recvbuf.size if recvbuf.__class__ is np.ndarray else buffers.count(recvbuf)
+        if got != count:
+            raise UsageError(f"{what} needs {count} elements, got {got}")
         check_writable(recvbuf, what)
         return recvbuf
 
@@ -358,10 +392,11 @@ class Communicator(abc.ABC):
         dtype = self.check_buffer(sendbuf)
         rop = self.check_op(op, dtype) if coll.reduces else None
         root = self.check_root(root)
+        n = buffers.count(sendbuf)
         if coll.divisible:
-            self._block(sendbuf.size, collective)
+            self._block(n, collective)
         if coll.has_recvbuf(self.rank, root):
-            self._check_recv(recvbuf, sendbuf, coll.recv_count(sendbuf.size, self.size),
+            self._check_recv(recvbuf, sendbuf, coll.recv_count(n, self.size),
                              f"{collective}'s receive buffer")
         else:
             recvbuf = None

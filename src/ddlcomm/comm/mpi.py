@@ -20,8 +20,9 @@ import numpy as np
 from .. import kernels
 from ..dtypes import DTYPES, DType
 from ..errors import BackendUnavailable
-from ..machine.mpi import parse_library_version
+from ..machine.mpi import cuda_aware_here, parse_library_version
 from .base import Communicator
+from .buffers import numpy_dtype
 
 THREAD_LEVEL = "funneled"
 #: How long recv_any polls without sleeping before it starts to sleep between polls.
@@ -69,6 +70,12 @@ class MPICommunicator(Communicator):
             node.Free()
         self.local_rank = local_rank
         self.thread_level = MPI.Query_thread()
+        aware, evidence = cuda_aware_here()
+        if aware:                  # device buffers straight to MPI: only a CUDA-aware one
+            self.memories = ("host", "device")
+        else:
+            self.device_refusal = (f"this MPI is not CUDA-aware ({evidence}): it must never "
+                                   "be handed a GPU pointer (use --path host-staged)")
         self._version_text = MPI.Get_library_version()
         self._library, self._version = parse_library_version(self._version_text)
         half = MPI.BYTE.Create_contiguous(2).Commit()
@@ -126,12 +133,12 @@ class MPICommunicator(Communicator):
 
     def _bind(self, coll, sendbuf, recvbuf, op, root):
         """Pre-built mpi4py message specs: a bound call is one mpi4py call, nothing more."""
-        t = self._types[sendbuf.dtype]
+        t = self._types[numpy_dtype(sendbuf)]
         send = [sendbuf, t]
         recv = [recvbuf, t] if recvbuf is not None else None
         mop = None
         if op is not None:
-            mop = self._ops[op.ufunc, sendbuf.dtype]
+            mop = self._ops[op.ufunc, numpy_dtype(sendbuf)]
             if recvbuf is sendbuf:
                 send = self._MPI.IN_PLACE
         method = getattr(self._comm, _MPI_CALLS[coll.name])
@@ -179,15 +186,15 @@ class MPICommunicator(Communicator):
         self._comm.Bcast([buf, self._types[buf.dtype]], root)
 
     def _gather(self, sendbuf, recvbuf, root):
-        t = self._types[sendbuf.dtype]
+        t = self._types[numpy_dtype(sendbuf)]
         self._comm.Gather([sendbuf, t], [recvbuf, t] if recvbuf is not None else None, root)
 
     def _allgather(self, sendbuf, recvbuf):
-        t = self._types[sendbuf.dtype]
+        t = self._types[numpy_dtype(sendbuf)]
         self._comm.Allgather([sendbuf, t], [recvbuf, t])
 
     def _reduce(self, sendbuf, recvbuf, op, root):
-        t = self._types[sendbuf.dtype]
+        t = self._types[numpy_dtype(sendbuf)]
         mop = self._ops[op.ufunc, sendbuf.dtype]
         if recvbuf is sendbuf:
             self._comm.Reduce(self._MPI.IN_PLACE, [recvbuf, t], mop, root)
@@ -195,7 +202,7 @@ class MPICommunicator(Communicator):
             self._comm.Reduce([sendbuf, t], [recvbuf, t] if recvbuf is not None else None, mop, root)
 
     def _allreduce(self, sendbuf, recvbuf, op):
-        t = self._types[sendbuf.dtype]
+        t = self._types[numpy_dtype(sendbuf)]
         mop = self._ops[op.ufunc, sendbuf.dtype]
         if recvbuf is sendbuf:
             self._comm.Allreduce(self._MPI.IN_PLACE, [recvbuf, t], mop)
@@ -205,18 +212,18 @@ class MPICommunicator(Communicator):
     def _iallreduce(self, sendbuf, recvbuf, op):
         # MPI_Iallreduce: without an asynchronous progress thread it advances
         # inside MPI calls, so callers overlap by calling test() now and then.
-        t = self._types[sendbuf.dtype]
+        t = self._types[numpy_dtype(sendbuf)]
         mop = self._ops[op.ufunc, sendbuf.dtype]
         send = self._MPI.IN_PLACE if recvbuf is sendbuf else [sendbuf, t]
         req = self._comm.Iallreduce(send, [recvbuf, t], mop)
         return req.Wait, req.Test
 
     def _reduce_scatter(self, sendbuf, recvbuf, op):
-        t = self._types[sendbuf.dtype]
+        t = self._types[numpy_dtype(sendbuf)]
         self._comm.Reduce_scatter_block([sendbuf, t], [recvbuf, t], self._ops[op.ufunc, sendbuf.dtype])
 
     def _alltoall(self, sendbuf, recvbuf):
-        t = self._types[sendbuf.dtype]
+        t = self._types[numpy_dtype(sendbuf)]
         self._comm.Alltoall([sendbuf, t], [recvbuf, t])
 
 

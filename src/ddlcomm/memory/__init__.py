@@ -44,6 +44,10 @@ class MemoryKind:
     summary: str
     arg: str | None = None
     arg_pattern: str = ""
+    #: It needs a GPU (each rank then uses GPU ``local_rank % gpus``).
+    gpu: bool = False
+    #: Its buffers live on the GPU: torch tensors, no NumPy view (``Buffer.tensor_view``).
+    on_device: bool = False
 
     def impl(self) -> KindImpl:
         module, _, attr = self.target.partition(":")
@@ -58,8 +62,10 @@ KINDS: dict[str, MemoryKind] = {k.name: k for k in (
                arg="N (a NUMA node number, e.g. numa:0)", arg_pattern=r"\d{1,4}"),
     MemoryKind("hbw", "ddlcomm.memory.hbw", "high-bandwidth memory via memkind hbw_malloc"),
     MemoryKind("shared", "ddlcomm.memory.shared", "POSIX shared memory in /dev/shm"),
-    MemoryKind("pinned", "ddlcomm.memory.gpu:PINNED", "page-locked host memory (needs a GPU)"),
-    MemoryKind("device", "ddlcomm.memory.gpu:DEVICE", "GPU memory (torch CUDA tensor)"),
+    MemoryKind("pinned", "ddlcomm.memory.gpu:PINNED", "page-locked host memory (needs a GPU)",
+               gpu=True),
+    MemoryKind("device", "ddlcomm.memory.gpu:DEVICE", "GPU memory (torch CUDA tensor)", gpu=True,
+               on_device=True),
 )}
 
 
@@ -82,6 +88,11 @@ def parse(spec: str) -> tuple[str, str | None]:
     if not re.fullmatch(kind.arg_pattern, arg):
         raise UsageError(f"memory kind {name} needs {kind.arg}, got {spec!r}", f"write e.g. {name}:0")
     return name, str(int(arg))
+
+
+def kind(spec: str) -> MemoryKind:
+    """The :class:`MemoryKind` of ``spec`` (checked as :func:`parse` does)."""
+    return KINDS[parse(spec)[0]]
 
 
 def _spec(name: str, arg: str | None) -> str:
@@ -117,4 +128,4 @@ def allocate(spec: str, nbytes: int, hbw_fallback: str | None = None) -> Buffer:
     return KINDS[name].impl().allocate(_spec(name, arg), arg, int(nbytes), hbw_fallback)
 
 
-__all__ = ["KINDS", "HBW_FALLBACKS", "MemoryKind", "Buffer", "parse", "check", "allocate"]
+__all__ = ["KINDS", "HBW_FALLBACKS", "MemoryKind", "Buffer", "parse", "kind", "check", "allocate"]

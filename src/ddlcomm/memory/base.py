@@ -121,7 +121,8 @@ class Buffer:
         need = int(count) * numpy_dtype.itemsize
         if count < 0 or need > self.nbytes:
             raise UsageError(f"{count} x {numpy_dtype} does not fit in {self.nbytes} bytes")
-        return self.tensor[:need].view(torch.from_numpy(np.empty(0, numpy_dtype)).dtype)
+        # By name: torch.from_numpy cannot read ml_dtypes' bfloat16
+        return self.tensor[:need].view(getattr(torch, numpy_dtype.name))
 
     def placement(self) -> dict:
         """Where the pages really are, read back from the kernel now.

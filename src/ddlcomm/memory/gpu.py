@@ -14,6 +14,7 @@ import importlib.util
 from typing import Any
 
 from ..errors import UnsupportedError
+from ..machine.gpus import gpu_of
 from .base import Buffer
 
 _HOST_KINDS = "pageable, hugepage, numa:N, shared"
@@ -32,6 +33,34 @@ def cuda_torch(kind: str) -> Any:
                                f"(torch.cuda.is_available() is False; torch {torch.__version__}, {built})",
                                f"run on a machine with a CUDA GPU, or use {_HOST_KINDS}")
     return torch
+
+
+def use_gpu(local_rank: int) -> dict[str, Any]:
+    """Make GPU ``local_rank % gpus`` this rank's current CUDA device (every later
+    ``device`` buffer and NCCL call goes there); returns ``{"gpu", "gpus", "gpu_name"}``."""
+    torch = cuda_torch("device")
+    gpus = torch.cuda.device_count()
+    index = gpu_of(local_rank, gpus)
+    torch.cuda.set_device(index)
+    return {"gpu": index, "gpus": gpus, "gpu_name": torch.cuda.get_device_name(index)}
+
+
+def _torch() -> Any:
+    # torch is optional: imported only to copy between host arrays and tensors
+    import torch
+    return torch
+
+
+def copy_in(tensor: Any, host: Any) -> None:
+    """``host``'s bytes (a NumPy array) into ``tensor`` (same byte length), done on return."""
+    torch = _torch()
+    tensor.view(-1).view(torch.uint8).copy_(torch.from_numpy(host.reshape(-1).view("uint8")))
+
+
+def copy_out(tensor: Any, host: Any) -> None:
+    """``tensor``'s bytes into ``host`` (a writable NumPy array of the same byte length)."""
+    torch = _torch()
+    torch.from_numpy(host.reshape(-1).view("uint8")).copy_(tensor.view(-1).view(torch.uint8))
 
 
 class GpuKind:

@@ -3,18 +3,25 @@
 Parameter-server broadcast and gather (the ``ps-sync`` workload's phases) and
 all-reduce of a float32 array, over MPICH and Open MPI (each from its own
 environment), 1 to 4 workers, with one rank per container vs all ranks in
-one container.  The paper's GPU variants (CUDA-aware Open MPI, NCCL, the
-host-staged / direct / NCCL-via-chief paths) need a GPU; on a machine without
-one they are listed with the reason.
+one container.
+
+The GPU half (where torch sees a GPU): the workers' data on the GPU (``--memory
+device``), 1 to 4 workers (all ranks on GPU ``local_rank % gpus``: 4 ranks
+share the one GPU of a one-GPU machine), along every path and library that
+can run here: MPI (both) host-staged and NCCL-via-chief, NCCL itself and
+Gloo on CUDA tensors; the direct path where the MPI is CUDA-aware.  What
+cannot run is listed with the reason (:func:`unavailable`).
 
 Scaled default: 16 MiB instead of 1 GiB, 3 timed steps (MPICH oversubscribed
-on 2 cores takes seconds per large broadcast). ``--full``: 1 GiB
-and 1000 repetitions.
+on 2 cores takes seconds per large broadcast; the GPU half's 32 runs fit in
+about 10 minutes, an estimate to confirm there). ``--full``: 1 GiB and 1000
+repetitions.
 """
 from __future__ import annotations
 
+from ..machine import mpi as mpi_facts
 from ..report.recipe import write_recipe_report
-from ..workloads.paths import PATHS, gpu_available
+from ..workloads.paths import gpu_available
 from .base import Recipe, Step
 
 FULL_BYTES = 1 << 30
@@ -24,8 +31,16 @@ PLACEMENTS = ("one container per rank", "all in one container")
 
 
 def steps(full: bool) -> list[Step]:
-    size = FULL_BYTES if full else SCALED_BYTES
-    iters = 1000 if full else 3
+    """The CPU half, then (where there is a GPU) the GPU half."""
+    return cpu_steps(full) + (gpu_steps(full) if gpu_available()[0] else [])
+
+
+def _sized(full: bool) -> tuple[int, int]:
+    return (FULL_BYTES, 1000) if full else (SCALED_BYTES, 3)
+
+
+def cpu_steps(full: bool) -> list[Step]:
+    size, iters = _sized(full)
     out = []
     for env, _ in MPIS:
         for workers in range(1, 5):
@@ -39,11 +54,56 @@ def steps(full: bool) -> list[Step]:
     return out
 
 
+#: The GPU half's runs of one workload: (label, environment, options).  MPI takes the
+#: device data along the paths; NCCL and Gloo are handed the device tensors themselves.
+GPU_RUNS = (
+    [(f"{name} host-staged, nccl-chief", env, ("--backend", "mpi", "--path", "host-staged,nccl-chief"))
+     for env, name in MPIS]
+    + [("NCCL", "openmpi", ("--backend", "nccl")), ("Gloo on CUDA", "openmpi", ("--backend", "gloo"))])
+
+
+def gpu_steps(full: bool) -> list[Step]:
+    size, iters = _sized(full)
+    out = []
+    for workers in range(1, 5):
+        for workload, ranks in (("ps-sync", workers + 1), ("allreduce", workers)):
+            for label, env, how in GPU_RUNS + _direct_runs():
+                args = ("--workload", workload, "--sizes", f"{size}B", "--ranks", str(ranks),
+                        "--steps", str(iters), "--memory", "device", *how)
+                out.append(Step(f"GPU {label}: {workload} {workers} workers", args, env=env))
+    return out
+
+
+def _direct_runs() -> list:
+    """The direct path, in the environments whose MPI is CUDA-aware (none from the pip wheels)."""
+    aware = cuda_aware_mpis()
+    return [(f"{name} direct", env, ("--backend", "mpi", "--path", "direct"))
+            for env, name in MPIS if aware.get(env) is True]
+
+
+def cuda_aware_mpis() -> dict:
+    """``{env: True/False/"unknown"}`` for this environment's MPI (the others are asked by
+    their own runs: the direct path refuses there with the evidence)."""
+    facts = mpi_facts.facts()
+    env = {name: env for env, name in MPIS}.get(facts.get("library", ""))
+    return {env: facts.get("cuda_aware")} if env else {}
+
+
 def unavailable() -> list[tuple[str, str]]:
+    """The paper's variants that cannot run here, each with the reason."""
     ok, why = gpu_available()
-    reason = why if not ok else "GPU paths are not implemented yet"
-    out = [("CUDA-aware Open MPI", reason), ("NCCL", reason)]
-    out += [(f"path {p.name} ({p.description})", reason) for p in PATHS.values() if p.needs_gpu]
+    if not ok:
+        return [(f"GPU half: {v}", why) for v in
+                ("CUDA-aware Open MPI (path direct)", "NCCL", "Gloo on CUDA",
+                 "path host-staged", "path nccl-chief")]
+    out = []
+    facts = mpi_facts.facts()
+    if facts.get("cuda_aware") is not True:
+        evidence = "; ".join(facts.get("evidence") or [])
+        out.append((f"path direct ({facts.get('library', 'MPI')})",
+                    f"not CUDA-aware (cuda_aware: {facts.get('cuda_aware')}): {evidence}"))
+    out.append(("one GPU per container", "this recipe runs every GPU rank in one container "
+                                         "(the machine's GPUs are shared by local rank)"))
     return out
 
 
@@ -64,16 +124,34 @@ def select(points):
     return [p for p in points if (p["collective"], p.get("phase")) in _PHASE]
 
 
+def _panel(p: dict) -> str:
+    """The CPU panels by library; the GPU ones by library and path (``GPU: Open MPI host-staged``)."""
+    if p.get("memory") != "device":
+        return p["library"]
+    path = p.get("path") or "host"
+    return f"GPU: {p['library']}" + ("" if path == "host" else f" {path}")
+
+
+def _line(p: dict) -> str:
+    if p.get("memory") != "device":
+        return _placement(p)
+    shared = max(p.get("ranks_per_gpu") or [1])
+    return "all ranks on one GPU" if shared > 1 else "one rank per GPU"
+
+
 def report(recipe, points, out_dir):
     return write_recipe_report(
         recipe.title, select(points), out_dir,
         figure_of=lambda p: _PHASE[p["collective"], p["phase"]],
-        panel_of=lambda p: p["library"], x_of=_workers,
-        line_of=_placement, x_label="workers", panel_order=[name for _, name in MPIS],
+        panel_of=_panel, x_of=_workers,
+        line_of=_line, x_label="workers", panel_order=[name for _, name in MPIS],
         notes=["float32 array; PS: rank 0 is the server, workers are the other ranks.",
-               "With one worker, 'one container per rank' for all-reduce is a single rank."],
+               "With one worker, 'one container per rank' for all-reduce is a single rank.",
+               "GPU panels: the workers' data on the GPU; every timed step ends with a CUDA "
+               "stream synchronisation (OSU's -d cuda convention); host-staged and "
+               "nccl-chief copy phases are stored apart."],
         unavailable=unavailable())
 
 
-RECIPE = Recipe("choi2021", "choi2021: multi-GPU communication in containers (CPU variants)",
+RECIPE = Recipe("choi2021", "choi2021: multi-GPU communication in containers",
                 steps, unavailable, report)

@@ -15,7 +15,7 @@ from typing import Optional
 
 from ..bench.plan import MAX_RANKS_PER_CORE, check_start, mem_available, usable_cores
 from ..comm import registry
-from ..errors import UsageError
+from ..errors import UnsupportedError, UsageError
 from ..units import (MAX_ITERS, MAX_SEED, format_size, parse_list, parse_positive_int,
                      parse_seconds, parse_size)
 from .aggregate import ARCHS
@@ -144,7 +144,12 @@ def base_config(o: TrainOptions) -> TrainConfig:
 
 def plan_jobs(o: TrainOptions, launcher_size: Optional[int]) -> list[TrainJob]:
     """Every launch of the run with its configurations (raises UsageError)."""
-    registry.get_spec(o.backend)                          # unknown: names the choices
+    spec = registry.get_spec(o.backend)                   # unknown: names the choices
+    if "host" not in spec.memories:
+        raise UnsupportedError(f"ddlcomm train runs its networks on the CPU and hands host "
+                               f"arrays to the backend; backend {o.backend} moves device memory "
+                               "only (training on the GPU is not built yet)",
+                               "use --backend mpi or gloo")
     base = base_config(o)
     archs = parse_list(o.arch, "--arch")
     for a in archs:

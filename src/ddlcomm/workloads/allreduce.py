@@ -2,7 +2,8 @@
 
 One step: all-reduce (average, in place) of every gradient message, in
 back-propagation order, then each worker applies the averaged gradient to its
-parameters (``params -= grad``).  Phases: allreduce, apply, step.
+parameters (``params -= grad``).  Phases: allreduce, apply, step; along a GPU
+data path the all-reduce's parts too (``allreduce.d2h``, ...).
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from ..collectives import fill
 from ..measure.checks import close, verdict
 from ..measure.timing import clock
 from . import base
+from .paths import get_path
+from .stages import run_stages
 
 PHASES = ("allreduce", "apply", "step")
 
@@ -22,36 +25,46 @@ PHASES = ("allreduce", "apply", "step")
 class AllreduceWorkload:
     name: str = "allreduce"
     min_ranks: int = 1
+    #: the data paths it runs along (every one)
+    paths: tuple = ()
 
     def measure(self, comm, plan, spec, alloc) -> list[dict]:
         dtype, counts = base.counts(plan, spec.nbytes)
-        grads = [alloc(dtype, n) for n in counts]
-        params = [alloc(dtype, n) for n in counts]
-        calls = [comm.bind("allreduce", g, g, op="avg") for g in grads]
+        path = get_path(spec.path).open(comm, plan, alloc, server=False)
+        try:
+            return self._measure(comm, plan, spec, path, dtype, counts)
+        finally:
+            path.close()
+
+    def _measure(self, comm, plan, spec, path, dtype, counts) -> list[dict]:
+        side = path.side
+        grads = [side.alloc(dtype, n) for n in counts]
+        params = [side.alloc(dtype, n) for n in counts]
+        stages = [path.stage(comm, "allreduce", g, g, op="avg") for g in grads]
 
         def step():
             t0 = clock()
-            for call in calls:
-                call()
+            times = run_stages(stages)
             t1 = clock()
             for p, g in zip(params, grads):
-                np.subtract(p, g, out=p)
+                side.subtract(p, g)
             t2 = clock()
-            return t1 - t0, t2 - t1, t2 - t0
+            return (*times, t2 - t1, t2 - t0)
 
         check = "skipped"
         if plan.check:
             for g, p, n in zip(grads, params, counts):
-                g[:] = fill(dtype, n, comm.rank, None)
-                p[:] = 0
+                side.load(g, fill(dtype, n, comm.rank, None))
+                side.load(p, np.zeros(n, dtype.numpy))
             comm.barrier()
             step()
             ok = True
             for g, p, n in zip(grads, params, counts):
                 mean = base.mean_input(dtype, n, range(comm.size))
-                ok = ok and close(g, mean) and close(p, -mean)
+                ok = ok and close(side.read(g), mean) and close(side.read(p), -mean)
             check = verdict(comm, ok)
-        return base.timed_steps(comm, plan, spec, step, PHASES, check=check,
-                                nmessages=len(counts), op="avg")
+        return base.timed_steps(comm, plan, spec, step, (*stages[0].phases(), "apply", "step"),
+                                check=check, nmessages=len(counts), op="avg", **path.facts)
+
 
 ALLREDUCE = AllreduceWorkload()

@@ -17,7 +17,7 @@ from ..errors import UsageError
 from ..measure import timing
 from ..measure.records import make_record
 from . import get_workload, models
-from .paths import get_path
+from .paths import check_path
 
 
 def message_bytes(plan, nbytes: int) -> list[int]:
@@ -36,16 +36,22 @@ def model_bytes(model: str, dtype: str) -> int:
 
 
 def check_request(plan) -> None:
-    """Workloads aggregate gradients: a float dtype, host data, enough ranks."""
+    """Workloads aggregate gradients: a float dtype, data paths that can run here and that
+    the workloads run along, enough ranks."""
     if not get_dtype(plan.dtype).is_float:
         raise UsageError(f"workloads aggregate gradients: --dtype {plan.dtype} is not a float type",
                          "use float32 (or float16, float64)")
-    get_path(plan.path)
     for name in plan.workloads:
         workload = get_workload(name)
+        refused = [p for p in plan.paths if workload.paths and p not in workload.paths]
+        if refused:
+            raise UsageError(f"{name} runs along --path {', '.join(workload.paths)} only, "
+                             f"not {', '.join(refused)}", f"measure {name} in a run of its own")
         if plan.ranks is not None and plan.ranks < workload.min_ranks:
             raise UsageError(f"{name} needs at least {workload.min_ranks} ranks "
                              "(a server and a worker)", f"use --ranks {workload.min_ranks} or more")
+    for path in plan.paths:
+        check_path(path, plan)
 
 
 def counts(plan, nbytes: int) -> tuple[DType, list[int]]:
@@ -61,7 +67,7 @@ def mean_input(dtype: DType, count: int, ranks) -> np.ndarray:
 
 
 def timed_steps(comm, plan, spec, step, phases: Sequence[str], *, check: str, nmessages: int,
-                op: Optional[str], server_phases: Sequence[str] = ()) -> list[dict]:
+                op: Optional[str], server_phases: Sequence[str] = (), **more) -> list[dict]:
     """Time ``step`` (returning the durations of ``phases``, the whole step last) under the
     protocol (``--steps``/``--iters``/budget, warm-up); rank 0 returns one record per phase.
 
@@ -83,12 +89,12 @@ def timed_steps(comm, plan, spec, step, phases: Sequence[str], *, check: str, nm
             comm, plan, spec, phase, table[:1 if phase in server_phases else p, :, k], op=op,
             iterations=iterations, warmup=warmup, check=check, nmessages=nmessages,
             algbw_bytes=coll.algbw_bytes(spec.nbytes, p) if coll else spec.nbytes,
-            busbw_factor=coll.busbw_factor(p) if coll else 1.0))
+            busbw_factor=coll.busbw_factor(p) if coll else 1.0, **more))
     return records
 
 
-def extra_fields(plan, workload: str, phase: str, nmessages: int, **more) -> dict:
-    extra = {"workload": workload, "phase": phase, "path": plan.path, "messages": nmessages}
+def extra_fields(plan, spec, phase: str, nmessages: int, **more) -> dict:
+    extra = {"workload": spec.name, "phase": phase, "path": spec.path, "messages": nmessages}
     if plan.model is not None:
         extra.update(model=plan.model, fusion=plan.fusion or 0)
     extra.update(more)
@@ -105,5 +111,5 @@ def phase_record(comm, plan, spec, phase: str, times: np.ndarray, *, op: Optiona
         nbytes=spec.nbytes, count=spec.nbytes // dtype.itemsize, root=0, in_place=True,
         iterations=iterations, warmup=warmup, times=times, algbw_bytes=algbw_bytes,
         busbw_factor=busbw_factor, check=check,
-        extra=extra_fields(plan, spec.name, phase, nmessages, **more))
+        extra=extra_fields(plan, spec, phase, nmessages, **more))
 

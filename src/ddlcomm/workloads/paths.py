@@ -1,26 +1,171 @@
-"""Data paths: where a worker's gradients live and how they reach the collective.
+"""Data paths: where a rank's data lives and how it reaches the collective (SPEC §2).
 
-``host`` (arrays in host memory, in the run's ``--memory`` kind) is the path
-on a machine without a GPU.
-The GPU paths of SPEC §2 (host-staged copies, CUDA-aware direct, NCCL via a
-chief) plug in here as further entries; until then they are refused with the
-reason, before any rank starts.
+Each path is a class in :data:`PATHS`, looked up by name:
+
+``host``
+    data in host memory (the run's ``--memory`` kind); the collective on it.
+``host-staged``
+    data on the device; each collective is three timed phases: ``d2h`` (device
+    to pinned host memory, by the ranks that send), the collective on the
+    pinned host buffers over any backend, ``h2d`` (back to the device, by the
+    ranks that receive).
+``direct``
+    device buffers handed to the MPI itself: only when the MPI says at run time
+    that it is CUDA-aware (``MPIX_Query_cuda_support``); otherwise refused with
+    the evidence.  A GPU pointer is never handed to a CPU-only library.
+``nccl-chief``
+    the PS server (rank 0) keeps its data in pinned host memory and sends to
+    one chief worker (rank 1) over MPI; the chief copies to its GPU; the
+    workers broadcast among themselves with NCCL.  For the gather the workers
+    all-gather with NCCL, the chief copies the table to the host and sends it
+    to the server over MPI.  All-reduce: NCCL among all ranks.
+
+A path is opened in a rank (:meth:`DataPath.open`) into a :class:`PathRun`:
+its :class:`Side` (where this rank's data lives, and the few operations a
+workload does on it) and its :meth:`~PathRun.stage` (one collective of a step
+as named, separately timed parts).  The device paths are parameterised by a
+torch device: tests run their plumbing with CPU tensors standing in for the
+GPU (``HostStaged(device="cpu")``), which checks the staging and the phase
+records, not a GPU.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Sequence
 
+from ..collectives import get_collective
 from ..errors import UnsupportedError, UsageError
+from ..machine import mpi as mpi_facts
+from ..memory import kind as memory_kind
+from . import chief
+from .sides import HostSide, TorchSide, pinned_alloc
+from .stages import DataPath, PathRun, Stage, nothing
+
+# ------------------------------------------------------------------ paths
+class _HostRun(PathRun):
+    def stage(self, comm, collective, send, recv=None, op=None, root=0) -> Stage:
+        kwargs = {"op": op} if op is not None else {}
+        return Stage(collective, ((collective, comm.bind(collective, send, recv, root=root,
+                                                         **kwargs)),))
 
 
-@dataclass(frozen=True)
-class DataPath:
-    name: str
-    description: str
-    needs_gpu: bool
+class Host(DataPath):
+    name = "host"
+    description = "data in host memory, collectives on host buffers"
+    backend_memory = None
+
+    def open(self, comm, plan, alloc, server: bool) -> PathRun:
+        if plan.memory is not None and memory_kind(plan.memory).on_device:
+            return _DirectRun(TorchSide("cuda"))       # the backend takes device tensors
+        return _HostRun(HostSide(alloc))
+
+
+class _StagedRun(PathRun):
+    """Each collective: device -> pinned host, the collective there, pinned host -> device."""
+
+    def __init__(self, side: TorchSide, alloc_pinned) -> None:
+        super().__init__(side)
+        self._pinned = alloc_pinned
+
+    def stage(self, comm, collective, send, recv=None, op=None, root=0) -> Stage:
+        side, row = self.side, get_collective(collective)
+        hsend = self._pinned(send)
+        hrecv = None if recv is None else hsend if recv is send else self._pinned(recv)
+        coll = comm.bind(collective, hsend, hrecv, root=root, **({"op": op} if op else {}))
+        # Only a broadcast's root sends data; the root gets nothing back it did not have.
+        sends = not row.in_send or comm.rank == root
+        receives = row.receives(comm.rank, root) and sends != row.in_send
+        out, hout = row.result_of(send, recv), row.result_of(hsend, hrecv)
+
+        def d2h() -> None:
+            side.to_host(send, hsend)
+
+        def h2d() -> None:
+            side.to_device(hout, out)
+        return Stage(collective, (("d2h", d2h if sends else nothing), (collective, coll),
+                                  ("h2d", h2d if receives else nothing)))
+
+
+class HostStaged(DataPath):
+    name = "host-staged"
+    description = "copy device to host, collective on pinned host buffers, copy back"
+    needs_gpu = True
+
+    def __init__(self, device: str = "cuda") -> None:
+        #: the torch device the data lives on ("cpu" stands in for a GPU in tests)
+        self.device = device
+
+    def open(self, comm, plan, alloc, server: bool) -> PathRun:
+        side = TorchSide(self.device)
+        run = _StagedRun(side, pinned_alloc(side))
+        run.facts = side.copy_alone_GBps(max_bytes(plan))
+        return run
+
+
+class _DirectRun(PathRun):
+    def stage(self, comm, collective, send, recv=None, op=None, root=0) -> Stage:
+        call = comm.bind(collective, send, recv, root=root, **({"op": op} if op else {}))
+        sync = comm.sync
+
+        def call_and_sync() -> None:
+            call()
+            sync()
+        return Stage(collective, ((collective, call_and_sync),))
+
+
+class Direct(DataPath):
+    name = "direct"
+    description = "device buffers handed to a CUDA-aware MPI"
+    needs_gpu = True
+    backend_memory = "device"
+
+    def check(self, plan) -> None:
+        """Only MPI backends, and only an MPI that says at run time it is CUDA-aware."""
+        refuse_cuda_unaware(plan.backends)
+
+    def open(self, comm, plan, alloc, server: bool) -> PathRun:
+        return _DirectRun(TorchSide("cuda"))
+
+
+class NCCLChief(DataPath):
+    name = "nccl-chief"
+    description = "server to a chief worker over MPI, NCCL among the workers"
+    needs_gpu = True
+    for_collectives = False
+
+    def check(self, plan) -> None:
+        chief.check_plan(plan)
+
+    def open(self, comm, plan, alloc, server: bool) -> PathRun:
+        return chief.open_chief(comm, plan, server)
+
+
+def refuse_cuda_unaware(backends: Sequence[str]) -> None:
+    """UnsupportedError unless every backend is MPI and this MPI is CUDA-aware, with the
+    evidence (:func:`ddlcomm.machine.mpi.facts`: a probe in a child process)."""
+    others = [b for b in backends if b != "mpi"]
+    if others:
+        raise UsageError(f"--path direct hands device buffers to MPI: not to {', '.join(others)}",
+                         "use --backend mpi (nccl and gloo take device memory on --path host "
+                         "with --memory device)")
+    facts = mpi_facts.facts()
+    if facts.get("cuda_aware") is not True:
+        evidence = "; ".join(facts.get("evidence") or ["no evidence"])
+        raise UnsupportedError(f"--path direct needs a CUDA-aware MPI; this one "
+                               f"({facts.get('library_version') or facts.get('reason')}) is "
+                               f"not (cuda_aware: {facts.get('cuda_aware')}): {evidence}",
+                               "use --path host-staged, or an MPI built with CUDA")
+
+
+def max_bytes(plan) -> int:
+    """The largest message of the run (the pinned copy is timed alone at that size)."""
+    return max(plan.sizes) if plan.sizes else 0
+
+
+PATHS: dict[str, DataPath] = {p.name: p for p in (Host(), HostStaged(), Direct(), NCCLChief())}
 
 
 def gpu_available() -> tuple[bool, str]:
+    """(True, "") where torch sees a CUDA GPU, else (False, why not)."""
     try:
         # torch is optional: without it there is no GPU path
         import torch
@@ -31,23 +176,21 @@ def gpu_available() -> tuple[bool, str]:
     return True, ""
 
 
-PATHS: dict[str, DataPath] = {p.name: p for p in (
-    DataPath("host", "gradients in host memory, collectives on host buffers", False),
-    DataPath("host-staged", "copy device to host, collective on host buffers, copy back", True),
-    DataPath("direct", "device buffers handed to a CUDA-aware MPI", True),
-    DataPath("nccl-chief", "server to a chief worker over MPI, NCCL among the workers", True),
-)}
-
-
 def get_path(name: str) -> DataPath:
-    """The data path ``name``, or an error saying why it cannot run here."""
+    """The data path ``name`` (UsageError naming the choices)."""
     try:
-        path = PATHS[name]
+        return PATHS[name]
     except KeyError:
         raise UsageError(f"unknown data path {name!r}", f"choose from {', '.join(PATHS)}") from None
+
+
+def check_path(name: str, plan) -> DataPath:
+    """The data path ``name`` if it can run ``plan`` here, else an error saying why."""
+    path = get_path(name)
+    path.check(plan)              # first: the path's own reason (an MPI not CUDA-aware) says most
     if path.needs_gpu:
         ok, why = gpu_available()
-        reason = why if not ok else "the GPU paths are not implemented yet (a later issue)"
-        raise UnsupportedError(f"data path {name} ({path.description}) cannot run here: {reason}",
-                               "use --path host")
+        if not ok:
+            raise UnsupportedError(f"data path {name} ({path.description}) needs a GPU: {why}",
+                                   "use --path host")
     return path

@@ -26,6 +26,8 @@ from ..errors import UsageError
 from ..measure.checks import close, verdict
 from ..measure.timing import clock
 from . import base
+from .paths import get_path
+from .stages import run_stages
 
 SYNC_PHASES = ("broadcast", "gather", "apply", "step")
 PUSH, PULL = 11, 12
@@ -43,58 +45,61 @@ def _prepare(name: str, comm, plan, spec):
 class PSSync:
     name: str = "ps-sync"
     min_ranks: int = 2
+    #: the data paths it runs along (every one)
+    paths: tuple = ()
 
     def measure(self, comm, plan, spec, alloc) -> list[dict]:
         dtype, counts = _prepare(self.name, comm, plan, spec)
-        p, server = comm.size, comm.rank == 0
-        params = [alloc(dtype, n) for n in counts]
-        grads = [alloc(dtype, n) for n in counts]
-        tables = [alloc(dtype, n * p) if server else None for n in counts]
-        sums = [alloc(dtype, n) if server else None for n in counts]
-        bcasts = [comm.bind("broadcast", x, root=0) for x in params]
-        gathers = [comm.bind("gather", g, t, root=0) for g, t in zip(grads, tables)]
-        scale = dtype.numpy.type(1.0 / (p - 1))
+        path = get_path(spec.path).open(comm, plan, alloc, server=True)
+        try:
+            return self._measure(comm, plan, spec, path, dtype, counts)
+        finally:
+            path.close()
 
-        def apply():
-            for x, t, acc, n in zip(params, tables, sums, counts):
-                np.sum(t.reshape(p, n)[1:], axis=0, out=acc)
-                np.multiply(acc, scale, out=acc)
-                np.subtract(x, acc, out=x)
+    def _measure(self, comm, plan, spec, path, dtype, counts) -> list[dict]:
+        p, server, side = comm.size, comm.rank == 0, path.side
+        params = [side.alloc(dtype, n) for n in counts]
+        grads = [side.alloc(dtype, n) for n in counts]
+        tables = [side.alloc(dtype, n * p) if server else None for n in counts]
+        sums = [side.alloc(dtype, n) if server else None for n in counts]
+        bcasts = [path.stage(comm, "broadcast", x, root=0) for x in params]
+        gathers = [path.stage(comm, "gather", g, t, root=0) for g, t in zip(grads, tables)]
+        scale = 1.0 / (p - 1)
 
         def step():
             t0 = clock()
-            for call in bcasts:
-                call()
-            t1 = clock()
-            for call in gathers:
-                call()
+            b = run_stages(bcasts)
+            g = run_stages(gathers)
             t2 = clock()
             if server:
-                apply()
+                for x, t, acc, n in zip(params, tables, sums, counts):
+                    side.apply_mean(x, t, p, n, acc, scale)
             t3 = clock()
-            return t1 - t0, t2 - t1, t3 - t2, t3 - t0
+            return (*b, *g, t3 - t2, t3 - t0)
 
+        phases = (*bcasts[0].phases(), *gathers[0].phases(), "apply", "step")
         check = "skipped"
         if plan.check:
-            check = verdict(comm, _check_sync(comm, dtype, counts, params, grads, step))
-        return base.timed_steps(comm, plan, spec, step, SYNC_PHASES, check=check,
-                                nmessages=len(counts), op=None, server_phases=("apply",))
+            check = verdict(comm, _check_sync(comm, dtype, counts, params, grads, step, side))
+        return base.timed_steps(comm, plan, spec, step, phases, check=check,
+                                nmessages=len(counts), op=None, server_phases=("apply",),
+                                **path.facts)
 
 
-def _check_sync(comm, dtype, counts, params, grads, step) -> bool:
+def _check_sync(comm, dtype, counts, params, grads, step, side) -> bool:
     """One step from known parameters and gradients: the server holds the parameters
     minus the workers' mean gradient, every worker the parameters it was sent."""
     server = comm.rank == 0
     for x, g, n in zip(params, grads, counts):
-        x[:] = fill(dtype, n, 0, None) if server else 0
-        g[:] = fill(dtype, n, comm.rank, None)
+        side.load(x, fill(dtype, n, 0, None) if server else np.zeros(n, dtype.numpy))
+        side.load(g, fill(dtype, n, comm.rank, None))
     comm.barrier()
     step()
     ok = True
     for x, n in zip(params, counts):
         start = fill(dtype, n, 0, None).astype(np.float64)
-        ok = ok and close(x, start - base.mean_input(dtype, n, range(1, comm.size)) if server
-                          else start)
+        ok = ok and close(side.read(x), start - base.mean_input(dtype, n, range(1, comm.size))
+                          if server else start)
     return ok
 
 
@@ -102,6 +107,8 @@ def _check_sync(comm, dtype, counts, params, grads, step) -> bool:
 class PSAsync:
     name: str = "ps-async"
     min_ranks: int = 2
+    #: the data paths it runs along: host memory only (point-to-point, any-source receive)
+    paths: tuple = ("host",)
 
     def measure(self, comm, plan, spec, alloc) -> list[dict]:
         dtype, counts = _prepare(self.name, comm, plan, spec)

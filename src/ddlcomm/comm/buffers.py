@@ -1,0 +1,60 @@
+"""What a buffer is to a Communicator: a NumPy array (host memory of any kind,
+pinned included) or a torch tensor (a CUDA tensor: device memory).
+
+Only duck typing here, so that this module needs no torch: a tensor is
+anything with ``data_ptr``, ``numel`` and ``is_cuda``.  Its dtype is read from
+``str(tensor.dtype)`` (``"torch.float32"`` -> ddlcomm's ``float32``).  The
+checks of :mod:`ddlcomm.comm.base` call these only for buffers that are not
+NumPy arrays, so the host path pays nothing for them.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import DTYPES, DType
+from ..errors import UnsupportedError, UsageError
+
+HOST, DEVICE = "host", "device"
+
+
+def is_tensor(buf: Any) -> bool:
+    """Whether ``buf`` looks like a torch tensor."""
+    return hasattr(buf, "data_ptr") and hasattr(buf, "numel") and hasattr(buf, "is_cuda")
+
+
+def memory_of(buf: Any) -> str:
+    """``"device"`` for a CUDA tensor, else ``"host"`` (NumPy arrays, CPU tensors)."""
+    return DEVICE if is_tensor(buf) and buf.is_cuda else HOST
+
+
+def tensor_dtype(tensor: Any) -> DType:
+    """ddlcomm's DType of a torch tensor (UnsupportedError for a dtype ddlcomm has no name for)."""
+    name = str(tensor.dtype).rpartition(".")[2]
+    found = DTYPES.get(name)
+    if found is None:
+        raise UnsupportedError(f"a tensor of {tensor.dtype} is not a ddlcomm dtype",
+                               f"use one of {', '.join(DTYPES)}")
+    return found
+
+
+def count(buf: Any) -> int:
+    """Elements of an array or a tensor."""
+    return buf.size if isinstance(buf, np.ndarray) else int(buf.numel())
+
+
+def numpy_dtype(buf: Any) -> np.dtype:
+    """The NumPy dtype of an array, or of the same name as a tensor's."""
+    return buf.dtype if isinstance(buf, np.ndarray) else tensor_dtype(buf).numpy
+
+
+def check_tensor(tensor: Any) -> DType:
+    """A tensor's DType if it is a contiguous tensor ddlcomm can carry (else a precise error)."""
+    if not is_tensor(tensor):
+        raise UsageError(f"buffers must be NumPy arrays or torch tensors, got {type(tensor).__name__}",
+                         "send other Python objects with the *_object calls")
+    dtype = tensor_dtype(tensor)
+    if not tensor.is_contiguous():
+        raise UsageError("tensor buffers must be contiguous", "pass tensor.contiguous()")
+    return dtype

@@ -1,0 +1,118 @@
+"""The ``nccl-chief`` data path (SPEC §2, Choi et al.): MPI between the PS server and one
+chief worker, NCCL among the workers.
+
+The run's backend (MPI) links the server (rank 0) and the chief (rank 1); an
+NCCL communicator over every rank, created once per process at the first
+point that needs it (through :func:`ddlcomm.comm.registry.create`), carries
+the workers' collectives inside a group of ranks 1..p-1.
+
+* PS broadcast: ``mpi`` (server -> chief, into pinned memory), ``h2d`` (the
+  chief's copy to its GPU), ``nccl`` (the chief's broadcast to the workers).
+* PS gather: ``nccl`` (all-gather among the workers), ``d2h`` (the chief's
+  copy of the table to pinned memory), ``mpi`` (chief -> server).
+* all-reduce (no server): NCCL's all-reduce over every rank.
+"""
+from __future__ import annotations
+
+from ..comm import registry
+from ..comm.buffers import tensor_dtype
+from ..comm.nccl import NCCLGroup
+from ..errors import UsageError
+from .sides import HostSide, TorchSide
+from .stages import PathRun, Stage, nothing
+
+CHIEF = 1
+TAG = 21
+_shared: dict = {}
+
+
+def check_plan(plan) -> None:
+    """The run's backends must hold an MPI communicator, and NCCL must run here."""
+    others = [b for b in plan.backends if not registry.get_spec(b).mpi_handle]
+    if others:
+        raise UsageError(f"--path nccl-chief links the server and the chief over MPI: "
+                         f"not over {', '.join(others)}", "use --backend mpi")
+    registry.check("nccl")
+
+
+def _nccl(world_size: int):
+    """This process's NCCL communicator over every rank and its workers' group (created once)."""
+    if "nccl" not in _shared:
+        nccl = registry.create("nccl")
+        _shared["nccl"] = nccl
+        _shared["workers"] = NCCLGroup(nccl, range(CHIEF, world_size))
+    return _shared["nccl"], _shared["workers"]
+
+
+class ChiefRun(PathRun):
+    """nccl-chief in one rank: the server's data on the host, the workers' on their GPU."""
+
+    def __init__(self, world, server: bool) -> None:
+        self.world = world
+        self.nccl, self.workers = _nccl(world.size)
+        self.is_server = server and world.rank == 0
+        side = HostSide(self._pinned_alloc) if self.is_server else TorchSide("cuda")
+        super().__init__(side, {"chief": CHIEF})
+        self._gpu = TorchSide("cuda")
+
+    @staticmethod
+    def _pinned_alloc(dtype, count):
+        return TorchSide("cuda").pinned(dtype, count)
+
+    def stage(self, comm, collective, send, recv=None, op=None, root=0) -> Stage:
+        build = {"broadcast": self._broadcast, "gather": self._gather,
+                 "allreduce": self._allreduce}.get(collective)
+        if build is None:
+            raise UsageError(f"--path nccl-chief has no {collective}")
+        return build(send, recv, op, root)
+
+    def _broadcast(self, params, recv, op, root) -> Stage:
+        rank, world = self.world.rank, self.world
+        if self.is_server:
+            return Stage("broadcast", (("mpi", lambda: world.send(params, CHIEF, TAG)),
+                                       ("h2d", nothing), ("nccl", nothing)))
+        if rank == CHIEF:
+            host = self._gpu.pinned(*_dtype_count(params))
+            return Stage("broadcast", (("mpi", lambda: world.recv(host, 0, TAG)),
+                                       ("h2d", lambda: self._gpu.to_device(host, params)),
+                                       ("nccl", lambda: self.workers.broadcast(params, CHIEF))))
+        return Stage("broadcast", (("mpi", nothing), ("h2d", nothing),
+                                   ("nccl", lambda: self.workers.broadcast(params, CHIEF))))
+
+    def _gather(self, grads, table, op, root) -> Stage:
+        world, nworkers = self.world, world_workers(self.world)
+        if self.is_server:
+            rows = table[table.size // world.size:]            # rows 1..p-1: the workers'
+            return Stage("gather", (("nccl", nothing), ("d2h", nothing),
+                                    ("mpi", lambda: world.recv(rows, CHIEF, TAG))))
+        dtype, n = _dtype_count(grads)
+        gathered = self._gpu.alloc(dtype, n * nworkers)
+        if world.rank != CHIEF:
+            return Stage("gather", (("nccl", lambda: self.workers.allgather(gathered, grads)),
+                                    ("d2h", nothing), ("mpi", nothing)))
+        host = self._gpu.pinned(dtype, n * nworkers)
+        return Stage("gather", (("nccl", lambda: self.workers.allgather(gathered, grads)),
+                                ("d2h", lambda: self._gpu.to_host(gathered, host)),
+                                ("mpi", lambda: world.send(host, 0, TAG))))
+
+    def _allreduce(self, grads, recv, op, root) -> Stage:
+        call = self.nccl.bind("allreduce", grads, recv, op=op or "sum")
+        sync = self.nccl.sync
+
+        def call_and_sync() -> None:
+            call()
+            sync()
+        return Stage("allreduce", (("allreduce", call_and_sync),))
+
+
+def world_workers(world) -> int:
+    return world.size - CHIEF
+
+
+def _dtype_count(tensor):
+    return tensor_dtype(tensor), tensor.numel()
+
+
+def open_chief(comm, plan, server: bool) -> ChiefRun:
+    """nccl-chief in this rank (``server``: the workload has a PS server, rank 0)."""
+    return ChiefRun(comm, server)

@@ -1,0 +1,136 @@
+"""Where a rank's workload data lives, and the few things a workload does to it.
+
+:class:`HostSide` holds NumPy arrays (the run's ``--memory`` kind);
+:class:`TorchSide` holds torch tensors on a device (``"cuda"``, or ``"cpu"``
+standing in for a GPU in tests of the staging plumbing).  Workloads fill and
+check their data through :meth:`load`/:meth:`read` (host copies) and apply
+gradients with :meth:`subtract`/:meth:`apply_mean` where the data lives.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from ..comm.buffers import tensor_dtype
+from ..dtypes import DType, dtype_of
+from ..measure.timing import clock
+from ..memory.gpu import copy_in, copy_out
+
+#: Copies timed alone per direction (the median is kept).
+COPY_REPS = 5
+
+
+class Side(Protocol):
+    def alloc(self, dtype: DType, count: int) -> Any: ...
+    def load(self, buf: Any, values: np.ndarray) -> None: ...
+    def read(self, buf: Any) -> np.ndarray: ...
+    def subtract(self, x: Any, y: Any) -> None: ...
+    def apply_mean(self, x: Any, table: Any, p: int, n: int, acc: Any, scale: float) -> None: ...
+
+
+class HostSide:
+    """Data in host arrays from ``alloc(dtype, count)`` (zeroed)."""
+
+    def __init__(self, alloc: Callable[[DType, int], np.ndarray]) -> None:
+        self.alloc = alloc
+
+    def load(self, buf: np.ndarray, values: np.ndarray) -> None:
+        buf[:] = values
+
+    def read(self, buf: np.ndarray) -> np.ndarray:
+        return buf
+
+    def subtract(self, x: np.ndarray, y: np.ndarray) -> None:
+        np.subtract(x, y, out=x)
+
+    def apply_mean(self, x, table, p: int, n: int, acc, scale: float) -> None:
+        """``x -= scale * (sum of table's rows 1..p-1)`` (the PS server's update)."""
+        np.sum(table.reshape(p, n)[1:], axis=0, out=acc)
+        np.multiply(acc, acc.dtype.type(scale), out=acc)
+        np.subtract(x, acc, out=x)
+
+
+def _torch():
+    # torch is optional: only the device paths hold tensors
+    import torch
+    return torch
+
+
+class TorchSide:
+    """Data in torch tensors on ``device`` ("cuda": this rank's current GPU)."""
+
+    def __init__(self, device: str = "cuda") -> None:
+        torch = _torch()
+        self.torch = torch
+        self.device = torch.device(device, torch.cuda.current_device()) if device == "cuda" \
+            else torch.device(device)
+        self.sync = torch.cuda.current_stream(self.device).synchronize \
+            if self.device.type == "cuda" else _no_sync
+
+    def alloc(self, dtype: DType, count: int) -> Any:
+        return self.torch.zeros(count, dtype=getattr(self.torch, dtype.name), device=self.device)
+
+    def load(self, buf: Any, values: np.ndarray) -> None:
+        copy_in(buf, np.ascontiguousarray(values))
+        self.sync()
+
+    def read(self, buf: Any) -> np.ndarray:
+        host = np.empty(buf.numel(), dtype=tensor_dtype(buf).numpy)
+        copy_out(buf, host)
+        return host
+
+    def subtract(self, x: Any, y: Any) -> None:
+        x.sub_(y)
+        self.sync()
+
+    def apply_mean(self, x, table, p: int, n: int, acc, scale: float) -> None:
+        self.torch.sum(table.view(p, n)[1:], dim=0, out=acc)
+        acc.mul_(float(scale))
+        x.sub_(acc)
+        self.sync()
+
+    def to_host(self, tensor: Any, host: np.ndarray) -> None:
+        """``tensor`` -> ``host`` (pinned where the device is a GPU), finished on return."""
+        copy_out(tensor, host)
+        self.sync()
+
+    def to_device(self, host: np.ndarray, tensor: Any) -> None:
+        copy_in(tensor, host)
+        self.sync()
+
+    def pinned(self, dtype: DType, count: int) -> np.ndarray:
+        """A host array for staging: page-locked where the device is a GPU."""
+        if self.device.type != "cuda":
+            return np.zeros(count, dtype.numpy)
+        raw = self.torch.zeros(count * dtype.itemsize, dtype=self.torch.uint8, pin_memory=True)
+        return raw.numpy().view(dtype.numpy)       # the view holds the pinned tensor
+
+    def copy_alone_GBps(self, nbytes: int) -> dict:
+        """Pinned copies of ``nbytes`` timed alone, each way (the bar the staged copies meet)."""
+        if nbytes <= 0:
+            return {}
+        dev = self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.device)
+        host = self.pinned(dtype_of(np.empty(0, np.uint8)), nbytes)
+        out = {}
+        for name, copy in (("d2h", lambda: self.to_host(dev, host)),
+                           ("h2d", lambda: self.to_device(host, dev))):
+            copy()
+            times = []
+            for _ in range(COPY_REPS):
+                t0 = clock()
+                copy()
+                times.append(clock() - t0)
+            out[f"copy_alone_{name}_GBps"] = nbytes / float(np.median(times)) / 1e9
+        return out
+
+
+def _no_sync() -> None:
+    return None
+
+
+def pinned_alloc(side: TorchSide) -> Callable[[Any], np.ndarray]:
+    """``f(tensor)``: a staging host array of the tensor's dtype and length."""
+    def alloc(tensor: Any) -> np.ndarray:
+        return side.pinned(tensor_dtype(tensor), tensor.numel())
+    return alloc

@@ -1,0 +1,95 @@
+"""A step's collectives along a data path, as separately timed parts (see ``paths.py``).
+
+:class:`Stage` is one collective of a step: named parts run in order, each
+timed apart (``d2h``, the collective, ``h2d``...).  :class:`PathRun` is a path
+opened in one rank; :class:`DataPath` the base of the paths' registry.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from ..measure.timing import clock
+from .sides import Side
+
+Part = tuple[str, Callable[[], Any]]
+
+
+def nothing() -> None:
+    return None
+
+
+@dataclass
+class Stage:
+    """One collective of a step along a path: its parts in order, each timed apart.
+
+    Every rank has the same parts (a part with nothing to do on a rank is a
+    no-op there), so the ranks' phase tables line up.
+    """
+
+    collective: str
+    parts: Sequence[Part]
+
+    def phases(self) -> tuple[str, ...]:
+        """The stage's phase names: the collective, then its parts when there are several."""
+        if len(self.parts) == 1:
+            return (self.collective,)
+        return (self.collective, *(f"{self.collective}.{name}" for name, _ in self.parts))
+
+    def run(self) -> list[float]:
+        """Run every part; the durations of :meth:`phases` (the whole first)."""
+        times = []
+        for _, call in self.parts:
+            t0 = clock()
+            call()
+            times.append(clock() - t0)
+        return [sum(times), *times] if len(times) > 1 else times
+
+
+def run_stages(stages: Sequence[Stage]) -> list[float]:
+    """Run the stages (one per message) and add their phase times up."""
+    total: Optional[np.ndarray] = None
+    for stage in stages:
+        times = np.array(stage.run())
+        total = times if total is None else total + times
+    return [] if total is None else list(total)
+
+
+class PathRun:
+    """A path opened in one rank: where its data lives, and its collectives as stages."""
+
+    def __init__(self, side: Side, facts: Optional[dict] = None) -> None:
+        self.side = side
+        #: stored with every record of the point (e.g. the pinned copy bandwidth alone)
+        self.facts = facts or {}
+
+    def stage(self, comm, collective: str, send, recv=None, op: Optional[str] = None,
+              root: int = 0) -> Stage:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Free what the path allocated for the point."""
+
+
+
+class DataPath:
+    """A data path: its name, what it needs, and how it runs in a rank."""
+
+    name = "?"
+    description = "?"
+    needs_gpu = False
+    #: What the run's backends are handed: "host" arrays or "device" tensors (None: the
+    #: run's --memory kind decides, as without a path).
+    backend_memory: Optional[str] = "host"
+    #: It moves single collectives too (``--collective X --path NAME``), not only a PS step.
+    for_collectives: bool = True
+
+    def check(self, plan) -> None:
+        """Refuse, before any rank starts, what this path cannot run here (with the reason)."""
+
+    def open(self, comm, plan, alloc, server: bool) -> PathRun:
+        """This path in one rank, for one point (``alloc``: the run's host allocator;
+        ``server``: the workload's rank 0 is a PS server)."""
+        raise NotImplementedError

@@ -1,0 +1,143 @@
+"""Rank-side checks of the host-staged data path's plumbing, with CPU tensors standing in
+for the GPU.
+
+NOT a GPU test: ``HostStaged(device="cpu")`` keeps each rank's "device" data in
+torch CPU tensors, so this checks the staging itself (which ranks copy when,
+the collective on the staging buffers, the data arriving intact, the
+separately timed d2h / collective / h2d phases and their records), over a
+real MPI (or Gloo) backend, not a GPU's copies.  The registry entry is
+replaced by the CPU-parameterised path for this process only.
+
+It also runs every collective along host-staged (``bench/staged.py``, with
+``--path host-staged``'s phase records), and every collective through ``measure.calls``' device side with CPU
+tensors standing in for device buffers (:class:`CPUTensors`): inputs filled and
+results verified on host copies, the backend handed tensors.
+
+Run under a launcher: ``mpirun -n N python staging_suite.py [--backend NAME]``.
+Rank 0 prints ``staging: N ranks, F failures``; exit 0 when nothing failed.
+"""
+import argparse
+import sys
+
+import numpy as np
+
+from ddlcomm.bench.plan import BenchPlan, PointSpec
+from ddlcomm.bench.staged import measure_staged
+from ddlcomm.collectives import COLLECTIVES
+from ddlcomm.comm import registry
+from ddlcomm.dtypes import DTYPES, get_op
+from ddlcomm.measure.calls import prepare
+from ddlcomm.memory.gpu import copy_in, copy_out
+from ddlcomm.workloads import get_workload, paths
+from suite_end import conclude
+
+SIZES = (4, 4096, 1 << 20)
+
+
+def plan_for(workload: str, backend: str, nranks: int) -> BenchPlan:
+    return BenchPlan(backends=[backend], collectives=[], sizes=list(SIZES), dtype="float32",
+                     op="sum", forms=["buffer"], workloads=[workload], paths=["host-staged"],
+                     steps=3, warmup=1, ranks=nranks)
+
+
+def check_records(workload: str, nbytes: int, records: list, failures: list) -> None:
+    want = {"ps-sync": ("broadcast", "broadcast.d2h", "broadcast.broadcast", "broadcast.h2d",
+                        "gather", "gather.d2h", "gather.gather", "gather.h2d", "apply", "step"),
+            "allreduce": ("allreduce", "allreduce.d2h", "allreduce.allreduce", "allreduce.h2d",
+                          "apply", "step")}[workload]
+    got = tuple(r["extra"]["phase"] for r in records)
+    if got != want:
+        failures.append(f"{workload} {nbytes} B: phases {got}, expected {want}")
+    for r in records:
+        if r["check"] != "passed":
+            failures.append(f"{workload} {nbytes} B {r['extra']['phase']}: check {r['check']}")
+        if r["extra"]["path"] != "host-staged" or "copy_alone_d2h_GBps" not in r["extra"]:
+            failures.append(f"{workload} {nbytes} B: extra {r['extra']}")
+    whole = {r["extra"]["phase"]: r["t_avg_us"] for r in records}
+    parts = [v for k, v in whole.items() if k.startswith(want[0] + ".")]
+    if not np.isclose(whole[want[0]], sum(parts), rtol=0.05, atol=5.0):
+        failures.append(f"{workload} {nbytes} B: {want[0]} {whole[want[0]]} us is not the sum "
+                        f"of its parts {parts}")
+
+
+class CPUTensors:
+    """measure.calls' DeviceSide with torch CPU tensors standing in for device memory."""
+
+    def put(self, host):
+        import torch
+        out = torch.empty(host.size, dtype=getattr(torch, host.dtype.name))
+        copy_in(out, host)
+        return out
+
+    def load(self, device, host):
+        copy_in(device, host)
+
+    def fetch(self, device, host):
+        copy_out(device, host)
+        return host
+
+
+def device_side_collectives(comm, failures: list) -> None:
+    for coll in COLLECTIVES.values():
+        if not coll.moves_data:
+            continue
+        for dtype_name, op_name in (("float32", "sum"), ("float64", "avg"), ("int32", "max")):
+            dtype = DTYPES[dtype_name]
+            op = get_op(op_name) if coll.reduces else None
+            count = 7 * comm.size
+            for in_place in (False, True) if coll.in_place_ok else (False,):
+                prepared = prepare(coll, comm, "buffer", dtype, count, op, 0, in_place,
+                                   device=CPUTensors())
+                prepared.reset()
+                comm.barrier()
+                prepared.run()
+                comm.sync()
+                want = coll.expected(dtype, count, comm.rank, comm.size, op, 0)
+                if not coll.verify(prepared.result(), want, dtype):
+                    failures.append(f"device side {coll.name} {dtype_name} {op_name} "
+                                    f"in_place={in_place}: {prepared.result()} != {want}")
+
+
+def staged_collectives(comm, backend: str, failures: list) -> None:
+    """Every collective along host-staged (``bench --collective X --path host-staged``)."""
+    names = [c.name for c in COLLECTIVES.values() if c.moves_data]
+    plan = BenchPlan(backends=[backend], collectives=names, sizes=[4 * 7 * comm.size],
+                     dtype="float32", op="avg", forms=["buffer"], paths=["host-staged"],
+                     iters=3, warmup=1, ranks=comm.size, root=comm.size - 1)
+    for spec in plan.points():
+        records = measure_staged(comm, plan, spec)
+        if comm.rank != 0:
+            continue
+        got = [r["extra"]["phase"] for r in records]
+        want = [spec.name] + [f"{spec.name}.{p}" for p in ("d2h", spec.name, "h2d")]
+        if spec.kind != "staged" or got != want or {r["check"] for r in records} != {"passed"}:
+            failures.append(f"staged {spec.name}: kind {spec.kind}, phases {got}, checks "
+                            f"{[r['check'] for r in records]}")
+        if records[0]["root"] != comm.size - 1 or records[0]["extra"]["path"] != "host-staged":
+            failures.append(f"staged {spec.name}: record {records[0]}")
+
+
+def main() -> int:
+    args = argparse.ArgumentParser()
+    args.add_argument("--backend", default="mpi")
+    backend = args.parse_args().backend
+    paths.PATHS["host-staged"] = paths.HostStaged(device="cpu")    # CPU tensors stand in
+    comm = registry.create(backend)
+    failures: list[str] = []
+    device_side_collectives(comm, failures)
+    staged_collectives(comm, backend, failures)
+    for workload in ("ps-sync", "allreduce"):
+        if comm.size < get_workload(workload).min_ranks:
+            continue
+        plan = plan_for(workload, backend, comm.size)
+        for nbytes in SIZES:
+            spec = PointSpec("workload", workload, nbytes, "buffer", backend, path="host-staged")
+            records = get_workload(workload).measure(
+                comm, plan, spec, lambda dtype, n: np.zeros(n, dtype.numpy))
+            if comm.rank == 0:
+                check_records(workload, nbytes, records, failures)
+    return conclude(comm, failures, lambda n, _: f"staging: {comm.size} ranks, {n} failures")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

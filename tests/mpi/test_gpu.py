@@ -1,0 +1,89 @@
+"""GPU runs end to end: NCCL, Gloo on CUDA tensors, the GPU data paths.
+
+Marked ``gpu``: they skip with the reason where torch sees no CUDA GPU, and
+``scripts/gpu-check tests`` runs them on a GPU machine (under each MPI).
+Every point must pass its check (the results are verified against the
+expected values on host copies) and record the device and its sharing.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run
+
+
+def _cuda() -> tuple[bool, str]:
+    try:
+        import torch
+    except ImportError as exc:
+        return False, f"torch is not importable ({exc})"
+    if not torch.cuda.is_available():
+        return False, f"no CUDA GPU (torch {torch.__version__}: torch.cuda.is_available() is False)"
+    return True, ""
+
+
+CUDA, WHY = _cuda()
+pytestmark = [pytest.mark.gpu, pytest.mark.mpi,
+              pytest.mark.skipif(not CUDA, reason=f"needs a GPU: {WHY}")]
+ALL_NCCL = "allreduce,broadcast,allgather,gather,reduce,reduce_scatter,alltoall"
+
+
+def bench(mpi, db, *args, timeout=400):
+    res = run([mpi.ddlcomm, "bench", "--db", db, "--no-report", *args], mpi.env(), timeout)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = run([mpi.ddlcomm, "results", "export", "--all", "--db", db], mpi.env(), 60)
+    return res, json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_nccl_collectives_on_device_memory(mpi, tmp_path, ranks):
+    _, points = bench(mpi, tmp_path / "n.db", "--backend", "nccl", "--collective", ALL_NCCL,
+                      "--memory", "device", "--ranks", str(ranks), "--sizes", "4B:1MiBx16")
+    assert {p["check"] for p in points} == {"passed"}
+    assert {p["collective"] for p in points} == set(ALL_NCCL.split(","))
+    assert {p["library"] for p in points} == {"NCCL"} and {p["form"] for p in points} == {"buffer"}
+    for p in points:
+        assert p["memory"] == "device" and p["gpu"] == [0] * ranks
+        assert p["ranks_per_gpu"] == [ranks] * ranks and p["sync"].startswith("cuda stream")
+        if ranks > 1:                 # every point names the transport NCCL chose, from its log
+            assert isinstance(p["nccl_transport"], dict) and p["nccl_transports"], p
+
+
+def test_gloo_on_cuda_tensors(mpi, tmp_path):
+    _, points = bench(mpi, tmp_path / "g.db", "--backend", "gloo", "--memory", "device",
+                      "--collective", "allreduce,broadcast,allgather", "--ranks", "2",
+                      "--sizes", "4B:1MiBx16")
+    assert {p["check"] for p in points} == {"passed"} and {p["library"] for p in points} == {"Gloo"}
+    assert {p["memory"] for p in points} == {"device"}
+
+
+def test_mpi_host_staged_and_nccl_chief(mpi, tmp_path):
+    _, points = bench(mpi, tmp_path / "w.db", "--workload", "ps-sync,allreduce", "--backend", "mpi",
+                      "--path", "host-staged,nccl-chief", "--memory", "device", "--ranks", "3",
+                      "--sizes", "1MiB", "--steps", "3")
+    assert {p["check"] for p in points} == {"passed"}
+    phases = {(p["collective"], p["path"], p["phase"]) for p in points}
+    for part in ("d2h", "broadcast", "h2d"):
+        assert ("ps-sync", "host-staged", f"broadcast.{part}") in phases
+    for part in ("mpi", "h2d", "nccl"):
+        assert ("ps-sync", "nccl-chief", f"broadcast.{part}") in phases
+    staged = [p for p in points if p["path"] == "host-staged"]
+    assert all(p["copy_alone_d2h_GBps"] > 0 and p["copy_alone_h2d_GBps"] > 0 for p in staged)
+
+
+def test_direct_path_is_refused_with_the_evidence(mpi, tmp_path):
+    """The pip MPIs are not CUDA-aware: one line, exit 2, the evidence in it."""
+    res = run([mpi.ddlcomm, "bench", "--db", tmp_path / "d.db", "--workload", "ps-sync",
+               "--path", "direct", "--memory", "device", "--ranks", "2"], mpi.env(), 120)
+    if res.returncode == 0:
+        pytest.skip("this MPI is CUDA-aware: the direct path ran")
+    assert res.returncode == 2 and "needs a CUDA-aware MPI" in res.stderr, res.stderr
+    assert "MPIX_Query_cuda_support" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_mpi_refuses_device_buffers_on_the_host_path(mpi, tmp_path):
+    res = run([mpi.ddlcomm, "bench", "--db", tmp_path / "r.db", "--backend", "mpi",
+               "--memory", "device", "--ranks", "2", "--sizes", "4B"], mpi.env(), 120)
+    assert res.returncode == 2 and "CUDA-aware MPI" in res.stderr, res.stderr

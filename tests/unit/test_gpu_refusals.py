@@ -1,0 +1,44 @@
+"""Bad GPU input on a machine without a GPU: one clear line, exit 2 (tests/mpi/test_gpu.py
+runs the same commands on a GPU machine)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ddlcomm.workloads.paths import gpu_available
+
+pytestmark = pytest.mark.skipif(gpu_available()[0], reason="this machine has a GPU")
+
+
+def ddlcomm(*argv: str, db) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ddlcomm", "bench", "--db", str(db), *argv],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (("--backend", "nccl", "--sizes", "4B"),
+     "ddlcomm: error: backend nccl needs a CUDA GPU: torch.cuda.is_available() is False"),
+    (("--memory", "device", "--sizes", "4B"), "ddlcomm: error: memory kind device needs a GPU"),
+    (("--memory", "pinned", "--sizes", "4B"), "ddlcomm: error: memory kind pinned needs a GPU"),
+    (("--backend", "gloo", "--memory", "device"), "ddlcomm: error: memory kind device needs a GPU"),
+    (("--workload", "ps-sync", "--path", "host-staged"),
+     "ddlcomm: error: data path host-staged (copy device to host"),
+    (("--workload", "ps-sync", "--path", "nccl-chief"),
+     "ddlcomm: error: backend nccl needs a CUDA GPU"),
+    (("--workload", "ps-sync", "--path", "direct"),
+     "ddlcomm: error: --path direct needs a CUDA-aware MPI"),
+    (("--workload", "ps-async", "--path", "host-staged"), "ps-async runs along --path host only"),
+    (("--collective", "allreduce", "--path", "host-staged"),
+     "ddlcomm: error: data path host-staged (copy device to host"),
+    (("--collective", "allreduce", "--path", "nccl-chief"),
+     "ddlcomm: error: --path nccl-chief is a parameter-server path"),
+    (("--collective", "allreduce", "--path", "host-staged", "--impl", "c"),
+     "ddlcomm: error: --impl c runs on host buffers"),
+])
+def test_gpu_requests_without_a_gpu(tmp_path, argv, says):
+    res = ddlcomm(*argv, db=tmp_path / "x.db")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert says in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert not (tmp_path / "x.db").exists()

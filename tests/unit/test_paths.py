@@ -1,0 +1,96 @@
+"""Data paths and where backends' buffers live, without ranks: the stages' phases and
+times, the GPU fields of a point, and the plan's refusals of memory a backend cannot take."""
+from __future__ import annotations
+
+import pytest
+
+from ddlcomm.bench.plan import BenchPlan, check_backend_memory
+from ddlcomm.bench.runner import gpu_fields
+from ddlcomm.errors import UnsupportedError
+from ddlcomm.workloads import paths
+from ddlcomm.workloads.stages import Stage, run_stages
+
+
+def test_a_stage_of_one_part_is_the_collective():
+    stage = Stage("allreduce", (("allreduce", lambda: None),))
+    assert stage.phases() == ("allreduce",) and len(stage.run()) == 1
+
+
+def test_a_staged_collective_times_its_parts_and_their_sum():
+    stage = Stage("broadcast", (("d2h", lambda: None), ("broadcast", lambda: None),
+                                ("h2d", lambda: None)))
+    assert stage.phases() == ("broadcast", "broadcast.d2h", "broadcast.broadcast", "broadcast.h2d")
+    whole, *parts = run_stages([stage, stage])
+    assert len(parts) == 3 and whole == pytest.approx(sum(parts))
+
+
+def test_paths_are_a_registry_of_classes():
+    assert list(paths.PATHS) == ["host", "host-staged", "direct", "nccl-chief"]
+    assert not paths.PATHS["host"].needs_gpu
+    assert all(paths.PATHS[p].needs_gpu for p in ("host-staged", "direct", "nccl-chief"))
+    assert paths.PATHS["host-staged"].backend_memory == "host"
+    assert paths.PATHS["direct"].backend_memory == "device"
+    with pytest.raises(Exception, match="unknown data path 'nope'"):
+        paths.get_path("nope")
+
+
+@pytest.mark.parametrize("hosts, gpus, want", [
+    (["a"] * 4, [0, 0, 0, 0], [4, 4, 4, 4]),
+    (["a"] * 4, [0, 1, 0, 1], [2, 2, 2, 2]),
+    (["a", "a", "b"], [0, 0, 0], [2, 2, 1]),
+])
+def test_gpu_fields_count_the_ranks_on_each_gpu(hosts, gpus, want):
+    assert gpu_fields(hosts, gpus) == {"gpu": gpus, "ranks_per_gpu": want}
+
+
+def plan(**over) -> BenchPlan:
+    given = dict(backends=["mpi"], collectives=["allreduce"], sizes=[4], dtype="float32",
+                 op="sum", forms=["buffer"])
+    given.update(over)
+    return BenchPlan(**given)
+
+
+def test_nccl_is_refused_host_memory():
+    with pytest.raises(UnsupportedError, match="backend nccl moves device .GPU. memory only"):
+        check_backend_memory(plan(backends=["nccl"]))
+
+
+def test_mpi_is_refused_device_memory_on_the_host_path():
+    with pytest.raises(UnsupportedError) as err:
+        check_backend_memory(plan(memory="device"))
+    assert "only through a CUDA-aware MPI" in str(err.value) and "host-staged" in err.value.hint
+
+
+def test_what_each_backend_takes():
+    check_backend_memory(plan(backends=["gloo"], memory="device"))       # Gloo takes CUDA tensors
+    check_backend_memory(plan(backends=["nccl"], memory="device"))
+    check_backend_memory(plan(memory="pinned"))                          # pinned is host memory
+    check_backend_memory(plan(workloads=["ps-sync"], paths=["host-staged"], memory="device"))
+    check_backend_memory(plan(workloads=["ps-sync"], paths=["direct"], memory="device"))
+    with pytest.raises(UnsupportedError, match="backend nccl moves device"):
+        check_backend_memory(plan(backends=["nccl"], workloads=["ps-sync"], paths=["host-staged"],
+                                  memory="device"))
+
+
+def test_collective_points_along_paths():
+    points = plan(paths=["host", "host-staged"], forms=["buffer", "object"], sizes=[4, 8]).points()
+    kinds = {(p.path, p.form, p.kind) for p in points}
+    assert kinds == {("host", "buffer", "collective"), ("host", "object", "collective"),
+                     ("host-staged", "buffer", "staged")}       # objects stay on the host path
+    assert [p.label(False) for p in points if p.path == "host-staged"][0] == \
+        "allreduce (host-staged, buffer, 4B)"
+
+
+def test_workload_points_along_paths():
+    points = plan(workloads=["ps-sync"], collectives=[], paths=["host-staged", "nccl-chief"]).points()
+    assert [(p.kind, p.path) for p in points] == [("workload", "host-staged"), ("workload", "nccl-chief")]
+
+
+def test_backend_facts_of_every_rank_are_merged():
+    from ddlcomm.measure.records import merge_facts
+    said = [{"nccl_transport": {"0->1": "P2P/IPC"}, "nccl_transports": ["P2P/IPC"], "sync": "a"},
+            {"nccl_transport": {"1->0": "SHM/direct/direct"}, "nccl_transports": ["SHM/direct/direct"],
+             "sync": "b"}, {}]
+    assert merge_facts(said) == {"nccl_transport": {"0->1": "P2P/IPC", "1->0": "SHM/direct/direct"},
+                                 "nccl_transports": ["P2P/IPC", "SHM/direct/direct"], "sync": "a"}
+    assert merge_facts([{}, {}]) == {}

@@ -498,6 +498,19 @@ def error_summary(residuals: Sequence[Mapping[str, Any]], summary_bytes: int) ->
     return out
 
 
+def family_summary(fit: "Fit", from_bytes: Optional[int] = None) -> dict[tuple[str, str], dict]:
+    """Per (library, collective): the summaries of its fitted and held-out points
+    from ``from_bytes`` (default: the fit's ``summary_bytes``) up, as
+    ``{"fitted": ..., "heldout": ...}`` (see :func:`summarize`)."""
+    from_b = fit.meta.get("summary_bytes", 0) if from_bytes is None else from_bytes
+    out: dict[tuple[str, str], dict] = {}
+    for r in fit.residuals:
+        if r["bytes"] >= from_b:
+            family = out.setdefault((str(r["library"]), str(r["collective"])), {"fitted": [], "heldout": []})
+            family["heldout" if r["heldout"] else "fitted"].append(r["rel_err"])
+    return {k: {name: summarize(errs) for name, errs in v.items()} for k, v in sorted(out.items())}
+
+
 def select_points(points: Iterable[Mapping[str, Any]], *, runs: Optional[set] = None,
                   backend: Optional[str] = None, library: Optional[str] = None,
                   placement: Optional[str] = None, form: Optional[str] = None,

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..model import costs
-from ..model.calibrate import summarize
+from ..model.calibrate import family_summary, summarize
 from ..units import format_size
 from . import plots
 from .html import _CSS, _inline_svg, _safe_name
@@ -75,6 +75,14 @@ def render_summary(fit) -> str:
         v = summarize([r["rel_err"] for r in held if str(r["library"]) == lib])
         lines.append(f"heldout  {'>= ' + format_size(from_b):>12}: {v['points']:4} points, median "
                      f"|error| {_pct(v['median_rel_err'])}, max {_pct(v['max_rel_err'])}  ({lib})")
+    families = family_summary(fit)
+    if families:
+        lines.append(f"per library and collective, >= {format_size(from_b)}: median |error| "
+                     "of the fitted points, of the held-out points")
+        for (lib, coll), v in families.items():
+            lines.append(f"  {lib:>10} {coll:<10} fitted {_pct(v['fitted']['median_rel_err']):>7} "
+                         f"({v['fitted']['points']}), held out {_pct(v['heldout']['median_rel_err']):>7} "
+                         f"({v['heldout']['points']})")
     return "\n".join(lines)
 
 

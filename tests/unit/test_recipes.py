@@ -143,3 +143,28 @@ def test_report_only_without_a_database(tmp_path):
     with pytest.raises(UsageError, match="no results database"):
         reproduce(get_recipe("woo2020"), tmp_path / "none.db", report_only="woo2020:abc",
                   out=tmp_path / "out")
+
+
+def test_awan2019_gpu_half_and_what_does_not_run(monkeypatch):
+    """The GPU latency runs it would make, and unavailable() naming exactly those not run."""
+    from ddlcomm.recipes import awan2019
+    args = [" ".join(s.args) for s in awan2019.gpu_latency_steps(False)]
+    assert all("--memory device" in a and "--collective allreduce" in a for a in args)
+    assert sum("--backend nccl" in a for a in args) == 1
+    assert sum("--path host-staged" in a for a in args) == 2
+    assert sum("--algorithm ring,rhd,shm --kind-cache off" in a for a in args) == 3
+    assert sum("--kind-cache on" in a for a in args) == 3
+    monkeypatch.setattr(awan2019, "cuda_available", lambda: (False, "no CUDA device"))
+    missing = dict(awan2019.unavailable())
+    assert set(missing) == {f"GPU half: {label}" for label, _, _, _ in awan2019.GPU_RUNS} \
+        | {awan2019.GPU_TRAINING[0]}
+    monkeypatch.setattr(awan2019, "cuda_available", lambda: (True, "H100"))
+    assert awan2019.unavailable() == [awan2019.GPU_TRAINING]
+
+
+def test_awan2019_gpu_panels_and_lines():
+    from ddlcomm.recipes import awan2019
+    assert awan2019._library(dict(backend="nccl", memory="device")) == "GPU: NCCL"
+    assert awan2019._library(dict(backend="mpi", library="MPICH")) == "MPICH"
+    assert awan2019._line(dict(algorithm="ring", kind_cache="off")) == "ring, kind cache off"
+    assert awan2019._line(dict(algorithm="library", path="host-staged")) == "library host-staged"

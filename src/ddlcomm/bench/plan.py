@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .. import memory
+from ..kernels import device as kernels_device
 from ..collectives import COLLECTIVES, Collective, check_in_place, get_collective
-from ..comm import algorithms, registry
+from ..comm import algorithms, device, registry
 from ..dtypes import DType, ReduceOp, check_whole, get_dtype, get_op
 from ..errors import UnsupportedError, UsageError
 from ..units import (MAX_ITERS, format_size, parse_list, parse_positive_int, parse_seconds,
@@ -68,6 +69,7 @@ class BenchPlan:
     algorithms: list[str] = field(default_factory=lambda: ["library"])
     memory: Optional[str] = None          # None: NumPy's allocator; else a ddlcomm.memory kind
     hbw_fallback: Optional[str] = None
+    kind_cache: bool = True               # device buffers' kinds looked up once (on) or every call
     containers: int = 0                   # 0: ranks on the host, no containers
     bind: str = "none"
     in_place: bool = False
@@ -231,6 +233,7 @@ class BenchOptions:
     memory: Optional[str]
     hbw_fallback: Optional[str]
     containers: Optional[str]
+    kind_cache: Optional[str]
     bind: str
     in_place: bool
     check: bool
@@ -260,7 +263,7 @@ def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
         paths=parse_list(o.path, "--path"),
         dtype=dtype.name, op=op.name, forms=_forms(o), in_place=o.in_place,
         memory=o.memory, hbw_fallback=o.hbw_fallback, bind=o.bind,
-        algorithms=parse_list(o.algorithm, "--algorithm"),
+        algorithms=parse_list(o.algorithm, "--algorithm"), kind_cache=parse_kind_cache(o.kind_cache),
         containers=parse_positive_int(o.containers, "--containers") if o.containers else 0,
         check=o.check, ranks=ranks,
         iters=parse_positive_int(o.iters, "--iters", 1, MAX_ITERS) if o.iters else None,
@@ -270,6 +273,7 @@ def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
         root=parse_positive_int(o.root, "--root", 0),
         extra={"tag": o.tag} if o.tag else {})
     check(plan)
+    check_kind_cache(plan, o.kind_cache)
     return plan
 
 
@@ -348,9 +352,60 @@ def check(plan: BenchPlan) -> None:
                 algorithms.check(name, algorithm)
         if plan.workloads:
             raise UsageError("--algorithm applies to collectives (workloads use the library's)")
-        if plan.memory is not None and memory.kind(plan.memory).on_device:
-            raise UsageError(f"--memory {plan.memory} runs the library's collectives only",
-                             "leave --algorithm out")
+        if on_device(plan):
+            check_device_algorithms(plan)
+        if not on_device(plan):
+            for algorithm in plan.algorithms:
+                if algorithms.split(algorithm)[1] in kernels_device.DEVICE_KERNELS:
+                    raise UsageError(f"{algorithm}: the {algorithms.split(algorithm)[1]} kernel "
+                                     "reduces device buffers", "add --memory device, or use +c or +numpy")
+
+
+def check_kind_cache(plan: BenchPlan, given: Optional[str]) -> None:
+    """``--kind-cache`` given where ddlcomm's own algorithms run on device buffers only."""
+    if given is not None and not (on_device(plan) and own_only(plan)):
+        raise UsageError("--kind-cache applies to ddlcomm's own algorithms on --memory device",
+                         "add --memory device --algorithm ring,rhd,shm (on a GPU machine)")
+
+
+def own_only(plan: BenchPlan) -> bool:
+    """Collectives by ddlcomm's own algorithms only (no library, no auto that may pick it)."""
+    return not plan.workloads and all(algorithms.split(a)[0] not in ("library", "auto")
+                                      for a in plan.algorithms)
+
+
+#: ``--kind-cache`` values.
+KIND_CACHE = {"on": True, "off": False}
+
+
+def parse_kind_cache(text: Optional[str]) -> bool:
+    """``--kind-cache on|off`` (default on)."""
+    if text is None:
+        return True
+    if text not in KIND_CACHE:
+        raise UsageError(f"--kind-cache {text!r}: choose on or off")
+    return KIND_CACHE[text]
+
+
+def on_device(plan: BenchPlan) -> bool:
+    """Whether the run's buffers are device memory."""
+    return plan.memory is not None and memory.kind(plan.memory).on_device
+
+
+def check_device_algorithms(plan: BenchPlan) -> None:
+    """On device buffers, ddlcomm's algorithms that run there, with a device kernel."""
+    for name in plan.collectives:
+        for algorithm in plan.algorithms:
+            base, kernel = algorithms.split(algorithm)
+            if base in ("library", "auto"):
+                continue
+            if base not in device.algorithms_for(name):
+                raise UsageError(f"{name} by {base} does not run on --memory {plan.memory}",
+                                 f"on device buffers {name} has: library, "
+                                 f"{', '.join(device.algorithms_for(name)) or 'nothing else'}")
+            if kernel in kernels_device.HOST_KERNELS:
+                raise UsageError(f"{algorithm}: the {kernel} kernel reduces host arrays, not "
+                                 f"--memory {plan.memory}", f"use {base}, {base}+torch or {base}+cupy")
 
 
 def check_collective_paths(plan: BenchPlan) -> None:
@@ -372,10 +427,15 @@ def check_backend_memory(plan: BenchPlan) -> None:
     """Refuse a backend handed memory it cannot take: where each data path puts the buffers
     it hands over (the run's --memory kind on the host path) against what each backend's
     registry entry takes.  A CUDA-aware MPI's device buffers are the direct path's to check."""
-    on_device = plan.memory is not None and memory.kind(plan.memory).on_device
+    device_bufs = on_device(plan)
+    # ddlcomm's own algorithms hand the backend host memory only (staged blocks, small
+    # ready messages), whatever the buffers' memory
+    own = own_only(plan)
     for name in plan.paths:
         path = get_path(name)
-        where = path.backend_memory or ("device" if on_device else "host")
+        where = path.backend_memory or ("device" if device_bufs and not own else "host")
+        if own and device_bufs and path.backend_memory is None:
+            continue
         for backend in plan.backends:
             spec = registry.get_spec(backend)
             if where in spec.memories or (where == "device" and spec.device_if_cuda_aware

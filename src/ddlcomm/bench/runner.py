@@ -26,7 +26,7 @@ from ..launch.placement import format_cpulist, split_ranks, transport
 from ..measure import timing
 from ..measure.calls import prepare
 from ..measure.checks import verdict
-from ..measure.records import backend_facts, collective_records
+from ..measure.records import backend_facts, collective_records, merge_facts
 from ..memory import kind as memory_kind
 from ..memory.gpu import use_gpu
 from ..workloads import get_workload
@@ -53,12 +53,14 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     if algorithm != "library":
         algorithm = algorithms.resolve(spec.name, algorithm, count * dtype.itemsize, comm.size,
                                        one_node=same_node(comm))
-        reducer = algorithms.kernel(algorithm, op, dtype.numpy)
-        if reducer is not None:
-            extra["kernel"] = kernels.describe(reducer)
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:
+        if algorithm != "library" and not bufs.on_device:     # device: the call says (facts)
+            reducer = algorithms.kernel(algorithm, op, dtype.numpy)
+            if reducer is not None:
+                extra["kernel"] = kernels.describe(reducer)
         prepared = prepare(coll, comm, spec.form, dtype, count, op, plan.root, in_place,
-                           bufs.alloc, algorithm=algorithm, device=bufs.device_copies())
+                           bufs.alloc, algorithm=algorithm, device=bufs.device_copies(),
+                           kind_cache=plan.kind_cache)
         check = "skipped"
         if plan.check:
             prepared.reset()
@@ -70,6 +72,7 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
         times, iterations, warmup = timing.calibrate(comm, timing.calls(comm, prepared.run),
                                                      plan.budget_s, plan.iters, plan.warmup)
         pages = bufs.placement()
+        extra.update(call_facts(comm, prepared))
         del prepared                      # its views die with the buffers
         if op is not None and spec.form == "buffer" and count and not bufs.on_device:
             extra["add_us"] = timing.reduce_pass_us(
@@ -80,6 +83,13 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
                               root=plan.root, in_place=in_place, iterations=iterations,
                               warmup=warmup, check=check, algorithm=spec.algorithm,
                               extra={"pages": pages, "algorithm_run": algorithm, **extra})
+
+
+def call_facts(comm, prepared) -> dict:
+    """What every rank's bound call says it ran (kernel, transports, kind look-ups),
+    merged at rank 0 like the backends' facts (the others get {})."""
+    said = comm.gather_object(prepared.facts(), root=0)
+    return merge_facts(said) if comm.rank == 0 else {}
 
 
 def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:

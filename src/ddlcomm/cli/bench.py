@@ -56,13 +56,18 @@ def add_parser(sub) -> None:
                    help="comma list of algorithms measured side by side: library (the backend's "
                         "own collective), auto, or ddlcomm's own (ring, rhd, shm, hierarchical, "
                         "binomial, linear, ...; buffer form); NAME+numpy or NAME+c picks the "
-                        "reduction kernel (default: the compiled one); default library")
+                        "reduction kernel (default: the compiled one), on --memory device "
+                        "NAME+torch or NAME+cupy (default torch); default library")
     b.add_argument("--impl", help="implementations side by side, a comma list of c (the C "
                                   "reference, same protocol and buffers), buffer, object; "
                                   "instead of --form")
     b.add_argument("--memory", help="memory kind of the benchmark buffers: pageable, hugepage, "
                                     "numa:N, hbw, shared, pinned, device (default: NumPy's "
                                     "allocator, recorded as numpy)")
+    b.add_argument("--kind-cache", choices=None, metavar="on|off",
+                   help="ddlcomm's own algorithms on --memory device: look each buffer's kind "
+                        "(host or device) up once (on, the default) or ask the CUDA driver on "
+                        "every call (off), as awan2019 compares; recorded with each point")
     b.add_argument("--hbw-fallback", choices=["dram"],
                    help="with --memory hbw on a machine without high-bandwidth memory: "
                         "use DRAM instead of failing (recorded with every point)")

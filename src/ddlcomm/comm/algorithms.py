@@ -27,12 +27,14 @@ from __future__ import annotations
 import functools
 from typing import Callable, Optional
 
+import numpy as np
+
 from ..collectives import get_collective
 from ..dtypes import ReduceOp
 from ..errors import UsageError
 from ..kernels import reducer
 from ..lazy import load
-from . import native, shm
+from . import device, native, shm
 
 #: From this size up ``auto`` uses ddlcomm's all-reduce (ring or rhd).
 RING_MIN_BYTES = 1 << 20
@@ -49,8 +51,9 @@ AUTO_PARAMS = (5e-6, 1e-10, 1e-10)
 
 #: ``--algorithm NAME+KERNEL`` picks the reduction kernel: ``ring+numpy``, ``rhd+c``.
 KERNEL_SEP = "+"
-#: Kernels a suffix may name (no suffix: the compiled kernel where built, else NumPy).
-KERNELS = ("c", "numpy")
+#: Kernels a suffix may name (no suffix: on host arrays the compiled kernel where built, else
+#: NumPy; on device tensors torch's).  c and numpy reduce host arrays, torch and cupy tensors.
+KERNELS = ("c", "numpy", "torch", "cupy")
 
 #: Through shared memory: (collective, name) -> "module:bind_<collective>".
 SHARED_MEMORY = {
@@ -121,12 +124,19 @@ def resolve(collective: str, algorithm: str, nbytes: int, nranks: int = 2, one_n
 
 
 def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[ReduceOp],
-         root: int) -> Callable[[], None]:
-    """``collective`` by ``algorithm`` (not ``library`` or ``auto``) bound to these buffers."""
+         root: int, *, kind_cache: bool = True, transport: str = "auto") -> Callable[[], None]:
+    """``collective`` by ``algorithm`` (not ``library`` or ``auto``) bound to these buffers.
+
+    Torch tensors (device buffers) go to :mod:`ddlcomm.comm.device` (``kind_cache``:
+    the buffer-kind cache or the driver asked every call; ``transport``: auto, ipc or
+    staged); the bound call's ``facts()`` then says what ran."""
     check(collective, algorithm)
-    base, _ = split(algorithm)
+    base, suffix = split(algorithm)
     if base in ("library", "auto"):
         raise UsageError(f"bind needs a concrete algorithm, not {base}", "resolve() it first")
+    if not isinstance(sendbuf, np.ndarray):               # tensors: ddlcomm.comm.device
+        return device.bind(comm, collective, base, sendbuf, recvbuf, op, root, kernel=suffix,
+                           kind_cache=kind_cache, transport=transport)
     reduce = kernel(algorithm, op, sendbuf.dtype)
     if (collective, base) in SHARED_MEMORY:
         return load(SHARED_MEMORY[collective, base])(comm, sendbuf, recvbuf, op, reduce=reduce)

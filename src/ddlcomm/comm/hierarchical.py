@@ -27,8 +27,6 @@ the number of nodes (:func:`ddlcomm.comm.native.schedule`).
 """
 from __future__ import annotations
 
-import os
-import socket
 import weakref
 from typing import Callable, Optional, Sequence
 
@@ -38,13 +36,9 @@ from ..dtypes import ReduceOp
 from ..lazy import load
 from .algorithms import PIPELINE_BYTES, RING_MIN_BYTES
 from .group import Group
-from .native import ALGORITHMS
+from .native import ALGORITHMS, HostLink
+from .nodes import node_name
 from .shm import node_segment, reduce_slice, slices
-
-
-def node_name() -> str:
-    """This rank's node: ``$DDLCOMM_NODE`` when set, else the host name."""
-    return os.environ.get("DDLCOMM_NODE") or socket.gethostname()
 
 
 def node_groups(names: Sequence[str]) -> list[list[int]]:
@@ -102,7 +96,7 @@ def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
         local.barrier()
         if several:
             if inter is not None:
-                inter(leaders, result, result, reduce, chunk)
+                inter(HostLink(leaders), result, result, reduce, chunk)
             local.barrier()
         np.copyto(recvbuf.reshape(-1), result)
 

@@ -1,77 +1,44 @@
-"""Reductions on device buffers, and the buffer-kind cache.
+"""Reductions on tensors, chosen by the kind of buffer they are handed.
 
 An algorithm that may be handed host or device buffers must know which it
-has before it reduces: host buffers go to the SIMD C kernel, device buffers
-(torch CUDA tensors, anything with ``__cuda_array_interface__``) to a GPU
-kernel, here PyTorch's elementwise CUDA kernels (``torch.add(a, b,
-out=out)`` and friends, launched on the current stream and synchronised, so
-the result is there when the call returns).  Looking the kind up costs a
-pointer query per buffer per call (CUDA-aware MPIs pay
-``cudaPointerGetAttributes`` on every call); :class:`KindCache` looks each
-buffer up once, keyed by its address and length, as awan2019's "buffer-kind
-cache" does.
+has before it reduces (:mod:`ddlcomm.kernels.kinds` asks the driver, once per
+buffer with a :class:`KindCache`): NumPy host arrays go to the SIMD C kernel
+(or NumPy), device buffers to a GPU kernel.  The GPU kernels are a table,
+:data:`DEVICE_KERNELS`:
 
-Without a CUDA device everything here still works for host buffers; the
-device path raises :class:`~ddlcomm.errors.UnsupportedError` with the reason.
+- ``torch``: PyTorch's elementwise kernels (``torch.add(a, b, out=out)``
+  and friends) on the current stream, synchronised so the result is there when
+  the call returns; every dtype, bfloat16 included.  On CPU tensors (which
+  stand in for device buffers in tests without a GPU) the same call runs
+  torch's CPU kernel, recorded as ``torch-CPU``.
+- ``cupy``: CuPy's elementwise kernels on the same memory (zero-copy through
+  DLPack); not bfloat16 (CuPy has no such dtype), where ``torch`` runs instead.
+
+Every reducer carries ``label``, what reduced ("C kernel, avx512 (f16c)",
+"NumPy", "torch-CUDA", "torch-CPU", "CuPy"), which a point records.
+:func:`many_reducer` reduces several inputs into one output in one pass
+(the device shm all-reduce): CuPy's fused elementwise kernel, or torch's
+adds one after another.
 """
 from __future__ import annotations
 
-from typing import Callable
+import functools
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from ..errors import UnsupportedError
-from . import reducer
-
-HOST, DEVICE = "host", "device"
+from ..errors import UnsupportedError, UsageError
+from . import describe, reducer
+from .kinds import DEVICE, HOST, KindCache, address, kind_of  # noqa: F401 (re-exported)
 
 #: torch's elementwise kernel per op (``avg`` is ``sum`` then the caller's division).
 _TORCH_OPS = {"sum": "add", "prod": "mul", "min": "minimum", "max": "maximum"}
-
-
-def address(buf) -> tuple[int, int]:
-    """(data address, bytes) of a NumPy array, a torch tensor or a CUDA-array-interface object."""
-    if isinstance(buf, np.ndarray):
-        return buf.__array_interface__["data"][0], buf.nbytes
-    if hasattr(buf, "data_ptr"):                                 # torch.Tensor
-        return buf.data_ptr(), buf.numel() * buf.element_size()
-    cai = getattr(buf, "__cuda_array_interface__", None)
-    if cai is not None:
-        n = int(np.prod(cai["shape"])) * np.dtype(cai["typestr"]).itemsize
-        return cai["data"][0], n
-    raise UnsupportedError(f"cannot tell where a {type(buf).__name__} lives",
-                           "pass a NumPy array, a torch tensor or a CUDA array")
-
-
-def kind_of(buf) -> str:
-    """``"device"`` for CUDA memory, ``"host"`` otherwise (a fresh look-up every call)."""
-    if isinstance(buf, np.ndarray):
-        return HOST
-    if hasattr(buf, "is_cuda"):
-        return DEVICE if buf.is_cuda else HOST
-    return DEVICE if hasattr(buf, "__cuda_array_interface__") else HOST
-
-
-class KindCache:
-    """``kind_of`` remembered per (address, bytes); counts its hits and misses."""
-
-    def __init__(self) -> None:
-        self._kinds: dict[tuple[int, int], str] = {}
-        self.hits = self.misses = 0
-
-    def __call__(self, buf) -> str:
-        key = address(buf)
-        kind = self._kinds.get(key)
-        if kind is None:
-            self.misses += 1
-            kind = self._kinds[key] = kind_of(buf)
-        else:
-            self.hits += 1
-        return kind
-
-    def forget(self, buf) -> None:
-        """Drop ``buf``'s entry (call before its memory is freed and reused)."""
-        self._kinds.pop(address(buf), None)
+#: CuPy's ufunc per op; its fused expression of two operands.
+_CUPY_OPS = {"sum": ("add", "{a} + {b}"), "prod": ("multiply", "{a} * {b}"),
+             "min": ("minimum", "min({a}, {b})"), "max": ("maximum", "max({a}, {b})")}
+#: dtypes CuPy reduces (no bfloat16).
+CUPY_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
+               "uint8", "uint16", "uint32", "uint64")
 
 
 def cuda_available() -> tuple[bool, str]:
@@ -86,37 +53,188 @@ def cuda_available() -> tuple[bool, str]:
     return True, torch.cuda.get_device_name()
 
 
-def device_reducer(op: str) -> Callable:
-    """``f(a, b, out)`` on CUDA tensors: ``out = a (op) b`` by a GPU kernel, synchronised."""
-    ok, why = cuda_available()
-    if not ok:
-        raise UnsupportedError(f"device reduction needs a GPU: {why}")
-    # torch is optional: imported only when a device reducer is asked for
+def _torch():
+    # torch is optional: imported only when a tensor is reduced
     import torch
+    return torch
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).rpartition(".")[2] if not isinstance(dtype, str) else dtype
+
+
+def torch_reducer(op: str, dtype, on_cuda: bool = True) -> Callable:
+    """``f(a, b, out)`` on tensors: ``out = a (op) b`` by torch's kernel; on CUDA synchronised."""
+    if on_cuda:
+        ok, why = cuda_available()
+        if not ok:
+            raise UnsupportedError(f"device reduction needs a GPU: {why}")
+    torch = _torch()
     fn = getattr(torch, _TORCH_OPS[op])
+    sync = torch.cuda.current_stream().synchronize if on_cuda else None
 
     def reduce(a, b, out) -> None:
-        fn(torch.as_tensor(a), torch.as_tensor(b), out=torch.as_tensor(out))
-        torch.cuda.current_stream().synchronize()
-    reduce.__qualname__ = f"cuda_{_TORCH_OPS[op]}"
+        fn(a, b, out=out)
+        if sync is not None:
+            sync()
+    reduce.label = "torch-CUDA" if on_cuda else "torch-CPU"
+    reduce.__qualname__ = f"torch_{_TORCH_OPS[op]}"
     return reduce
 
 
-def dispatching_reducer(op: str, dtype, cache: "KindCache | None" = None) -> Callable:
-    """``f(a, b, out)`` that reduces host buffers with the C kernel and device buffers on the GPU.
+def cupy_reducer(op: str, dtype, on_cuda: bool = True) -> Callable:
+    """``f(a, b, out)`` on CUDA tensors through CuPy's ufuncs (DLPack views, no copy)."""
+    name = _dtype_name(dtype)
+    if not on_cuda:
+        raise UnsupportedError("the cupy kernel reduces device buffers only", "use torch or c")
+    if name not in CUPY_DTYPES:
+        raise UnsupportedError(f"CuPy cannot reduce {name}", "use the torch kernel (ring+torch)")
+    # CuPy is optional: only on GPU machines
+    import cupy
+    fn = getattr(cupy, _CUPY_OPS[op][0])
 
-    ``cache`` (a :class:`KindCache`) looks each buffer's kind up once; None
-    looks it up on every call.
+    def reduce(a, b, out) -> None:
+        fn(cupy.from_dlpack(a), cupy.from_dlpack(b), out=cupy.from_dlpack(out))
+        cupy.cuda.get_current_stream().synchronize()
+    reduce.label = "CuPy"
+    reduce.__qualname__ = f"cupy_{_CUPY_OPS[op][0]}"
+    return reduce
+
+
+#: GPU kernels by name: factory(op, dtype, on_cuda) -> reduce(a, b, out) with a ``label``.
+DEVICE_KERNELS: dict[str, Callable[..., Callable]] = {"torch": torch_reducer, "cupy": cupy_reducer}
+#: Host kernels by name (NumPy arrays): :func:`ddlcomm.kernels.reducer`'s.
+HOST_KERNELS = ("c", "numpy")
+
+
+def device_reducer(op: str, dtype="float32", kernel: str = "torch") -> Callable:
+    """``f(a, b, out)`` on CUDA tensors by the GPU kernel ``kernel`` (UnsupportedError without a GPU)."""
+    return _device(op, _dtype_name(dtype), kernel, True)
+
+
+@functools.lru_cache(maxsize=None)
+def _device(op: str, dtype: str, kernel: str, on_cuda: bool) -> Callable:
+    if kernel not in DEVICE_KERNELS:
+        raise UsageError(f"unknown device kernel {kernel!r}", f"choose {', '.join(DEVICE_KERNELS)}")
+    return DEVICE_KERNELS[kernel](op, dtype, on_cuda)
+
+
+def _host(op: str, dtype, kernel: str) -> Callable:
+    """The C or NumPy kernel on NumPy arrays, with its label."""
+    fn = reducer(op, dtype, kernel)
+    label = describe(fn)
+
+    def reduce(a, b, out) -> None:
+        fn(a, b, out)
+    reduce.label = label
+    return reduce
+
+
+def kernel_for(kind: str, is_tensor: bool, kernel: str = "auto") -> str:
+    """The kernel that reduces buffers of ``kind`` (pure): ``kernel`` when it fits, ``auto``
+    made concrete (host arrays: ``auto`` of the host kernels; tensors: ``torch``)."""
+    if not is_tensor:
+        if kernel in DEVICE_KERNELS:
+            raise UsageError(f"the {kernel} kernel reduces tensors, not NumPy arrays",
+                             f"use {' or '.join(HOST_KERNELS)}")
+        return kernel
+    if kernel in HOST_KERNELS:
+        raise UsageError(f"the {kernel} kernel reduces host NumPy arrays, not {kind} tensors",
+                         f"use {' or '.join(DEVICE_KERNELS)} (or no suffix)")
+    return "torch" if kernel == "auto" else kernel
+
+
+def dispatching_reducer(op: str, dtype, cache: "Callable | None" = None,
+                        kernel: str = "auto") -> Callable:
+    """``f(a, b, out)`` that reduces by the kind of ``out``: NumPy host arrays with the C
+    kernel (or ``kernel``), device tensors on the GPU, CPU tensors with torch's CPU kernel.
+
+    ``cache`` (a :class:`KindCache`) looks each buffer's kind up once; None asks
+    the driver on every call.  ``f.label`` is what reduced last.
     """
-    host = reducer(op, dtype)
     lookup = cache if cache is not None else kind_of
-    device: list[Callable] = []
+    name = _dtype_name(dtype)
+
+    def pick(buf) -> Callable:
+        kind = lookup(buf)
+        tensor = not isinstance(buf, np.ndarray)
+        chosen = kernel_for(kind, tensor, kernel)
+        if not tensor:
+            return _host(op, dtype, chosen)
+        return _device(op, name, chosen, kind == DEVICE)
 
     def reduce(a, b, out) -> None:
-        if lookup(out) == HOST:
-            host(a, b, out)
-            return
-        if not device:
-            device.append(device_reducer(op))
-        device[0](a, b, out)
+        fn = pick(out)
+        reduce.label = fn.label
+        fn(a, b, out)
+    reduce.label = None
     return reduce
+
+
+def many_reducer(op: str, dtype, on_cuda: bool, kernel: str = "auto") -> Callable:
+    """``f(inputs, out)``: ``out = inputs[0] (op) inputs[1] (op) ...`` for tensors of one
+    size.  CuPy: one fused kernel reading every input once (``kernel`` auto or cupy, on
+    CUDA, a dtype CuPy has); otherwise torch, one kernel per extra input.  ``f.label``."""
+    name = _dtype_name(dtype)
+    if on_cuda and kernel in ("auto", "cupy") and name in CUPY_DTYPES and _has_cupy():
+        return _cupy_many(op)
+    if kernel == "cupy":
+        raise UnsupportedError(f"the cupy kernel cannot reduce {name} {'on the GPU' if on_cuda else 'on the CPU'}",
+                               "use shm+torch")
+    pair = _device(op, name, "torch", on_cuda)
+
+    def reduce(inputs: Sequence, out) -> None:
+        inputs = aliased_first(inputs, out)
+        if len(inputs) == 1:
+            out.copy_(inputs[0])
+            return
+        pair(inputs[0], inputs[1], out)
+        for other in inputs[2:]:
+            pair(out, other, out)
+    reduce.label = pair.label
+    return reduce
+
+
+def aliased_first(inputs: Sequence, out) -> list:
+    """``inputs`` with the one that is ``out`` (in place) first, so that a chain of pairwise
+    reductions into ``out`` reads it before overwriting it."""
+    ptr = out.data_ptr()
+    return sorted(inputs, key=lambda t: t.data_ptr() != ptr)
+
+
+def _has_cupy() -> bool:
+    try:
+        # CuPy is optional: only on GPU machines
+        import cupy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _cupy_many(op: str) -> Callable:
+    # CuPy is optional: only on GPU machines
+    import cupy
+    kernels: dict[int, object] = {}
+
+    def build(n: int):
+        names = [f"x{i}" for i in range(n)]
+        expr = names[0]
+        for other in names[1:]:
+            expr = _CUPY_OPS[op][1].format(a=expr, b=other)
+        return cupy.ElementwiseKernel(", ".join(f"T {x}" for x in names), "T y",
+                                      f"y = {expr}", f"ddlcomm_{op}_{n}")
+
+    def reduce(inputs: Sequence, out) -> None:
+        k = kernels.get(len(inputs)) or kernels.setdefault(len(inputs), build(len(inputs)))
+        k(*[cupy.from_dlpack(t) for t in inputs], cupy.from_dlpack(out))
+        cupy.cuda.get_current_stream().synchronize()
+    reduce.label = "CuPy"
+    return reduce
+
+
+def describe_reducer(reduce: Optional[Callable]) -> Optional[str]:
+    """What a reducer of this module ran (its ``label``), or the host kernels' description."""
+    if reduce is None:
+        return None
+    label = getattr(reduce, "label", None)
+    return label if label is not None else describe(reduce)

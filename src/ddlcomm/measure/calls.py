@@ -27,6 +27,9 @@ class Prepared:
     run: Callable[[], Any]
     result: Callable[[], Any]
     reset: Callable[[], None]
+    #: what ran, said by the bound call (ddlcomm's own algorithms on device buffers:
+    #: reduction kernel, transports, kind look-ups); empty otherwise
+    facts: Callable[[], dict] = dict
 
 
 def _no_reset() -> None:
@@ -48,12 +51,15 @@ class DeviceSide(Protocol):
 
 def prepare(coll: Collective, comm: Any, form: str, dtype: DType, count: int,
             op: Optional[ReduceOp], root: int, in_place: bool, alloc: Alloc = numpy_alloc,
-            algorithm: str = "library", device: Optional[DeviceSide] = None) -> Prepared:
+            algorithm: str = "library", device: Optional[DeviceSide] = None,
+            kind_cache: bool = True) -> Prepared:
     """Allocate inputs/outputs and return the call to time and the result getter.
 
     ``algorithm`` "library" calls the backend's own collective; any other
     (concrete) name runs ddlcomm's own algorithm of that name (buffer form only).
-    ``device``: the backend gets device copies of the buffers (library calls only).
+    ``device``: the backend (or ddlcomm's algorithm) gets device copies of the buffers;
+    ``kind_cache``: ddlcomm's algorithms on device copies look buffer kinds up once
+    (on) or ask the driver every call (off).
     """
     rank, nranks = comm.rank, comm.size
     send, recv = coll.buffers(dtype, count, rank, nranks, op, root,
@@ -61,7 +67,8 @@ def prepare(coll: Collective, comm: Any, form: str, dtype: DType, count: int,
     if form == "object":
         return _object_call(coll, comm, send, op, root)
     if device is not None:
-        return _device_call(coll, comm, send, recv, dtype, count, op, root, device)
+        return _device_call(coll, comm, send, recv, dtype, count, op, root, device,
+                            algorithm, kind_cache)
     if algorithm == "library":
         run = comm.bind(coll.name, send, recv, op=op, root=root)
     else:
@@ -74,11 +81,18 @@ def prepare(coll: Collective, comm: Any, form: str, dtype: DType, count: int,
 
 def _device_call(coll: Collective, comm: Any, send: np.ndarray, recv: Optional[np.ndarray],
                  dtype: DType, count: int, op: Optional[ReduceOp], root: int,
-                 device: DeviceSide) -> Prepared:
-    """The backend's call on device copies of ``send``/``recv`` (same in-place-ness)."""
+                 device: DeviceSide, algorithm: str = "library", kind_cache: bool = True) -> Prepared:
+    """The backend's call (or ddlcomm's ``algorithm``) on device copies of ``send``/``recv``
+    (same in-place-ness)."""
     dsend = device.put(send)
     drecv = None if recv is None else dsend if recv is send else device.put(recv)
-    run = comm.bind(coll.name, dsend, drecv, op=op, root=root)
+    facts: Callable[[], dict] = dict
+    if algorithm == "library":
+        run = comm.bind(coll.name, dsend, drecv, op=op, root=root)
+    else:
+        run = algorithms.bind(comm, coll.name, algorithm, dsend, drecv, op, root,
+                              kind_cache=kind_cache)
+        facts = run.facts
 
     def reset() -> None:
         coll.reset(send, recv, dtype, count, comm.rank, op, root)
@@ -89,7 +103,7 @@ def _device_call(coll: Collective, comm: Any, send: np.ndarray, recv: Optional[n
     def result() -> Optional[np.ndarray]:
         where = coll.result_of(dsend, drecv)
         return None if where is None else device.fetch(where, coll.result_of(send, recv))
-    return Prepared(run, result, reset)
+    return Prepared(run, result, reset, facts)
 
 
 def _object_call(coll: Collective, comm: Any, send: np.ndarray, op: Optional[ReduceOp],

@@ -5,9 +5,12 @@ The paper has two halves, kept as separate parts of this recipe's steps:
 * all-reduce latency (:func:`latency_steps`): 4 B to 256 MiB, each
   library's own all-reduce against ddlcomm's ring and recursive
   halving/doubling over that library's point-to-point, reduced by the compiled
-  kernel, through Open MPI, MPICH and Gloo.  The paper's device-side
-  reduction with and without the buffer-kind cache needs GPU buffers
-  (``ddlcomm.kernels.device``); here it is listed as unavailable;
+  kernel, through Open MPI, MPICH and Gloo;
+* its GPU half (:func:`gpu_latency_steps`, where torch sees a GPU): the same
+  sizes on device buffers -- NCCL, Gloo on CUDA tensors, each MPI host-staged
+  (``--path host-staged``), and ddlcomm's ring, rhd and shm on device buffers
+  (:mod:`ddlcomm.comm.device`: GPU reductions, CUDA IPC between the ranks
+  sharing the GPU) with the buffer-kind cache on and off, over each MPI;
 * the training-scaling study (:func:`training_steps`, here): images/s,
   speed-up and efficiency of data-parallel ResNet-50 over 1, 2 and 4 workers
   with Horovod-style training (all-reduce of 25 MiB fused buckets overlapped
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..kernels.device import cuda_available
+from ..workloads.paths import gpu_available
 from ..report.recipe import write_recipe_report
 from ..report.train import write_train_report
 from .base import Recipe, Step
@@ -61,8 +65,40 @@ def latency_steps(full: bool) -> list[Step]:
             for label, env, backend in LIBRARIES for n in ranks.split(",")]
 
 
+#: The GPU half's latency runs: (label, library facet, environment, options); all on --memory device.
+GPU_RUNS = (
+    [("NCCL", "NCCL", "openmpi", ("--backend", "nccl", "--algorithm", "library")),
+     ("Gloo-CUDA", "Gloo", "openmpi", ("--backend", "gloo", "--algorithm", "library"))]
+    + [(f"{name} host-staged", name, env, ("--backend", "mpi", "--path", "host-staged"))
+       for name, env, backend in LIBRARIES if backend == "mpi"]
+    + [(f"ddlcomm over {name}, kind cache {cache}", name, env,
+        ("--backend", backend, "--algorithm", "ring,rhd,shm", "--kind-cache", cache))
+       for name, env, backend in LIBRARIES for cache in ("on", "off")])
+#: The GPU training study (ResNet-50, ranks sharing the GPU), declared: not run by this recipe.
+GPU_TRAINING = ("GPU training scaling: ResNet-50 at 1, 2, 4 ranks sharing the GPU",
+                "ddlcomm train on GPUs is being built (src/ddlcomm/train/, another change); "
+                "the training half runs on CPUs, Gloo standing in for NCCL")
+
+
+def gpu_latency_steps(full: bool) -> list[Step]:
+    """All-reduce latency on device buffers: NCCL, Gloo-CUDA, MPI host-staged, ddlcomm's own
+    (ring, rhd, shm; GPU reduction) with the kind cache on and off."""
+    sizes, ranks = ("4B:256MiBx2", "2,4") if full else ("4B:256MiBx4", "2")
+    timing = ("--iters", "1000") if full else ("--budget", "0.1")
+    return [Step(f"GPU latency {label} {n} ranks",
+                 ("--collective", "allreduce", "--memory", "device", *how, "--sizes", sizes,
+                  "--ranks", n, "--form", "buffer", *timing),
+                 env=env, facets={"library": library})
+            for label, library, env, how in GPU_RUNS for n in ranks.split(",")]
+
+
+def _gpu_latency_here(full: bool) -> list[Step]:
+    """The GPU half where torch sees a GPU, else nothing (see :func:`unavailable`)."""
+    return gpu_latency_steps(full) if gpu_available()[0] else []
+
+
 #: The recipe's parts, each a function of ``full`` returning its steps (see the module doc).
-PARTS: tuple[Callable[[bool], list[Step]], ...] = (latency_steps, training_steps)
+PARTS: tuple[Callable[[bool], list[Step]], ...] = (latency_steps, _gpu_latency_here, training_steps)
 
 
 def steps(full: bool) -> list[Step]:
@@ -70,11 +106,11 @@ def steps(full: bool) -> list[Step]:
 
 
 def unavailable() -> list[tuple[str, str]]:
+    """Exactly what this recipe does not run here, each with why: without a GPU every run
+    of the GPU half; always the GPU training study (declared, built elsewhere)."""
     ok, why = cuda_available()
-    if ok:
-        return []
-    return [("NCCL all-reduce and training", f"{why}; Gloo stands in on CPUs"),
-            ("device-side reduction, with and without the buffer-kind cache", why)]
+    out = [] if ok else [(f"GPU half: {label}", why) for label, _, _, _ in GPU_RUNS]
+    return out + [GPU_TRAINING]
 
 
 def report(recipe, points, out_dir):
@@ -86,10 +122,14 @@ def report(recipe, points, out_dir):
         write_recipe_report(
             f"{recipe.title}: all-reduce latency", latency, Path(out_dir) / "latency",
             figure_of=lambda p: f"allreduce, {p['ranks']} ranks", panel_of=_library,
-            x_of=lambda p: p["bytes"], line_of=lambda p: p.get("algorithm") or "library",
-            x_label="bytes per rank", panel_order=[label for label, _, _ in LIBRARIES], x_bytes=True,
+            x_of=lambda p: p["bytes"], line_of=_line,
+            x_label="bytes per rank", panel_order=[label for label, _, _ in LIBRARIES] + [
+                f"GPU: {label}" for label in ("NCCL", "Gloo", "Open MPI", "MPICH")], x_bytes=True,
             notes=["Each library's own all-reduce against ddlcomm's ring and recursive "
-                   "halving/doubling over that library's point-to-point (compiled reduction kernel)."],
+                   "halving/doubling over that library's point-to-point (compiled reduction kernel).",
+                   "GPU panels: device buffers; ddlcomm's ring, rhd and shm reduce on the GPU and "
+                   "move blocks by CUDA IPC between ranks sharing the GPU; MPI host-staged copies "
+                   "through pinned host memory around the library's all-reduce."],
             unavailable=unavailable())
         notes.append("All-reduce latency half: latency/index.html")
     return write_train_report(None, training, out_dir,
@@ -102,8 +142,17 @@ def report(recipe, points, out_dir):
 
 
 def _library(point) -> str:
-    """The panel of a latency point: Open MPI, MPICH or Gloo."""
-    return "Gloo" if point.get("backend") == "gloo" else str(point.get("library"))
+    """The panel of a latency point: Open MPI, MPICH or Gloo; on device buffers "GPU: ..."."""
+    name = {"gloo": "Gloo", "nccl": "NCCL"}.get(point.get("backend"), str(point.get("library")))
+    return f"GPU: {name}" if point.get("memory") == "device" else name
+
+
+def _line(point) -> str:
+    """A latency line: the algorithm (or path), with the kind cache where it was off."""
+    how = point.get("algorithm") or "library"
+    if point.get("path") not in (None, "host"):
+        how = f"{how} {point['path']}"
+    return f"{how}, kind cache off" if point.get("kind_cache") == "off" else how
 
 
 RECIPE = Recipe("awan2019", "awan2019: all-reduce latency and training scaling through MPI and Gloo",

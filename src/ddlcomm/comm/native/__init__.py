@@ -38,7 +38,7 @@ from typing import Callable
 
 from ...errors import UsageError
 from ...lazy import load
-from ._common import TAG, Schedule, free_scratch
+from ._common import TAG, HostLink, Schedule, free_scratch
 
 _PKG = __name__
 
@@ -96,5 +96,5 @@ def schedule(collective: str, algorithm: str, p: int, nbytes: float, **kwargs) -
     return load(f"{module}:schedule")(p, nbytes, **kwargs)
 
 
-__all__ = ["ALGORITHMS", "ALIASES", "TAG", "Schedule", "algorithms_for", "collectives",
+__all__ = ["ALGORITHMS", "ALIASES", "TAG", "HostLink", "Schedule", "algorithms_for", "collectives",
            "free_scratch", "get", "schedule"]

@@ -214,6 +214,32 @@ def exchange_reduce(comm: "Communicator", sendpart: np.ndarray, dest: int,
         req.wait()
 
 
+# ------------------------------------------------------------------ links
+class HostLink:
+    """How an algorithm's ``run`` moves data: here over a communicator's point-to-point on
+    NumPy arrays (the functions above).  ``ddlcomm.comm.device.link.DeviceLink`` has the
+    same methods on device tensors, so one ``run`` serves both."""
+
+    def __init__(self, comm: "Communicator") -> None:
+        self.comm, self.rank, self.size = comm, comm.rank, comm.size
+
+    def send(self, buf: np.ndarray, dest: int, chunk: Optional[int] = None) -> None:
+        send(self.comm, buf, dest, chunk)
+
+    def recv(self, buf: np.ndarray, source: int, chunk: Optional[int] = None) -> None:
+        recv(self.comm, buf, source, chunk)
+
+    def exchange(self, sendpart: np.ndarray, dest: int, recvpart: np.ndarray, source: int) -> None:
+        exchange(self.comm, sendpart, dest, recvpart, source)
+
+    def exchange_reduce(self, sendpart: np.ndarray, dest: int, mine: np.ndarray, out: np.ndarray,
+                        source: int, reduce: Reducer, chunk: Optional[int]) -> None:
+        exchange_reduce(self.comm, sendpart, dest, mine, out, source, reduce, chunk)
+
+    def scratch(self, like: np.ndarray, count: int, slot: int = 0) -> np.ndarray:
+        return scratch(self.comm, like.dtype, count, slot)
+
+
 # ------------------------------------------------------------------ cost model
 @dataclass(frozen=True)
 class Schedule:
@@ -272,7 +298,7 @@ def allreduce_entry(run: Callable) -> Callable:
         chunk = check_chunk(chunk_bytes, sendbuf.itemsize)
         recvbuf = check_recv(comm, sendbuf, recvbuf, sendbuf.size, "allreduce's receive buffer")
         recv = send if recvbuf is sendbuf else flat(recvbuf)    # in place: one view
-        run(comm, send, recv, kernel, chunk)
+        run(HostLink(comm), send, recv, kernel, chunk)
         rop.finish(recv, comm.size)
         return recvbuf
     return allreduce

@@ -23,20 +23,17 @@ Model: ``gloo/allreduce_halving_doubling.h``; MPICH ``allreduce_intra_reduce_sca
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import numpy as np
 
 from . import _common as c
 
-if TYPE_CHECKING:
-    from ..base import Communicator
 
-
-def run(comm: "Communicator", send: np.ndarray, recv: np.ndarray, reduce: c.Reducer,
+def run(link: "c.HostLink", send: np.ndarray, recv: np.ndarray, reduce: c.Reducer,
         chunk: Optional[int]) -> None:
-    """The algorithm on checked flat buffers (no finish step)."""
-    p, r, n = comm.size, comm.rank, send.size
+    """The algorithm on checked flat buffers (no finish step), moving data through ``link``."""
+    p, r, n = link.size, link.rank, len(send)
     if p == 1 or n == 0:
         if recv is not send:
             recv[:] = send
@@ -48,10 +45,10 @@ def run(comm: "Communicator", send: np.ndarray, recv: np.ndarray, reduce: c.Redu
     # Fold: even ranks below 2*rem hand their data to the next rank and wait.
     if r < 2 * rem:
         if r % 2 == 0:
-            c.send(comm, send, r + 1, chunk)
-            c.recv(comm, recv, r + 1, None)
+            link.send(send, r + 1, chunk)
+            link.recv(recv, r + 1, None)
             return
-        c.exchange_reduce(comm, send[:0], r, send, recv, r - 1, reduce, chunk)
+        link.exchange_reduce(send[:0], r, send, recv, r - 1, reduce, chunk)
         src = recv
         me = r // 2
     else:
@@ -68,7 +65,7 @@ def run(comm: "Communicator", send: np.ndarray, recv: np.ndarray, reduce: c.Redu
         mid = (lo + hi) // 2
         keep, give = ((mid, hi), (lo, mid)) if me & d else ((lo, mid), (mid, hi))
         k0, k1 = off[keep[0]], off[keep[1]]
-        c.exchange_reduce(comm, src[off[give[0]]:off[give[1]]], peer,
+        link.exchange_reduce(src[off[give[0]]:off[give[1]]], peer,
                           src[k0:k1], recv[k0:k1], peer, reduce, chunk)
         src = recv
         lo, hi = keep
@@ -78,11 +75,11 @@ def run(comm: "Communicator", send: np.ndarray, recv: np.ndarray, reduce: c.Redu
         peer = real(me ^ d)
         size = hi - lo
         theirs = (lo - size, lo) if me & d else (hi, hi + size)
-        c.exchange(comm, recv[off[lo]:off[hi]], peer, recv[off[theirs[0]]:off[theirs[1]]], peer)
+        link.exchange(recv[off[lo]:off[hi]], peer, recv[off[theirs[0]]:off[theirs[1]]], peer)
         lo, hi = min(lo, theirs[0]), max(hi, theirs[1])
         d *= 2
     if r < 2 * rem:                            # odd folded rank: result back to its partner
-        c.send(comm, recv, r - 1, None)
+        link.send(recv, r - 1, None)
 
 
 allreduce = c.allreduce_entry(run)

@@ -19,38 +19,36 @@ Model: ``gloo/allreduce_ring.h`` (Gloo), Baidu's ``ring_allreduce``.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import numpy as np
 
 from . import _common as c
 
-if TYPE_CHECKING:
-    from ..base import Communicator
 
-
-def run(comm: "Communicator", send: np.ndarray, recv: np.ndarray, reduce: c.Reducer,
+def run(link: "c.HostLink", send: np.ndarray, recv: np.ndarray, reduce: c.Reducer,
         chunk: Optional[int]) -> None:
-    """The algorithm on checked flat buffers (no finish step)."""
-    p, r = comm.size, comm.rank
-    if p == 1 or send.size == 0:
+    """The algorithm on checked flat buffers (no finish step), moving data through ``link``
+    (NumPy arrays over point-to-point, or device tensors: see ``_common.HostLink``)."""
+    p, r = link.size, link.rank
+    if p == 1 or len(send) == 0:
         if recv is not send:
             recv[:] = send
         return
-    off = c.blocks(send.size, p)
+    off = c.blocks(len(send), p)
     right, left = (r + 1) % p, (r - 1) % p
     # Reduce-scatter: step s sends block r-s (from sendbuf at s = 0, then the
     # block reduced in the step before) and reduces block r-s-1 into recvbuf.
     for s in range(p - 1):
         sb, rb = (r - s) % p, (r - s - 1) % p
         src = send if s == 0 else recv
-        c.exchange_reduce(comm, src[off[sb]:off[sb + 1]], right,
+        link.exchange_reduce(src[off[sb]:off[sb + 1]], right,
                           send[off[rb]:off[rb + 1]], recv[off[rb]:off[rb + 1]], left,
                           reduce, chunk)
     # All-gather: rank r now owns the reduced block r+1.
     for s in range(p - 1):
         sb, rb = (r + 1 - s) % p, (r - s) % p
-        c.exchange(comm, recv[off[sb]:off[sb + 1]], right, recv[off[rb]:off[rb + 1]], left)
+        link.exchange(recv[off[sb]:off[sb + 1]], right, recv[off[rb]:off[rb + 1]], left)
 
 
 allreduce = c.allreduce_entry(run)

@@ -23,25 +23,26 @@ if TYPE_CHECKING:
 def broadcast(comm: "Communicator", buf: np.ndarray, root: int = 0) -> np.ndarray:
     """Copy the root's ``buf`` into every rank's ``buf`` (in place); returns ``buf``."""
     flat = c.check_buf(comm, buf, "broadcast's buffer")
-    run(comm, flat, comm.check_root(root))
+    run(c.HostLink(comm), flat, comm.check_root(root))
     return buf
 
 
-def run(comm: "Communicator", buf: np.ndarray, root: int) -> None:
-    p = comm.size
-    if p == 1 or buf.size == 0:
+def run(link: "c.HostLink", buf: np.ndarray, root: int) -> None:
+    """The algorithm on a checked flat buffer, moving data through ``link``."""
+    p = link.size
+    if p == 1 or len(buf) == 0:
         return
-    v = (comm.rank - root) % p
+    v = (link.rank - root) % p
     mask = 1
     while mask < p:                            # receive from the parent (v without its lowest bit)
         if v & mask:
-            comm._recv(buf, (v - mask + root) % p, c.TAG)
+            link.recv(buf, (v - mask + root) % p)
             break
         mask <<= 1
     mask >>= 1
     while mask:                                # send to the children, largest subtree first
         if v + mask < p:
-            comm._send(buf, (v + mask + root) % p, c.TAG)
+            link.send(buf, (v + mask + root) % p)
         mask >>= 1
 
 

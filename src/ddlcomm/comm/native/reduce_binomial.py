@@ -43,20 +43,21 @@ def reduce(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.ndarr
     chunk = c.check_chunk(chunk_bytes, sendbuf.itemsize)
     root = comm.check_root(root)
     if comm.rank != root:
-        run(comm, send, None, root, kernel, chunk)
+        run(c.HostLink(comm), send, None, root, kernel, chunk)
         return None
     recvbuf = c.check_recv(comm, sendbuf, recvbuf, sendbuf.size, "reduce's receive buffer")
     recv = send if recvbuf is sendbuf else c.flat(recvbuf)    # in place: one view
-    run(comm, send, recv, root, kernel, chunk)
+    run(c.HostLink(comm), send, recv, root, kernel, chunk)
     rop.finish(recv, comm.size)
     return recvbuf
 
 
-def run(comm: "Communicator", send: np.ndarray, recv: Optional[np.ndarray], root: int,
+def run(link: "c.HostLink", send: np.ndarray, recv: Optional[np.ndarray], root: int,
         reduce: c.Reducer, chunk: Optional[int]) -> None:
-    """The algorithm on checked flat buffers; ``recv`` is None except at the root."""
-    p, n = comm.size, send.size
-    v = (comm.rank - root) % p
+    """The algorithm on checked flat buffers; ``recv`` is None except at the root; data
+    moves through ``link``."""
+    p, n = link.size, len(send)
+    v = (link.rank - root) % p
     if n == 0 or p == 1:
         if recv is not None and recv is not send:
             recv[:] = send
@@ -66,13 +67,13 @@ def run(comm: "Communicator", send: np.ndarray, recv: Optional[np.ndarray], root
     mask = 1
     while mask < p:
         if v & mask:
-            c.send(comm, partial, (v - mask + root) % p, chunk)
+            link.send(partial, (v - mask + root) % p, chunk)
             return
         child = v + mask
         if child < p:
             if acc is None:
-                acc = c.scratch(comm, send.dtype, n, ACC_SLOT)
-            c.exchange_reduce(comm, send[:0], comm.rank, partial, acc,
+                acc = link.scratch(send, n, ACC_SLOT)
+            link.exchange_reduce(send[:0], link.rank, partial, acc,
                               (child + root) % p, reduce, chunk)
             partial = acc
         mask <<= 1

@@ -1,0 +1,134 @@
+"""ddlcomm's own collectives on device buffers (torch tensors): Awan et al.'s recipe.
+
+The ring, rhd and binomial algorithms are the very ``run`` functions of
+:mod:`ddlcomm.comm.native`, handed a :class:`~.link.DeviceLink` instead of the
+host link: blocks move by a transport per pair of ranks (``ipc`` on one node,
+``staged`` through pinned host memory across nodes: :mod:`.transports`), and
+reductions run where the buffers are, by a kernel chosen by the buffers' kind
+(:func:`ddlcomm.kernels.device.dispatching_reducer`: torch or CuPy on the GPU),
+whose kind look-ups go through the buffer-kind cache or ask the driver every
+time (``kind_cache``).  ``shm`` is the device shm all-reduce
+(:mod:`.allreduce_shm`).  The backend never sees a device pointer.
+
+:func:`bind` returns a :class:`DeviceCall`: call it to run the collective;
+``facts()`` says what ran (reduction kernel, transports, kind look-ups).
+CPU tensors work everywhere here (torch's CPU kernel reduces them; ``ipc``
+then needs buffers from :func:`.peers.shared_tensor`): tests use them to run
+the algorithms' plumbing without a GPU.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from ...collectives import get_collective
+from ...dtypes import ReduceOp
+from ...errors import UsageError
+from ...kernels.device import dispatching_reducer
+from ...kernels.kinds import KindCache, kind_of
+from ...lazy import load
+from .. import buffers
+from .link import DeviceLink
+
+_NATIVE = "ddlcomm.comm.native"
+#: (collective, algorithm) -> the native ``run`` that takes a link.
+ALGORITHMS = {
+    ("allreduce", "ring"): f"{_NATIVE}.allreduce_ring:run",
+    ("allreduce", "rhd"): f"{_NATIVE}.allreduce_rhd:run",
+    ("broadcast", "binomial"): f"{_NATIVE}.bcast_binomial:run",
+    ("reduce", "binomial"): f"{_NATIVE}.reduce_binomial:run",
+}
+#: Collectives bound here by their own module: (collective, algorithm) -> "module:bind".
+OWN = {("allreduce", "shm"): "ddlcomm.comm.device.allreduce_shm:bind"}
+
+
+def algorithms_for(collective: str) -> list[str]:
+    """The algorithms that run on device buffers for ``collective``."""
+    return [alg for coll, alg in (*ALGORITHMS, *OWN) if coll == collective]
+
+
+class DeviceCall:
+    """A collective bound to device tensors: ``call()`` runs it, ``facts()`` says what ran."""
+
+    def __init__(self, run: Callable[[], None], facts: Callable[[], dict]) -> None:
+        self._run, self.facts = run, facts
+
+    def __call__(self) -> None:
+        self._run()
+
+
+def check_tensors(comm: Any, sendbuf: Any, recvbuf: Optional[Any]) -> tuple[Any, Optional[Any]]:
+    """Flat views of ``sendbuf`` and ``recvbuf`` (the same view when in place), checked:
+    contiguous tensors of one dtype and device."""
+    for buf, what in ((sendbuf, "send"), (recvbuf, "receive")):
+        if buf is not None:
+            buffers.check_tensor(buf)
+    if recvbuf is not None and (recvbuf.dtype != sendbuf.dtype or recvbuf.device != sendbuf.device):
+        raise UsageError(f"the receive buffer is {recvbuf.dtype} on {recvbuf.device}, the send "
+                         f"buffer {sendbuf.dtype} on {sendbuf.device}: they must match")
+    send = sendbuf.view(-1)
+    recv = None if recvbuf is None else send if recvbuf is sendbuf else recvbuf.view(-1)
+    return send, recv
+
+
+def kind_lookup(kind_cache: bool) -> Callable[[Any], str]:
+    """A fresh :class:`KindCache`, or the driver asked every time."""
+    return KindCache() if kind_cache else kind_of
+
+
+def bind(comm: Any, collective: str, algorithm: str, sendbuf: Any, recvbuf: Optional[Any],
+         op: Optional[ReduceOp], root: int = 0, *, kernel: str = "auto", kind_cache: bool = True,
+         transport: str = "auto", mapper: str = "auto") -> DeviceCall:
+    """``collective`` by ddlcomm's ``algorithm`` on device tensors (collective: every rank binds)."""
+    if (collective, algorithm) in OWN:
+        return load(OWN[collective, algorithm])(comm, sendbuf, recvbuf, op, kernel=kernel,
+                                                mapper=mapper)
+    target = ALGORITHMS.get((collective, algorithm))
+    if target is None:
+        raise UsageError(f"{collective} by {algorithm} does not run on device buffers",
+                         f"on device buffers {collective} has: "
+                         f"{', '.join(algorithms_for(collective)) or 'the library only'}")
+    send, recv = check_tensors(comm, sendbuf, recvbuf)
+    if collective == "allreduce" and recv is None:
+        raise UsageError("a device all-reduce needs its receive buffer",
+                         "pass recvbuf (recvbuf=sendbuf reduces in place)")
+    link = DeviceLink(comm, send, transport, mapper)
+    lookup = kind_lookup(kind_cache)
+    coll = get_collective(collective)
+    reduce = dispatching_reducer(_op_name(op), send.dtype, lookup, kernel) if coll.reduces else None
+    args = _run_args(coll.name, send, recv, root, reduce)
+    run = load(target)
+
+    def call() -> None:
+        run(link, *args)
+        if op is not None and (collective == "allreduce" or comm.rank == root):
+            op.finish(recv, comm.size)
+
+    def facts() -> dict:
+        out = {"kind_cache": "on" if kind_cache else "off"}
+        if link.used:                                   # ranks that moved nothing say nothing
+            out["transport"] = link.transports_used()
+        if reduce is not None and reduce.label is not None:
+            out["kernel"] = reduce.label
+        if isinstance(lookup, KindCache):
+            out["kind_lookups"] = lookup.misses
+        return out
+    return DeviceCall(call, facts)
+
+
+def _op_name(op: Optional[ReduceOp]) -> str:
+    if op is None:
+        return "sum"
+    return "sum" if op.divide_by_ranks else op.name
+
+
+def _run_args(collective: str, send: Any, recv: Optional[Any], root: int,
+              reduce: Optional[Callable]) -> tuple:
+    """The native ``run``'s arguments after the link."""
+    if collective == "allreduce":
+        return (send, recv, reduce, None)
+    if collective == "reduce":
+        return (send, recv, root, reduce, None)
+    return (send, root)                                   # broadcast
+
+
+__all__ = ["ALGORITHMS", "DeviceCall", "OWN", "algorithms_for", "bind", "check_tensors", "kind_lookup"]

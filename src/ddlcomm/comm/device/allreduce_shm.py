@@ -1,0 +1,88 @@
+"""The device shm all-reduce: ranks on one GPU (or one node) reduce through each other's memory.
+
+At bind every rank exports its input and output buffers through the peer
+mapper (CUDA IPC) and maps every peer's, once.  A call then:
+
+1. waits until its input is on the device, and meets the others (barrier);
+2. reduces its own slice (:func:`ddlcomm.comm.shm.slices`) of every rank's
+   input into its own output in one pass that reads all p inputs from GPU
+   memory (:func:`ddlcomm.kernels.device.many_reducer`: one CuPy kernel, or
+   torch's adds one after another); barrier;
+3. all-gathers: copies every peer's reduced slice from that peer's output
+   into its own (device-to-device); barrier, so that nobody writes a buffer
+   another rank still reads.
+
+The backend carries only the three barriers.  In place (``recvbuf is
+sendbuf``) is safe: step 2 writes only this rank's slice, which no other rank
+reads in that step.  CPU tensors from :func:`.peers.shared_tensor` run the
+same steps (the ``posix-shm`` mapper): tests of the plumbing without a GPU.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ...dtypes import ReduceOp
+from ...errors import UsageError
+from ...kernels.device import many_reducer
+from ..shm import slices
+from . import DeviceCall, check_tensors
+from .peers import mapper_for, offset_bytes, whole
+
+
+def _nbytes(t: Any) -> int:
+    return t.numel() * t.element_size()
+
+
+def map_peers(comm: Any, mapper: Any, mine: Any) -> list[Any]:
+    """Every rank's buffer like ``mine`` (this rank's own for itself), mapped here."""
+    blob = (mapper.export(whole(mine)), offset_bytes(mine), _nbytes(mine))
+    said = comm.allgather_object(blob)
+    out = []
+    for rank, (handle, offset, nbytes) in enumerate(said):
+        if rank == comm.rank:
+            out.append(mine)
+        else:
+            out.append(mapper.open(handle)[offset:offset + nbytes].view(mine.dtype))
+    return out
+
+
+def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp], *,
+         kernel: str = "auto", mapper: str = "auto") -> DeviceCall:
+    """The device shm all-reduce bound to these tensors (collective: every rank binds)."""
+    send, recv = check_tensors(comm, sendbuf, recvbuf)
+    if recv is None:
+        raise UsageError("a device all-reduce needs its receive buffer",
+                         "pass recvbuf (recvbuf=sendbuf reduces in place)")
+    if op is None:
+        raise UsageError("the shm all-reduce needs an op")
+    peers = mapper_for(send, mapper)
+    name = "sum" if op.divide_by_ranks else op.name
+    reduce = many_reducer(name, send.dtype, bool(send.is_cuda), kernel)
+    p, r = comm.size, comm.rank
+    lo, hi = slices(len(send), p)[r] if p > 1 else (0, len(send))
+    inputs = [t[lo:hi] for t in map_peers(comm, peers, send)] if p > 1 else [send]
+    outputs = map_peers(comm, peers, recv) if p > 1 else [recv]
+    parts = slices(len(send), p) if p > 1 else [(0, len(send))]
+
+    def call() -> None:
+        if p == 1:
+            if recv is not send:
+                recv.copy_(send)
+            op.finish(recv, 1)
+            return
+        peers.sync()
+        comm.barrier()
+        if hi > lo:
+            reduce(inputs, recv[lo:hi])
+        peers.sync()
+        comm.barrier()
+        for q, (qlo, qhi) in enumerate(parts):
+            if q != r and qhi > qlo:
+                recv[qlo:qhi].copy_(outputs[q][qlo:qhi])
+        peers.sync()
+        comm.barrier()
+        op.finish(recv, p)
+
+    def facts() -> dict:
+        return {"transport": "ipc" if p > 1 else "none", "kernel": reduce.label}
+    return DeviceCall(call, facts)

@@ -1,0 +1,226 @@
+"""Rank-side suite for ddlcomm's own collectives on device buffers (ddlcomm.comm.device).
+
+Run under a launcher (``mpirun -n N python device_suite.py [--backend NAME] [--device
+cpu|cuda]``); passes at any N.  Every (collective, algorithm) that runs on device
+buffers -- allreduce ring, rhd and shm, broadcast and reduce binomial -- over each
+transport (``staged``, ``ipc``) × dtypes float32, float16, bfloat16, int32 × every op
+× counts 0, 1, 7, 13 and a large one, in place and not, with the buffer-kind cache on
+and off, against NumPy; and the facts a bound call reports (kernel, transport, kind
+look-ups made once per buffer with the cache).
+
+``--device cpu`` (the default) runs on CPU tensors standing in for GPU memory: the
+``ipc`` transport and the shm all-reduce then map peers' buffers from /dev/shm files
+(the posix-shm mapper) and torch's CPU kernels reduce.  That tests the algorithms'
+plumbing -- the message protocol, blocks, in-place, the finish -- over a real MPI or
+Gloo, NOT a GPU.  ``--device cuda`` runs the same cases on CUDA tensors (CUDA IPC,
+pinned staging, GPU kernels): tests/mpi/test_gpu_device.py on a GPU machine.
+
+Exit 0 when every case passed on every rank; rank 0 prints
+``<library> <version>: N ranks, F failures, C cases``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+
+import ml_dtypes
+import numpy as np
+import torch
+
+import ddlcomm
+from ddlcomm.comm import device as dev
+from ddlcomm.comm.device.peers import shared_tensor
+from ddlcomm.dtypes import get_op
+from suite_end import conclude
+
+DTYPES = ("float32", "float16", "bfloat16", "int32")
+OPS = ("sum", "prod", "min", "max", "avg")
+COUNTS = (0, 1, 7, 13)
+BIG = 100_003
+#: (collective, algorithm, transports it runs over)
+VARIANTS = [("allreduce", "ring", ("staged", "ipc")), ("allreduce", "rhd", ("staged", "ipc")),
+            ("allreduce", "shm", ("ipc",)), ("broadcast", "binomial", ("staged", "ipc")),
+            ("reduce", "binomial", ("staged", "ipc"))]
+NP = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "int32": np.int32}
+TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+         "int32": torch.int32}
+
+
+def data(rank: int, count: int, dtype: str, op: str, salt: int) -> np.ndarray:
+    """Small integers (1 or 2 for prod): exact in every dtype and order of reduction."""
+    rng = np.random.default_rng(7919 * rank + salt)
+    return rng.integers(1, 3 if op == "prod" else 20, size=count).astype(NP[dtype])
+
+
+def reference(op: str, arrays: list) -> np.ndarray:
+    stack = np.stack([a.astype(np.float64) for a in arrays]) if arrays[0].size \
+        else np.zeros((len(arrays), 0))
+    return {"sum": stack.sum(0), "prod": stack.prod(0), "min": stack.min(0),
+            "max": stack.max(0), "avg": stack.sum(0) / len(arrays)}[op]
+
+
+def to_host(t) -> np.ndarray:
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+class Suite:
+    def __init__(self, comm, device: str) -> None:
+        self.comm, self.device = comm, device
+        self.failures: list[str] = []
+        self.cases = 0
+        self.salt = 0
+
+    def check(self, name: str, ok: bool) -> None:
+        self.cases += 1
+        if not ok:
+            self.failures.append(f"rank {self.comm.rank}: {name}")
+
+    def tensor(self, host: np.ndarray, dtype: str, mappable: bool):
+        """A tensor holding ``host``: CUDA memory, or a CPU tensor (in /dev/shm when peers map it)."""
+        nbytes = host.size * np.dtype(NP[dtype]).itemsize
+        if self.device == "cuda":
+            t = torch.empty(host.size, dtype=TORCH[dtype], device="cuda")
+        elif mappable:
+            t = shared_tensor(nbytes, TORCH[dtype])
+        else:
+            t = torch.empty(host.size, dtype=TORCH[dtype])
+        src = host.view(np.int16) if dtype == "bfloat16" else host
+        t.view(torch.int16 if dtype == "bfloat16" else t.dtype).copy_(torch.from_numpy(src.copy()))
+        return t
+
+    def one(self, coll: str, alg: str, transport: str, dtype: str, op: str, count: int,
+            in_place: bool, cache: bool) -> None:
+        comm, p = self.comm, self.comm.size
+        self.salt += 1
+        root = (self.salt % p) if coll != "allreduce" else 0
+        inputs = [data(r, count, dtype, op, self.salt) for r in range(p)]
+        mappable = transport == "ipc"
+        send = self.tensor(inputs[comm.rank], dtype, mappable)
+        recv = send if in_place else self.tensor(np.full(count, 99, NP[dtype]), dtype, mappable)
+        rop = get_op(op) if coll != "broadcast" else None
+        label = f"{coll} {alg} {transport} {dtype} {op} n={count} in_place={in_place} cache={cache}"
+        if coll == "broadcast":
+            call = dev.bind(comm, coll, alg, send, None, None, root, transport=transport,
+                            kind_cache=cache)
+        else:
+            target = recv if (coll == "allreduce" or comm.rank == root) else None
+            call = dev.bind(comm, coll, alg, send, target, rop, root, transport=transport,
+                            kind_cache=cache)
+        for _ in range(2):                      # twice: the second call reuses handles, cache
+            send_copy = self.tensor(inputs[comm.rank], dtype, False)
+            send.copy_(send_copy)
+            call()
+        want = inputs[root] if coll == "broadcast" else reference(op, inputs)
+        where = send if coll == "broadcast" else recv
+        if coll == "reduce" and comm.rank != root:
+            self.check(f"{label}: input untouched", np.array_equal(to_host(send), inputs[comm.rank]))
+        else:
+            got = to_host(where).astype(np.float64)
+            tol = 0.0 if op != "avg" else np.abs(want) * 2 * float(ml_dtypes.finfo(NP[dtype]).eps)
+            self.check(label, got.shape == want.shape and bool(np.all(np.abs(got - want) <= tol)))
+        self.facts(label, call.facts(), coll, alg, transport, cache, count)
+
+    def facts(self, label: str, facts: dict, coll: str, alg: str, transport: str, cache: bool, count: int) -> None:
+        want_kernel = {"cpu": ("torch-CPU",), "cuda": ("torch-CUDA", "CuPy")}[self.device]
+        kernel = facts.get("kernel")
+        if kernel is not None or (coll == "allreduce" and alg != "rhd" and count >= self.comm.size > 1):
+            self.check(f"{label}: kernel {kernel}", kernel in want_kernel)
+        if count and self.comm.size > 1:
+            self.check(f"{label}: transport {facts['transport']}", facts["transport"] == transport)
+        if cache and "kind_lookups" in facts:
+            # Each (address, bytes) the reducer saw was asked once, whatever the calls.
+            self.check(f"{label}: lookups {facts['kind_lookups']}", facts["kind_lookups"] <= 4 * self.comm.size + 4)
+
+
+class TensorSide:
+    """measure.calls' DeviceSide over tensors of ``device`` (CPU tensors: the stand-in)."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+
+    def put(self, host: np.ndarray):
+        src = host.view(np.int16) if host.dtype == ml_dtypes.bfloat16 else host
+        t = torch.from_numpy(src.copy()).to(self.device)
+        return t.view(torch.bfloat16) if host.dtype == ml_dtypes.bfloat16 else t
+
+    def load(self, device, host: np.ndarray) -> None:
+        device.copy_(self.put(host))
+
+    def fetch(self, device, host: np.ndarray) -> np.ndarray:
+        host[...] = to_host(device).reshape(host.shape)
+        return host
+
+
+def bench_path(suite: Suite) -> None:
+    """The harness' route (measure.calls.prepare with a device side, as ``ddlcomm bench
+    --memory device --algorithm ...`` takes it): staged transport on plain tensors."""
+    from ddlcomm.collectives import get_collective
+    from ddlcomm.dtypes import get_dtype
+    from ddlcomm.measure.calls import prepare
+    comm = suite.comm
+    for alg in ("ring", "rhd"):
+        for dtype in ("float32", "bfloat16"):
+            if suite.device == "cpu":
+                # plain CPU tensors cannot be mapped: each rank its own "node", so auto picks staged
+                os.environ["DDLCOMM_NODE"] = f"stand-in-node-{comm.rank}"
+            coll, dt, op = get_collective("allreduce"), get_dtype(dtype), get_op("sum")
+            prepared = prepare(coll, comm, "buffer", dt, 13, op, 0, False, algorithm=alg,
+                               device=TensorSide(suite.device), kind_cache=False)
+            prepared.reset()
+            prepared.run()
+            os.environ.pop("DDLCOMM_NODE", None)
+            got = coll.verify(prepared.result(), coll.expected(dt, 13, comm.rank, comm.size, op, 0), dt)
+            suite.check(f"bench route {alg} {dtype}", got)
+            facts = prepared.facts()
+            want = "ipc" if suite.device == "cuda" else "staged"
+            suite.check(f"bench route {alg} facts {facts}", facts.get("kind_cache") == "off"
+                        and facts.get("transport", want) == want)
+
+
+def run(comm, device: str) -> Suite:
+    suite = Suite(comm, device)
+    bench_path(suite)
+    for coll, alg, transports in VARIANTS:
+        for transport in transports:
+            for dtype in DTYPES:
+                ops = ["sum"] if coll == "broadcast" else [o for o in OPS if o != "avg" or dtype != "int32"]
+                for op in ops:
+                    for count in COUNTS:
+                        for in_place in ((False, True) if coll != "broadcast" else (True,)):
+                            suite.one(coll, alg, transport, dtype, op, count, in_place,
+                                      cache=(count % 2 == 0))
+            suite.one(coll, alg, transport, "float32", "sum", BIG, False, True)
+    return suite
+
+
+def main() -> int:
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backend", default="mpi")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    args = parser.parse_args()
+    comm = ddlcomm.init(args.backend)
+    if args.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", comm.rank)) %
+                              torch.cuda.device_count())
+    start = time.perf_counter()
+    try:
+        suite = run(comm, args.device)
+    except Exception:
+        traceback.print_exc()
+        sys.stderr.flush()
+        comm.abort(2)
+    elapsed = time.perf_counter() - start
+    return conclude(comm, suite.failures,
+                    lambda n, cases: f"{comm.library} {comm.library_version}: {comm.size} ranks, "
+                                     f"{n} failures, {sum(cases)} cases, {elapsed:.1f} s "
+                                     f"({args.device} tensors)", suite.cases)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""ddlcomm's own collectives on CUDA device buffers (issue 15, "GPUs II"): ring, rhd and
+binomial over the ipc (CUDA IPC) and staged (pinned host) transports, the device shm
+all-reduce, GPU reductions, the buffer-kind cache asking the CUDA driver.
+
+Marked ``gpu``: they skip with the reason where torch sees no CUDA GPU, and
+``scripts/gpu-check tests`` runs them on a GPU machine under each MPI.  The rank-side
+suite is ``device_suite.py --device cuda`` (every dtype and op, counts 0, 1, 7, 13 and
+a large one, in place and not, cache on and off; the same cases run on CPU stand-ins
+in test_device.py); then ``ddlcomm bench --memory device`` end to end: every point
+passes its check and records the kernel that reduced, the transport and the cache.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run
+from test_gpu import CUDA, WHY
+
+pytestmark = [pytest.mark.gpu, pytest.mark.mpi,
+              pytest.mark.skipif(not CUDA, reason=f"needs a GPU: {WHY}")]
+SUITE = Path(__file__).resolve().parent / "device_suite.py"
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3, 4])
+def test_device_algorithms_on_cuda_tensors(mpi, nranks):
+    res = mpi.mpirun(nranks, [mpi.python, SUITE, "--device", "cuda"], timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr[-5000:]
+    assert f"{nranks} ranks, 0 failures" in res.stdout, res.stdout
+
+
+def test_the_driver_is_asked_and_device_tensors_are_device():
+    import torch
+
+    from ddlcomm.kernels.kinds import DEVICE, HOST, KindCache, driver, kind_of
+    query, name = driver()
+    assert query is not None, name
+    t = torch.ones(1 << 10, device="cuda")
+    pinned = torch.ones(16, pin_memory=True)
+    assert kind_of(t) == DEVICE and kind_of(t[100:]) == DEVICE
+    assert kind_of(pinned) == HOST and kind_of(torch.ones(16)) == HOST
+    cache = KindCache()
+    assert [cache(t), cache(t), cache(t)] == [DEVICE] * 3 and (cache.misses, cache.hits) == (1, 2)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_bench_own_allreduces_on_device_memory(mpi, tmp_path, dtype):
+    db = tmp_path / "r.db"
+    for cache in ("on", "off"):
+        res = run([mpi.ddlcomm, "bench", "--db", db, "--no-report", "--backend", "mpi",
+                   "--collective", "allreduce", "--memory", "device", "--algorithm", "ring,rhd,shm",
+                   "--kind-cache", cache, "--ranks", "4", "--sizes", "4B:16MiBx16",
+                   "--dtype", dtype, "--budget", "0.02"], mpi.env(), 400)
+        assert res.returncode == 0, res.stdout + res.stderr
+    out = run([mpi.ddlcomm, "results", "export", "--all", "--db", db], mpi.env(), 60)
+    points = json.loads(out.stdout)
+    assert points and all(p["check"] == "passed" for p in points)
+    assert {p["kind_cache"] for p in points} == {"on", "off"}
+    assert {p["kernel"] for p in points if p["bytes"] >= 1024} <= {"torch-CUDA", "CuPy"}
+    assert {p["transport"] for p in points} == {"ipc"}         # four ranks on one GPU

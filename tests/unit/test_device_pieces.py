@@ -1,0 +1,115 @@
+"""The device collectives' pure pieces and CPU-side behaviour, without ranks and without a GPU:
+the driver's memory types, the kind cache, reducers by buffer kind on CPU tensors, the
+transport of a pair, and the bench options' refusals on a machine without a GPU."""
+import numpy as np
+import pytest
+
+from ddlcomm.comm.device import algorithms_for, check_tensors
+from ddlcomm.comm.device.transports import choose
+from ddlcomm.errors import UnsupportedError, UsageError
+from ddlcomm.kernels.device import (aliased_first, dispatching_reducer, kernel_for, many_reducer)
+from ddlcomm.kernels.kinds import DEVICE, HOST, KindCache, kind_from_memory_type
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("code, kind", [(0, HOST), (1, HOST), (2, DEVICE), (3, DEVICE)])
+def test_cuda_memory_types_map_to_kinds(code, kind):
+    assert kind_from_memory_type(code) == kind
+
+
+def test_an_unknown_memory_type_is_refused():
+    with pytest.raises(UnsupportedError, match="memory type 7"):
+        kind_from_memory_type(7)
+
+
+def test_the_cache_asks_once_per_buffer_and_forgets_a_freed_buffers_slices():
+    asked = []
+    cache = KindCache(lambda buf: asked.append(1) or DEVICE)
+    a = np.zeros(16, np.float32)
+    for _ in range(3):
+        assert cache(a[:8]) == DEVICE and cache(a[8:]) == DEVICE
+    assert (len(asked), cache.hits, len(cache)) == (2, 4, 2)
+    cache.forget(a)                        # both slices lie inside a
+    assert len(cache) == 0
+    cache(a[:8])
+    assert len(asked) == 3
+
+
+def test_kernels_by_kind():
+    assert kernel_for(HOST, False) == "auto" and kernel_for(DEVICE, True) == "torch"
+    assert kernel_for(DEVICE, True, "cupy") == "cupy"
+    with pytest.raises(UsageError, match="reduces host NumPy arrays"):
+        kernel_for(DEVICE, True, "c")
+    with pytest.raises(UsageError, match="reduces tensors"):
+        kernel_for(HOST, False, "torch")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_cpu_tensors_are_reduced_by_torchs_cpu_kernel(dtype):
+    reduce = dispatching_reducer("max", dtype, KindCache())
+    a, b = torch.tensor([1, 5, 3], dtype=dtype), torch.tensor([4, 2, 6], dtype=dtype)
+    reduce(a, b, a)
+    assert a.tolist() == [4, 5, 6] and reduce.label == "torch-CPU"
+
+
+def test_many_inputs_reduced_in_place_read_the_aliased_input_first():
+    ins = [torch.full((4,), float(v)) for v in (1, 2, 3)]
+    out = ins[2]                            # in place on the last rank's input
+    assert aliased_first(ins, out)[0] is out
+    many_reducer("sum", torch.float32, on_cuda=False)(ins, out)
+    assert out.tolist() == [6.0] * 4
+
+
+def test_cupy_is_refused_where_it_cannot_run():
+    with pytest.raises(UnsupportedError, match="cupy"):
+        many_reducer("sum", torch.float32, on_cuda=False, kernel="cupy")
+
+
+@pytest.mark.parametrize("wanted, mine, peer, got", [
+    ("auto", "a", "a", "ipc"), ("auto", "a", "b", "staged"), ("staged", "a", "a", "staged"),
+    ("ipc", "a", "a", "ipc")])
+def test_the_transport_of_a_pair(wanted, mine, peer, got):
+    assert choose(wanted, mine, peer) == got
+
+
+def test_ipc_across_nodes_and_unknown_transports_are_refused():
+    with pytest.raises(UsageError, match="one node"):
+        choose("ipc", "a", "b")
+    with pytest.raises(UsageError, match="unknown device transport 'tcp'"):
+        choose("tcp", "a", "a")
+
+
+def test_device_algorithms_and_tensor_checks():
+    assert algorithms_for("allreduce") == ["ring", "rhd", "shm"]
+    assert algorithms_for("gather") == []
+    with pytest.raises(UsageError, match="must match"):
+        check_tensors(None, torch.ones(3), torch.ones(3, dtype=torch.float16))
+    send = torch.ones(2, 3)
+    flat, same = check_tensors(None, send, send)
+    assert flat is same and flat.shape == (6,)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--kind-cache", "off"], "--kind-cache applies to ddlcomm's own algorithms on --memory device"),
+    (["--kind-cache", "on", "--algorithm", "ring"], "--kind-cache applies to"),
+    (["--kind-cache", "maybe"], "--kind-cache 'maybe': choose on or off"),
+    (["--algorithm", "ring+torch"], "ring+torch: the torch kernel reduces device buffers"),
+])
+def test_bench_refuses_device_options_in_one_line(capsys, tmp_path, args, message):
+    from ddlcomm.cli import main
+    rc = main(["bench", "--backend", "mpi", "--collective", "allreduce", "--sizes", "4B",
+               "--db", str(tmp_path / "r.db"), "--no-report", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and message in err[0], err
+
+
+def test_bench_on_device_memory_without_a_gpu_says_why_in_one_line(capsys, tmp_path):
+    from ddlcomm.cli import main
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    rc = main(["bench", "--backend", "mpi", "--collective", "allreduce", "--sizes", "4B",
+               "--memory", "device", "--algorithm", "ring,rhd,shm", "--kind-cache", "off",
+               "--db", str(tmp_path / "r.db"), "--no-report"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "needs a GPU" in err[0], err

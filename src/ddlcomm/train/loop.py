@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Collection, Iterable
+from typing import Any, Collection, Iterable, Optional
 
 import numpy as np
 
@@ -175,12 +175,18 @@ class AggregatorSteps(Steps):
             seconds["comm_exposed"] -= self.t.agg.t_apply
 
 
-def run_config(comm, cfg: TrainConfig) -> list[dict]:
-    """Train ``cfg`` on this job; rank 0 returns the records to store."""
+def run_config(comm, cfg: TrainConfig, place: Optional[Placed] = None,
+               wire: Optional[type] = None) -> list[dict]:
+    """Train ``cfg`` on this job; rank 0 returns the records to store.
+
+    ``place`` (default: ``cfg.device`` opened for this rank) and ``wire`` (default: the one
+    :func:`~.wire.wire_for` picks for it and the backend) are given by tests that run the
+    GPU's plumbing with the CPU standing in.
+    """
     import torch        # lazy: torch is an optional dependency (the torch extra)
     torch.set_num_threads(cfg.threads)
     spec = get_net(cfg.model)
-    place = get_device(cfg.device).open(comm.local_rank)
+    place = place or get_device(cfg.device).open(comm.local_rank)
     model = build(cfg, place)
     # Files are shared among the workers; a parameter server reads one batch (for the
     # untimed first pass) and trains on none.
@@ -193,7 +199,7 @@ def run_config(comm, cfg: TrainConfig) -> list[dict]:
         order = comm.broadcast_object(first_pass(model, criterion, x, y, cfg) if comm.rank == 0
                                       else None, 0)
         bk = Buckets(list(model.parameters()), order, cfg.fusion,
-                     wire_for(place.name, comm.memories, comm.name))
+                     wire or wire_for(place.name, comm.memories, comm.name))
         for w in bk.pwires:                         # one starting point, whatever the seed did
             w.push()
             comm.broadcast(w.buf, 0)

@@ -94,3 +94,13 @@ def test_under_mpirun_with_files_read_ahead(mpi, tmp_path):
     its = iterations(json.loads(out.stdout))
     assert len(its) == 1 and its[0]["check"] == "passed" and its[0]["data"] == "files"
     assert its[0]["overlap"] is True and its[0]["ranks"] == 2
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_training_through_host_staged_wires(mpi, nranks):
+    """A GPU run's copies around host-only MPI calls, the CPU standing in for the GPU."""
+    from pathlib import Path
+    suite = Path(__file__).resolve().parent / "train_wire_suite.py"
+    res = mpi.mpirun(nranks, [mpi.python, suite], timeout=180)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"train wires {nranks} ranks, 0 failures" in res.stdout, res.stdout + res.stderr

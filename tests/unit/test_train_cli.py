@@ -107,7 +107,8 @@ def test_help_explains():
         assert word in text
 
 
-def test_training_over_nccl_is_refused_until_it_runs_on_the_gpu():
-    from ddlcomm.errors import UnsupportedError
-    with pytest.raises(UnsupportedError, match="backend nccl moves device memory only"):
-        jobs("--backend", "nccl")
+def test_device_defaults_to_where_the_backend_takes_buffers():
+    (job,) = jobs("--backend", "gloo")
+    assert {c.device for c in job.configs} == {"cpu"}
+    (job,) = jobs("--backend", "mpi", "--device", "cpu")
+    assert {c.device for c in job.configs} == {"cpu"}

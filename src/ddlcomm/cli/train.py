@@ -12,12 +12,13 @@ from typing import Optional
 from ..train import session
 from ..train.config import OVERLAP, PEERS, WAIT_CHOICES, TrainJob, TrainOptions
 from ..train.config import plan_jobs as _plan_jobs
+from ..train.device import DEVICES
 from ..train.nets import NETS
 from . import common
 
 DESCRIPTION = (
-    "Synchronous data-parallel training of a real network (PyTorch, CPU) with its gradients "
-    "aggregated through a ddlcomm backend: --arch allreduce (tensor fusion into --fusion buckets, "
+    "Synchronous data-parallel training of a real network (PyTorch, on the CPU or on each "
+    "rank's GPU: --device) with its gradients aggregated through a ddlcomm backend: --arch allreduce (tensor fusion into --fusion buckets, "
     "optionally overlapped with backward) or --arch ps (rank 0 is the parameter server). Each "
     "iteration is timed by phase (io, h2d, forward, backward, update, exposed and hidden "
     "communication; warm-up excluded); reports images/s, weak-scaling speed-up and efficiency "
@@ -33,8 +34,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
                        description=DESCRIPTION)
     t.add_argument("--model", default="smallcnn",
                    help=f"network: {', '.join(NETS)} (default smallcnn: trains in seconds on a CPU)")
-    t.add_argument("--backend", default="mpi", help="ddlcomm backend aggregating gradients: mpi, gloo "
-                                                    "(default mpi)")
+    t.add_argument("--backend", default="mpi", help="ddlcomm backend aggregating gradients: mpi, gloo, "
+                                                    "nccl (GPU only) (default mpi)")
+    t.add_argument("--device", choices=list(DEVICES),
+                   help="where the network, data and gradients live: cpu, or cuda (GPU "
+                        "local_rank %% gpus; nccl and gloo are handed the CUDA buckets, mpi "
+                        "host-staged copies; every phase ends with a CUDA sync). Default: cuda "
+                        "for --backend nccl, else cpu")
     t.add_argument("--arch", default="allreduce",
                    help="allreduce, ps, or a comma list measured in turn (default allreduce)")
     t.add_argument("--fusion", default="25MiB", metavar="BYTES",

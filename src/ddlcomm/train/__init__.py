@@ -1,7 +1,8 @@
 """``ddlcomm train``: synchronous data-parallel training of real networks, timed by phase.
 
 ``nets`` (the networks), ``data`` (synthetic batches, or files read ahead),
-``aggregate`` (gradient buckets; all-reduce with fusion and overlap, or a
+``device`` (the CPU or the rank's GPU), ``wire`` (what a backend is handed
+for a bucket tensor), ``aggregate`` (gradient buckets; all-reduce with fusion and overlap, or a
 parameter server, through any ddlcomm Communicator), ``loop`` (one
 configuration in the ranks: timed phases, checks, records), ``ddp`` (torch
 DistributedDataParallel as the peer), ``phases``/``scaling`` (the pure

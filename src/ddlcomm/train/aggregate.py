@@ -1,17 +1,22 @@
 """Gradient aggregation through any ddlcomm Communicator: all-reduce or parameter server.
 
-Parameters and gradients live in flat float32 buffers, one pair per fusion
-bucket: each torch parameter's ``.data`` and ``.grad`` are views of a slice
-of them (as DistributedDataParallel's ``gradient_as_bucket_view``), so
-autograd accumulates straight into the bucket a collective sends and a
-broadcast lands straight in the parameters; nothing is copied.
+Parameters and gradients live in flat float32 tensors on the training device,
+one pair per fusion bucket: each torch parameter's ``.data`` and ``.grad``
+are views of a slice of them (as DistributedDataParallel's
+``gradient_as_bucket_view``), so autograd accumulates straight into the
+bucket a collective sends and a broadcast lands straight in the parameters.
+The backend is handed each bucket through a wire (:mod:`.wire`): a NumPy
+view of a CPU bucket (nothing copied), a CUDA bucket as it is (nccl, gloo),
+or a host copy made around each call (a host-only backend on a GPU run).
 
 Buckets follow the order gradients become ready in backward (found on an
 untimed pass and agreed by every rank), fused up to ``--fusion`` bytes.
 
 ``allreduce``: every worker averages each bucket with all others, then steps
-its own optimizer.  With overlap, a gradient hook (it runs on the main
-thread: autograd runs CPU backward on the thread that called it) starts a
+its own optimizer.  With overlap, a gradient hook (on the main thread for
+CPU backward, which autograd runs on the calling thread; on autograd's device
+thread for GPU backward, where it starts calls only on a backend that may be
+called from any thread) starts a
 bucket's non-blocking all-reduce (:meth:`Communicator.iallreduce`) as soon as
 its last gradient is ready, buckets always started in the same order on every
 rank, and polls the ones in flight (MPI progresses inside calls), while
@@ -32,7 +37,9 @@ import numpy as np
 
 from ..errors import UsageError
 from ..measure.timing import clock
+from .device import HOST, Placed
 from .phases import buckets as make_buckets
+from .wire import ViewWire, iallreduce, wired
 
 ARCHS = ("allreduce", "ps")
 #: How a rank waits for all-reduces in flight: "spin", the backend's own wait (MPI's polls
@@ -55,45 +62,57 @@ def wait_all(requests: Sequence, how: str) -> None:
 
 
 class Buckets:
-    """The model's parameters and gradients as views of flat per-bucket buffers."""
+    """The model's parameters and gradients as views of flat per-bucket tensors on the
+    parameters' device, each with the wire the backend is handed (:mod:`.wire`)."""
 
-    def __init__(self, params: Sequence, order: Sequence[int], fusion_bytes: int) -> None:
+    def __init__(self, params: Sequence, order: Sequence[int], fusion_bytes: int,
+                 wire: type = ViewWire) -> None:
         # torch is optional: ddlcomm.cli imports this module, only training needs torch
         import torch
         self.params = list(params)
         self.order = list(order)                          # parameter indices, ready order
+        self.wire = wire
         sizes = [self.params[i].numel() * 4 for i in self.order]
         groups = make_buckets(sizes, fusion_bytes)
         self.members: list[list[int]] = [[self.order[j] for j in g] for g in groups]
         self.bucket_of: dict[int, int] = {}
-        self.pbufs: list[np.ndarray] = []
-        self.gbufs: list[np.ndarray] = []
+        self.pbufs: list = []
+        self.gbufs: list = []
+        device = self.params[0].device if self.params else torch.device("cpu")
         for b, members in enumerate(self.members):
             n = sum(self.params[i].numel() for i in members)
-            pbuf, gbuf = np.empty(n, np.float32), np.zeros(n, np.float32)
+            pbuf = torch.empty(n, dtype=torch.float32, device=device)
+            gbuf = torch.zeros(n, dtype=torch.float32, device=device)
             off = 0
             for i in members:
                 p = self.params[i]
                 k = p.numel()
                 with torch.no_grad():
-                    pbuf[off:off + k] = p.detach().reshape(-1).numpy()
-                p.data = torch.from_numpy(pbuf[off:off + k]).view_as(p)
-                p.grad = torch.from_numpy(gbuf[off:off + k]).view_as(p)
+                    pbuf[off:off + k].copy_(p.detach().reshape(-1))
+                p.data = pbuf[off:off + k].view_as(p)
+                p.grad = gbuf[off:off + k].view_as(p)
                 self.bucket_of[i] = b
                 off += k
             self.pbufs.append(pbuf)
             self.gbufs.append(gbuf)
+        self.pwires = [wire(t) for t in self.pbufs]
+        self.gwires = [wire(t) for t in self.gbufs]
 
     @property
     def nbytes(self) -> list[int]:
-        return [g.nbytes for g in self.gbufs]
+        return [g.numel() * g.element_size() for g in self.gbufs]
 
     def zero_grads(self) -> None:
         for g in self.gbufs:
-            g.fill(0)
+            g.zero_()
 
     def flat_params(self) -> np.ndarray:
-        return np.concatenate(self.pbufs) if self.pbufs else np.zeros(0, np.float32)
+        """Every parameter, copied to one host array (the replica check compares it)."""
+        if not self.pbufs:
+            return np.zeros(0, np.float32)
+        # torch is optional: imported only when training holds buckets
+        import torch
+        return torch.cat([p.detach().reshape(-1) for p in self.pbufs]).cpu().numpy()
 
 
 def ready_order(model, loss_fn: Callable[[], object]) -> list[int]:
@@ -114,19 +133,31 @@ def ready_order(model, loss_fn: Callable[[], object]) -> list[int]:
 
 
 class AllreduceAggregator:
-    """All-reduce (average) of every bucket, after backward or overlapped with it."""
+    """All-reduce (average) of every bucket, after backward or overlapped with it.
+
+    ``place`` stamps the hooks' moments and waits for the device where a bucket's cost is
+    timed alone.  ``any_thread``: whether the backend may be called from a thread other than
+    the main one (autograd runs GPU backward, and so the hooks, on its device thread; MPI
+    runs at THREAD_FUNNELED).  Hooks off the main thread are counted (``hooks_off_main``);
+    where the backend may not be called from them they start nothing (``hooks_refused``) and
+    the buckets are all-reduced after backward.
+    """
 
     arch = "allreduce"
 
-    def __init__(self, comm, bk: Buckets, overlap: bool, wait: str = "spin") -> None:
+    def __init__(self, comm, bk: Buckets, overlap: bool, wait: str = "spin",
+                 place: Placed = HOST, any_thread: bool = False) -> None:
         self.comm, self.bk, self.overlap, self.wait = comm, bk, overlap, wait
-        self.calls = [comm.bind("allreduce", g, g, op="avg") for g in bk.gbufs]
+        self.place, self.any_thread = place, any_thread
+        self.calls = [wired(comm.bind("allreduce", w.buf, w.buf, op="avg"), [w], [w])
+                      for w in bk.gwires]
         self._counts = [len(m) for m in bk.members]
-        self.ready: list[float] = []
+        self.ready: list = []
         self._pending: list[int] = []
         self._next = 0
         self._reqs: list = []
         self.hooks_off_main = 0
+        self.hooks_refused = 0
         self._main = threading.get_ident()
         self._ident = threading.get_ident
         self._handles = [p.register_post_accumulate_grad_hook(self._hook(i))
@@ -134,12 +165,15 @@ class AllreduceAggregator:
 
     def _hook(self, index: int):
         bucket = self.bk.bucket_of[index]
+        stamp = self.place.stamp
 
         def on_ready(_param) -> None:
-            self.ready.append(clock())
+            self.ready.append(stamp())
             if self._ident() != self._main:
-                self.hooks_off_main += 1               # never seen on CPU; counted, not trusted
-                return
+                self.hooks_off_main += 1               # every hook on a GPU; never on a CPU
+                if not self.any_thread:
+                    self.hooks_refused += 1
+                    return
             if self.overlap:
                 self._pending[bucket] -= 1
                 self._start_ready()
@@ -151,8 +185,7 @@ class AllreduceAggregator:
     def _start_ready(self) -> None:
         # Start buckets strictly in bucket order, so every rank issues the same sequence.
         while self._next < len(self._pending) and self._pending[self._next] == 0:
-            g = self.bk.gbufs[self._next]
-            self._reqs.append(self.comm.iallreduce(g, g, op="avg"))
+            self._reqs.append(iallreduce(self.comm, self.bk.gwires[self._next]))
             self._next += 1
 
     def begin(self) -> None:
@@ -160,15 +193,16 @@ class AllreduceAggregator:
         self.ready.clear()
         self._pending = list(self._counts)
         self._next, self._reqs = 0, []
+        self.hooks_refused = 0
 
     def finish(self) -> None:
         """After backward: every bucket averaged on every rank."""
-        if self.overlap and self.hooks_off_main == 0:
+        if self.overlap and self.hooks_refused == 0:
             self._pending = [0] * len(self._pending)    # parameters without gradients count as ready
             self._start_ready()
             wait_all(self._reqs, self.wait)
         elif self.wait == "sleep":
-            wait_all([self.comm.iallreduce(g, g, op="avg") for g in self.bk.gbufs], "sleep")
+            wait_all([iallreduce(self.comm, w) for w in self.bk.gwires], "sleep")
         else:
             for call in self.calls:
                 call()
@@ -183,16 +217,19 @@ class AllreduceAggregator:
         """Each bucket's all-reduce alone on scratch copies: ((bytes, s) per bucket per rep, total s).
 
         Timed outside backward, a barrier before each, with the primitive the
-        training used (blocking, or non-blocking then waited for), so the model
-        of the run is fed the cost of exactly these buckets on exactly this job.
+        training used (blocking, or non-blocking then waited for) and its copies
+        (staged wires), each ended by the device's sync, so the model of the run
+        is fed the cost of exactly these buckets on exactly this job.
         """
-        scratch = [g.copy() for g in self.bk.gbufs]
+        scratch = [w.scratch() for w in self.bk.gwires]
         if self.overlap or self.wait == "sleep":      # as training ran them: started, then waited for
-            iallreduce, how = self.comm.iallreduce, self.wait
-            calls = [(lambda s=s: wait_all([iallreduce(s, s, op="avg")], how)) for s in scratch]
+            how, comm = self.wait, self.comm
+            calls = [(lambda s=s: wait_all([iallreduce(comm, s)], how)) for s in scratch]
         else:
-            calls = [self.comm.bind("allreduce", s, s, op="avg") for s in scratch]
-        return _time_buckets(self.comm, [[c] for c in calls], [s.nbytes for s in scratch], reps)
+            calls = [wired(self.comm.bind("allreduce", s.buf, s.buf, op="avg"), [s], [s])
+                     for s in scratch]
+        return _time_buckets(self.comm, [[c] for c in calls], self.bk.nbytes, reps,
+                             self.place.sync)
 
     def close(self) -> None:
         for h in self._handles:
@@ -204,23 +241,34 @@ class PSAggregator:
 
     arch = "ps"
 
-    def __init__(self, comm, bk: Buckets, optimizer_factory: Callable[[], object]) -> None:
+    def __init__(self, comm, bk: Buckets, optimizer_factory: Callable[[], object],
+                 place: Placed = HOST) -> None:
         if comm.size < 2:
             raise UsageError("--arch ps needs a server and at least one worker",
                              "use --ranks 2 or more")
-        self.comm, self.bk = comm, bk
+        self.comm, self.bk, self.place = comm, bk, place
         self.server = comm.rank == 0
-        p = comm.size
-        self.tables = [np.empty(g.size * p, np.float32) if self.server else None for g in bk.gbufs]
-        self.gathers = [comm.bind("gather", g, t, root=0) for g, t in zip(bk.gbufs, self.tables)]
-        self.bcasts = [comm.bind("broadcast", x, root=0) for x in bk.pbufs]
+        self.tables = self._tables(bk.gbufs)
+        self.gathers = self._gathers(bk.gwires, self.tables)
+        self.bcasts = [wired(comm.bind("broadcast", w.buf, root=0), [w], [w]) for w in bk.pwires]
         self.optimizer = optimizer_factory() if self.server else None
-        self.ready: list[float] = []
-        self.hooks_off_main = 0
+        self.ready: list = []
+        self.hooks_off_main = self.hooks_refused = 0     # its hooks only stamp moments
         self.t_apply = 0.0
-        ready, clock_ = self.ready, clock
-        self._handles = [p.register_post_accumulate_grad_hook(lambda _p: ready.append(clock_()))
+        ready, stamp = self.ready, place.stamp
+        self._handles = [p.register_post_accumulate_grad_hook(lambda _p: ready.append(stamp()))
                          for p in bk.params]
+
+    def _tables(self, gbufs: list) -> list:
+        """The server's gradient table per bucket (one row per rank), as wires; None elsewhere."""
+        if not self.server:
+            return [None] * len(gbufs)
+        return [self.bk.wire(g.new_empty(g.numel() * self.comm.size)) for g in gbufs]
+
+    def _gathers(self, gwires: list, tables: list) -> list:
+        return [wired(self.comm.bind("gather", w.buf, t.buf if t is not None else None, root=0),
+                      [w], [t] if t is not None else [])
+                for w, t in zip(gwires, tables)]
 
     def begin(self) -> None:
         self.ready.clear()
@@ -232,15 +280,19 @@ class PSAggregator:
         if self.server:
             t0 = clock()
             self.apply()
+            self.place.sync()
             self.t_apply = clock() - t0
         for call in self.bcasts:
             call()
 
     def apply(self) -> None:
-        p, scale = self.comm.size, np.float32(1.0 / (self.comm.size - 1))
+        """The workers' mean gradient into the server's buckets, then its optimizer's step."""
+        # torch is optional: imported only when a server trains
+        import torch
+        p, scale = self.comm.size, 1.0 / (self.comm.size - 1)
         for g, t in zip(self.bk.gbufs, self.tables):
-            np.sum(t.reshape(p, g.size)[1:], axis=0, out=g)
-            np.multiply(g, scale, out=g)
+            torch.sum(t.tensor.view(p, g.numel())[1:], dim=0, out=g)
+            g.mul_(scale)
         self.optimizer.step()
 
     def step(self, optimizer) -> float:
@@ -250,12 +302,12 @@ class PSAggregator:
 
     def measure_alone(self, reps: int) -> tuple[list[tuple[int, float]], float]:
         """Each bucket's gather + broadcast alone (no update between), on scratch buffers."""
-        sg = [g.copy() for g in self.bk.gbufs]
-        sp = [x.copy() for x in self.bk.pbufs]
-        tables = [np.empty(g.size * self.comm.size, np.float32) if self.server else None for g in sg]
-        calls = [[self.comm.bind("gather", g, t, root=0), self.comm.bind("broadcast", x, root=0)]
-                 for g, t, x in zip(sg, tables, sp)]
-        return _time_buckets(self.comm, calls, [g.nbytes for g in sg], reps)
+        sg = [w.scratch() for w in self.bk.gwires]
+        sp = [w.scratch() for w in self.bk.pwires]
+        gathers = self._gathers(sg, self._tables([w.tensor for w in sg]))
+        calls = [[g, wired(self.comm.bind("broadcast", x.buf, root=0), [x], [x])]
+                 for g, x in zip(gathers, sp)]
+        return _time_buckets(self.comm, calls, self.bk.nbytes, reps, self.place.sync)
 
     def close(self) -> None:
         for h in self._handles:
@@ -263,19 +315,21 @@ class PSAggregator:
 
 
 def _time_buckets(comm, calls: list[list[Callable[[], None]]], nbytes: list[int],
-                  reps: int) -> tuple[list[tuple[int, float]], float]:
+                  reps: int, sync: Callable[[], None]) -> tuple[list[tuple[int, float]], float]:
     table: list[tuple[int, float]] = []
     totals = np.zeros(reps)
     for call_list in calls:                       # one untimed round
         comm.barrier()
         for c in call_list:
             c()
+        sync()
     for r in range(reps):
         for b, call_list in enumerate(calls):
             comm.barrier()
             t0 = clock()
             for c in call_list:
                 c()
+            sync()
             dt = clock() - t0
             table.append((nbytes[b], dt))
             totals[r] += dt
@@ -283,13 +337,14 @@ def _time_buckets(comm, calls: list[list[Callable[[], None]]], nbytes: list[int]
 
 
 def make_aggregator(arch: str, comm, bk: Buckets, overlap: bool,
-                    optimizer_factory: Callable[[], object], wait: str = "spin"):
+                    optimizer_factory: Callable[[], object], wait: str = "spin",
+                    place: Placed = HOST, any_thread: bool = False):
     if wait not in WAITS:
         raise UsageError(f"unknown --wait {wait!r}", f"choose from {', '.join(WAITS)}")
     if arch == "allreduce":
-        return AllreduceAggregator(comm, bk, overlap, wait)
+        return AllreduceAggregator(comm, bk, overlap, wait, place, any_thread)
     if arch == "ps":
         if overlap or wait != "spin":
             raise UsageError("--overlap and --wait sleep apply to --arch allreduce")
-        return PSAggregator(comm, bk, optimizer_factory)
+        return PSAggregator(comm, bk, optimizer_factory, place)
     raise UsageError(f"unknown --arch {arch!r}", f"choose from {', '.join(ARCHS)}")

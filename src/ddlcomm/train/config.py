@@ -2,7 +2,10 @@
 checks of ``ddlcomm train``'s options that make them (:func:`plan_jobs`).
 
 Every option is checked here, before any rank starts (UsageError: one line,
-exit 2).  The configurations of a launch are the product of ``--arch``,
+exit 2).  ``--device`` defaults to where the backend's buffers live: the CPU
+for a backend that takes host memory, the GPU for one that takes device
+memory only (nccl); a GPU run with a host-only backend hands it host-staged
+copies (:mod:`.wire`).  The configurations of a launch are the product of ``--arch``,
 ``--overlap``, ``--wait`` and the batch sizes, plus DDP's with ``--peer ddp``.
 """
 from __future__ import annotations
@@ -20,7 +23,9 @@ from ..units import (MAX_ITERS, MAX_SEED, format_size, parse_list, parse_positiv
                      parse_seconds, parse_size)
 from .aggregate import ARCHS
 from .data import data_files
+from .device import get_device
 from .nets import check_image_size, get_net
+from .wire import wire_for
 
 PEERS = ("none", "ddp")
 OVERLAP = {"off": (False,), "on": (True,), "both": (False, True)}
@@ -48,14 +53,15 @@ class TrainConfig:
     prefetch: int = 4
     comm_reps: int = 10
     check: bool = True
+    device: str = "cpu"              # cpu | cuda (GPU local_rank % gpus)
 
     def label(self) -> str:
         if self.peer == "ddp":
-            how = f"ddp (gloo) bucket {format_size(self.fusion)}"
+            how = f"ddp bucket {format_size(self.fusion)}"
         else:
             how = (f"{self.arch}{' overlap' if self.overlap else ''}"
                    f"{' wait-sleep' if self.wait == 'sleep' else ''} fusion {format_size(self.fusion)}")
-        return f"{self.model} batch {self.batch} {how}"
+        return f"{self.model} batch {self.batch} {how}{' on cuda' if self.device == 'cuda' else ''}"
 
     def with_(self, **changes) -> "TrainConfig":
         return replace(self, **changes)
@@ -72,7 +78,10 @@ class TrainJob:
 
     @property
     def needs_gloo(self) -> bool:
-        return any(c.peer == "ddp" for c in self.configs) and self.backend != "gloo"
+        """DDP runs over torch.distributed's default process group: the backend's own where
+        it holds that group (gloo, nccl), else a Gloo group started beside it."""
+        return any(c.peer == "ddp" for c in self.configs) and \
+            registry.get_spec(self.backend).holds != registry.get_spec("gloo").holds
 
     def to_json(self) -> str:
         return json.dumps({"backend": self.backend, "ranks": self.ranks, "timeout_s": self.timeout_s,
@@ -111,6 +120,7 @@ class TrainOptions:
     check: bool
     timeout: str
     oversubscribe: bool = False
+    device: Optional[str] = None
 
 
 def base_config(o: TrainOptions) -> TrainConfig:
@@ -144,13 +154,7 @@ def base_config(o: TrainOptions) -> TrainConfig:
 
 def plan_jobs(o: TrainOptions, launcher_size: Optional[int]) -> list[TrainJob]:
     """Every launch of the run with its configurations (raises UsageError)."""
-    spec = registry.get_spec(o.backend)                   # unknown: names the choices
-    if "host" not in spec.memories:
-        raise UnsupportedError(f"ddlcomm train runs its networks on the CPU and hands host "
-                               f"arrays to the backend; backend {o.backend} moves device memory "
-                               "only (training on the GPU is not built yet)",
-                               "use --backend mpi or gloo")
-    base = base_config(o)
+    base = base_config(o).with_(device=_device(o))
     archs = parse_list(o.arch, "--arch")
     for a in archs:
         if a not in ARCHS:
@@ -158,6 +162,11 @@ def plan_jobs(o: TrainOptions, launcher_size: Optional[int]) -> list[TrainJob]:
     overlaps, waits = OVERLAP[o.overlap], WAIT_CHOICES[o.wait]
     if True in overlaps and archs == ["ps"]:
         raise UsageError("--overlap applies to --arch allreduce", "drop --overlap for ps")
+    if True in overlaps and _staged(o.backend, base.device):
+        raise UnsupportedError(f"--overlap on the GPU starts all-reduces from autograd's GPU "
+                               f"thread, and backend {o.backend} is handed host-staged copies "
+                               "from the main thread only",
+                               "use --backend nccl or gloo, or drop --overlap")
     if "sleep" in waits and archs == ["ps"]:
         raise UsageError("--wait applies to --arch allreduce", "drop --wait for ps")
     batches = _batches(o, base)
@@ -184,6 +193,22 @@ def plan_jobs(o: TrainOptions, launcher_size: Optional[int]) -> list[TrainJob]:
             configs += [base.with_(peer="ddp", batch=b) for b in batches]
         jobs.append(TrainJob(o.backend, n, configs, timeout))
     return jobs
+
+
+def _device(o: TrainOptions) -> str:
+    """The training device: ``--device``, else where the backend's buffers live; checked
+    against the machine and against what the backend can be handed."""
+    spec = registry.get_spec(o.backend)                   # unknown: names the choices
+    name = o.device or ("cpu" if "host" in spec.memories else "cuda")
+    device = get_device(name)
+    wire_for(name, spec.memories, o.backend)              # refuses a pair that cannot meet
+    device.check()
+    return name
+
+
+def _staged(backend: str, device: str) -> bool:
+    """Whether ``backend`` is handed host copies of training buffers on ``device``."""
+    return wire_for(device, registry.get_spec(backend).memories, backend).copies
 
 
 def _batches(o: TrainOptions, base: TrainConfig) -> list[int]:

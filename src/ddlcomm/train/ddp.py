@@ -1,4 +1,9 @@
-"""The peer users would pick: torch DistributedDataParallel over Gloo, in the same job.
+"""The peer users would pick: torch DistributedDataParallel, in the same job.
+
+DDP runs over torch.distributed's default process group: the job's backend
+where it holds that group (gloo; nccl on the GPU), else a Gloo group started
+beside it (under ``--backend mpi``).  On a GPU (``--device cuda``) the model
+is on the rank's GPU and DDP is given it as its device.
 
 The same network, seed, data, batch, optimizer and iterations as ddlcomm's
 own configuration, through the same timed loop (:mod:`.timed`); DDP's buckets
@@ -16,7 +21,9 @@ import numpy as np
 from . import phases as ph
 from .config import TrainConfig
 from .gather import gather_named
-from .loop import ConfigRecords, build, loss_summary, make_data, param_bytes, replicas_identical
+from .device import get_device
+from .loop import (ConfigRecords, build, device_facts, loss_summary, make_data, param_bytes,
+                   replicas_identical)
 from .nets import get_net
 from .timed import Steps, progress, timed_loop
 
@@ -41,27 +48,31 @@ class DDPSteps(Steps):
 
 
 def run_ddp(comm, gloo_comm, cfg: TrainConfig) -> list[dict]:
-    """Train ``cfg`` with DDP over the default (Gloo) process group; rank 0 returns records."""
+    """Train ``cfg`` with DDP over the default process group (``gloo_comm``'s: Gloo, or the
+    job's nccl); rank 0 returns records."""
     import torch        # lazy: torch is an optional dependency (the torch extra)
     from torch.nn.parallel import DistributedDataParallel as DDP  # torch is optional (as above)
     torch.set_num_threads(cfg.threads)
     spec = get_net(cfg.model)
-    model = build(cfg)
-    ddp = DDP(model, bucket_cap_mb=max(cfg.fusion, 1) / (1 << 20))
+    place = get_device(cfg.device).open(comm.local_rank)
+    model = build(cfg, place)
+    ddp = DDP(model, device_ids=[place.gpu] if place.on_gpu else None,
+              bucket_cap_mb=max(cfg.fusion, 1) / (1 << 20))
     data = make_data(cfg, spec.classes, comm.rank, comm.size)
     opt = torch.optim.SGD(ddp.parameters(), lr=cfg.lr, momentum=0.9)
     criterion = torch.nn.CrossEntropyLoss()
     try:
-        timings = timed_loop(comm, DDPSteps(ddp, criterion, opt), data, cfg.warmup, cfg.iters)
+        timings = timed_loop(comm, DDPSteps(ddp, criterion, opt), data, cfg.warmup, cfg.iters,
+                             place)
     finally:
         data.close()
     identical = None
     if cfg.check:
-        flat = np.concatenate([p.detach().reshape(-1).numpy() for p in model.parameters()])
+        flat = np.concatenate([p.detach().reshape(-1).cpu().numpy() for p in model.parameters()])
         identical = replicas_identical(comm, flat)
     w = cfg.warmup
     gathered = gather_named(comm, {"phases": timings.phases.table[w:], "t_iter": timings.t_iter[w:],
-                                   "loss": timings.losses})
+                                   "loss": timings.losses, "gpu": np.array([place.gpu])})
     if gathered is None:
         return []
     iteration = _iteration_fields(cfg, comm.size, gathered, identical, timings.wall_s)
@@ -72,7 +83,8 @@ def run_ddp(comm, gloo_comm, cfg: TrainConfig) -> list[dict]:
     progress(comm.rank, f"  {iteration['t_iter_s']:.3f} s/iter, {iteration['images_per_s']:.1f} images/s "
                         f"(DDP), loss {iteration['loss_first']:.3f} -> {iteration['loss_last']:.3f}, "
                         f"replicas {replicas}")
-    return ConfigRecords(gloo_comm, cfg, check, comm.size, param_bytes(model.parameters())).records(
+    return ConfigRecords(gloo_comm, cfg, check, comm.size, param_bytes(model.parameters()),
+                         device_facts(place, gathered["gpu"])).records(
         gathered["phases"], gathered["t_iter"], iteration, phase_names=PHASES)
 
 

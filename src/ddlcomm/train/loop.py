@@ -1,29 +1,32 @@
 """One training configuration inside the ranks: set-up, timed iterations, checks, records.
 
 Per iteration, on every worker, in order (the loop is :mod:`.timed`'s, shared
-with DDP): io (the next batch), h2d (moving it to the device: the CPU here, so
+with DDP): io (the next batch), h2d (moving it to the device: on the CPU
 nothing moves, timed all the same), forward (with the loss), backward
 (gradients; with overlap also the start of bucket all-reduces), exposed
 communication (what aggregation still takes after backward), update (the
 optimizer step; for ``ps`` the server's step, which the workers wait for).
 Hidden communication is what the same buckets cost alone (timed after
-training, outside backward) minus what stayed exposed.  The first ``warmup``
+training, outside backward) minus what stayed exposed.  On a GPU
+(``--device cuda``) every phase ends with a CUDA synchronisation and the
+gradients' ready moments are CUDA events.  The first ``warmup``
 iterations are not timed.  Ranks do not meet in a barrier between iterations:
 synchronous training needs none.
 
-After training the parameters are compared on every rank (element-wise max
-and min over ranks must equal each rank's own), so "the replicas are
+After training the parameters are copied to the host and compared on every
+rank (element-wise max and min over ranks must equal each rank's own), so "the replicas are
 identical" is checked, not assumed; BatchNorm running statistics are each
 rank's own (as in Horovod) and not part of the check.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Collection, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Collection, Iterable, Optional
 
 import numpy as np
 
+from ..comm import registry
 from ..measure.checks import agree_all
 from ..measure.records import make_record
 from ..measure.stats import relative_error
@@ -33,9 +36,11 @@ from . import predict
 from .aggregate import Buckets, make_aggregator, ready_order
 from .config import TrainConfig
 from .data import FolderData, SyntheticData, data_files
+from .device import HOST, Placed, get_device
 from .gather import gather_named
 from .nets import get_net
 from .timed import Steps, progress, timed_loop
+from .wire import wire_for
 
 __all__ = ["run_config", "progress", "build", "make_data", "loss_summary", "replicas_identical",
            "ConfigRecords", "ParamBytes", "param_bytes"]
@@ -50,11 +55,11 @@ def make_data(cfg: TrainConfig, classes: int, rank: int, size: int):
     return SyntheticData(cfg.batch, cfg.image_size, classes, seed=1000 * cfg.seed + rank + 1)
 
 
-def build(cfg: TrainConfig):
-    """The network, identically initialised on every rank (same seed)."""
+def build(cfg: TrainConfig, place: Placed = HOST):
+    """The network, identically initialised on every rank (same seed), on ``place``."""
     import torch        # lazy: torch is an optional dependency (the torch extra)
     torch.manual_seed(cfg.seed)
-    model = get_net(cfg.model).build()
+    model = get_net(cfg.model).build().to(place.target)
     model.train()
     return model
 
@@ -118,6 +123,7 @@ class Training:
     bk: Buckets
     agg: Any                    # AllreduceAggregator or PSAggregator
     opt: Any                    # the local optimizer (allreduce); None for ps
+    place: Placed = HOST
 
     @property
     def worker(self) -> bool:
@@ -142,17 +148,20 @@ class AggregatorSteps(Steps):
         self.t = t
         self.computes = t.worker
         self.ready_sum = np.zeros(len(t.bk.order))
+        self._start = None
 
     def forward(self, x, y):
         return self.t.criterion(self.t.model(x), y)
 
     def begin(self) -> None:
+        self._start = self.t.place.stamp()
         self.t.agg.begin()
 
     def backward_done(self, iteration: int, start: float, end: float) -> None:
         agg = self.t.agg
         if iteration >= self.t.cfg.warmup and len(agg.ready) == len(self.t.bk.order):
-            self.ready_sum += ph.layer_times(agg.ready, start, end)
+            ready = self.t.place.seconds(agg.ready, self._start, start)
+            self.ready_sum += ph.layer_times(ready, start, end)
 
     def finish(self) -> None:
         self.t.agg.finish()
@@ -166,12 +175,19 @@ class AggregatorSteps(Steps):
             seconds["comm_exposed"] -= self.t.agg.t_apply
 
 
-def run_config(comm, cfg: TrainConfig) -> list[dict]:
-    """Train ``cfg`` on this job; rank 0 returns the records to store."""
+def run_config(comm, cfg: TrainConfig, place: Optional[Placed] = None,
+               wire: Optional[type] = None) -> list[dict]:
+    """Train ``cfg`` on this job; rank 0 returns the records to store.
+
+    ``place`` (default: ``cfg.device`` opened for this rank) and ``wire`` (default: the one
+    :func:`~.wire.wire_for` picks for it and the backend) are given by tests that run the
+    GPU's plumbing with the CPU standing in.
+    """
     import torch        # lazy: torch is an optional dependency (the torch extra)
     torch.set_num_threads(cfg.threads)
     spec = get_net(cfg.model)
-    model = build(cfg)
+    place = place or get_device(cfg.device).open(comm.local_rank)
+    model = build(cfg, place)
     # Files are shared among the workers; a parameter server reads one batch (for the
     # untimed first pass) and trains on none.
     shard = (comm.rank, comm.size) if cfg.arch != "ps" else \
@@ -179,18 +195,25 @@ def run_config(comm, cfg: TrainConfig) -> list[dict]:
     data = make_data(cfg, spec.classes, *shard)
     criterion = torch.nn.CrossEntropyLoss()
     try:
-        x, y = data.next()
+        x, y = (t.to(place.target) for t in data.next())
         order = comm.broadcast_object(first_pass(model, criterion, x, y, cfg) if comm.rank == 0
                                       else None, 0)
-        bk = Buckets(list(model.parameters()), order, cfg.fusion)
-        for pbuf in bk.pbufs:                       # one starting point, whatever the seed did
-            comm.broadcast(pbuf, 0)
+        bk = Buckets(list(model.parameters()), order, cfg.fusion,
+                     wire or wire_for(place.name, comm.memories, comm.name))
+        for w in bk.pwires:                         # one starting point, whatever the seed did
+            w.push()
+            comm.broadcast(w.buf, 0)
+            w.pull()
+        place.sync()
 
         def optimizer():
             return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
-        agg = make_aggregator(cfg.arch, comm, bk, cfg.overlap, optimizer, cfg.wait)
+        # Backends that hold an MPI handle run MPI at THREAD_FUNNELED: main thread only.
+        any_thread = not registry.get_spec(comm.name).mpi_handle
+        agg = make_aggregator(cfg.arch, comm, bk, cfg.overlap, optimizer, cfg.wait, place,
+                              any_thread)
         opt = optimizer() if cfg.arch == "allreduce" else None
-        return _train(Training(comm, cfg, model, data, criterion, bk, agg, opt))
+        return _train(Training(comm, cfg, model, data, criterion, bk, agg, opt, place))
     finally:
         data.close()
 
@@ -198,7 +221,7 @@ def run_config(comm, cfg: TrainConfig) -> list[dict]:
 def _train(t: Training) -> list[dict]:
     """The timed loop, the checks and the buckets alone; rank 0 returns the records."""
     steps = AggregatorSteps(t)
-    timings = timed_loop(t.comm, steps, t.data, t.cfg.warmup, t.cfg.iters)
+    timings = timed_loop(t.comm, steps, t.data, t.cfg.warmup, t.cfg.iters, t.place)
     if t.cfg.arch == "ps":
         _move_server_update(t, timings.phases)
     identical = replicas_identical(t.comm, t.bk.flat_params()) if t.cfg.check else None
@@ -208,7 +231,8 @@ def _train(t: Training) -> list[dict]:
     w = t.cfg.warmup
     gathered = gather_named(t.comm, {"phases": timings.phases.table[w:], "t_iter": timings.t_iter[w:],
                                      "loss": timings.losses,
-                                     "layers": steps.ready_sum / max(1, t.cfg.iters)})
+                                     "layers": steps.ready_sum / max(1, t.cfg.iters),
+                                     "gpu": np.array([t.place.gpu])})
     t.agg.close()
     if gathered is None:
         return []
@@ -219,7 +243,8 @@ def _train(t: Training) -> list[dict]:
     if t.cfg.check:
         ok = identical is not False and math.isfinite(iteration["loss_last"])
         check = "passed" if ok else "failed"
-    out = ConfigRecords(t.comm, t.cfg, check, t.workers, param_bytes(t.bk.params)).records(
+    out = ConfigRecords(t.comm, t.cfg, check, t.workers, param_bytes(t.bk.params),
+                        device_facts(t.place, gathered["gpu"])).records(
         workers_only["phases"], workers_only["t_iter"], iteration)
     _print_summary(t.comm.rank, iteration)
     return out
@@ -259,7 +284,10 @@ def _iteration_fields(t: Training, g: dict[str, np.ndarray], identical, alone: t
         "predicted": pred, "predicted_error": relative_error(measured_t_iter, pred["t_iter"]),
         # Autograd runs CPU backward on the calling thread, so the hooks that start
         # MPI calls run on the main thread (MPI is at THREAD_FUNNELED): checked every hook.
+        # GPU backward runs them on autograd's device thread.
         "hooks_on_main_thread": t.agg.hooks_off_main == 0,
+        "overlap_in_backward": bool(t.cfg.overlap and t.agg.hooks_refused == 0),
+        "wire": t.bk.wire.kind,
     }
 
 
@@ -276,9 +304,19 @@ def _print_summary(rank: int, it: dict) -> None:
 def base_extra(cfg: TrainConfig, workers: int, phase: str) -> dict:
     return {"workload": "train", "phase": phase, "model": cfg.model, "arch": cfg.arch,
             "peer": cfg.peer, "overlap": cfg.overlap, "wait": cfg.wait, "fusion": cfg.fusion,
-            "batch": cfg.batch,
+            "batch": cfg.batch, "device": cfg.device,
             "image_size": cfg.image_size, "workers": workers, "threads": cfg.threads,
             "data": "synthetic" if cfg.data is None else "files"}
+
+
+def device_facts(place: Placed, gpus: np.ndarray) -> dict:
+    """Where a configuration trained, for its records: rank 0's device facts, and on a GPU
+    every rank's GPU (``gpus``: one row per rank) and how many ranks shared each."""
+    facts = dict(place.facts)
+    if place.on_gpu:
+        per_rank = [int(g) for g in np.asarray(gpus).reshape(-1)]
+        facts.update(gpu=per_rank, ranks_per_gpu=[per_rank.count(g) for g in per_rank])
+    return facts
 
 
 @dataclass(frozen=True)
@@ -289,6 +327,7 @@ class ConfigRecords:
     check: str                  # passed | failed | skipped
     workers: int
     params: ParamBytes
+    facts: dict = field(default_factory=dict)    # where it trained (:func:`device_facts`)
 
     def records(self, table3: np.ndarray, iters_t: np.ndarray, iteration: dict,
                 phase_names: Collection[str] = ph.PHASES) -> list[dict]:
@@ -304,4 +343,4 @@ class ConfigRecords:
             self.comm, collective="train", form="buffer", dtype=self.params.dtype, op="avg",
             nbytes=self.params.nbytes, count=self.params.count, root=0, in_place=True,
             iterations=cfg.iters, warmup=cfg.warmup, times=times, algbw_bytes=0, busbw_factor=1.0,
-            check=self.check, extra={**base_extra(cfg, self.workers, phase), **more})
+            check=self.check, extra={**base_extra(cfg, self.workers, phase), **self.facts, **more})

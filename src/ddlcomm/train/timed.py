@@ -1,9 +1,11 @@
 """The timed training loop, written once for ddlcomm's configurations and for DDP.
 
 Per iteration, on every rank that computes: io (the next batch), h2d (moving
-it to the device: the CPU here, so nothing moves, timed all the same),
-forward (with the loss), backward, then the communication still exposed after
-backward (where it is timed apart), then update.  What differs between
+it to the device: on the CPU nothing moves, timed all the same), forward
+(with the loss), backward, then the communication still exposed after
+backward (where it is timed apart), then update.  Each phase ends with the
+device's sync (on a GPU a CUDA synchronisation; nothing on the CPU), so a
+phase is timed as the work it queued.  What differs between
 configurations is a :class:`Steps` object: what forward runs on, what is
 started before backward, the communication after it, the update.  The first
 ``warmup`` iterations are not timed into the wall time; a barrier starts the
@@ -20,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..measure.timing import agree_max, clock
+from .device import HOST, Placed
 from .phases import PhaseTimes
-
 
 
 def progress(rank: int, text: str) -> None:
@@ -74,20 +76,25 @@ class Timings:
     wall_s: float
 
 
-def timed_iteration(steps: Steps, data, iteration: int) -> tuple[dict[str, float], float, float]:
+def timed_iteration(steps: Steps, data, iteration: int,
+                    place: Placed = HOST) -> tuple[dict[str, float], float, float]:
     """One iteration: its phase seconds by name, its seconds and its loss (NaN if none)."""
+    sync = place.sync
     t0 = clock()
     loss_value = math.nan
     if steps.computes:
         x, y = data.next()
         t1 = clock()
-        x, y = x.to("cpu", non_blocking=True), y.to("cpu", non_blocking=True)
+        x, y = x.to(place.target, non_blocking=True), y.to(place.target, non_blocking=True)
+        sync()
         t2 = clock()
         loss = steps.forward(x, y)
         loss_value = loss.item()
+        sync()
         t3 = clock()
         steps.begin()
         loss.backward()
+        sync()
         t4 = clock()
         steps.backward_done(iteration, t3, t4)
     else:
@@ -96,8 +103,10 @@ def timed_iteration(steps: Steps, data, iteration: int) -> tuple[dict[str, float
     t5 = t4
     if steps.comm_after_backward:
         steps.finish()
+        sync()
         t5 = clock()
     steps.update()
+    sync()
     t6 = clock()
     seconds = {"io": t1 - t0, "h2d": t2 - t1, "forward": t3 - t2, "backward": t4 - t3,
                "update": t6 - t5}
@@ -107,8 +116,8 @@ def timed_iteration(steps: Steps, data, iteration: int) -> tuple[dict[str, float
     return seconds, t6 - t0, loss_value
 
 
-def timed_loop(comm, steps: Steps, data, warmup: int, iters: int) -> Timings:
-    """``warmup`` untimed and ``iters`` timed iterations, a progress line every fifth."""
+def timed_loop(comm, steps: Steps, data, warmup: int, iters: int, place: Placed = HOST) -> Timings:
+    """``warmup`` untimed and ``iters`` timed iterations on ``place``, a progress line every fifth."""
     total = warmup + iters
     timings = Timings(PhaseTimes(total), np.zeros(total), np.full(total, np.nan), 0.0)
     every = max(1, total // 5)
@@ -118,7 +127,7 @@ def timed_loop(comm, steps: Steps, data, warmup: int, iters: int) -> Timings:
         if i == warmup:
             comm.barrier()
             t_start = clock()
-        seconds, timings.t_iter[i], timings.losses[i] = timed_iteration(steps, data, i)
+        seconds, timings.t_iter[i], timings.losses[i] = timed_iteration(steps, data, i, place)
         timings.phases.record(i, **seconds)
         if (i + 1) % every == 0 or i + 1 == total:
             progress(comm.rank, f"  iter {i + 1}/{total}  {timings.t_iter[i]:.3f} s"

@@ -293,18 +293,26 @@ def test_cleanup_stale_removes_leftovers_of_dead_owner(namespaces, tmp_path):
     removed = cleanup_stale()
     assert all(f"netns {n}" in removed for n in names["netns"]), removed
     _assert_gone(names)
-    try:                                       # the stray process was ended (or is a zombie)
-        state = Path(f"/proc/{names['pid']}/stat").read_text().rsplit(") ", 1)[1][0]
-    except OSError:
-        state = "gone"
-    assert state in ("gone", "Z"), f"process {names['pid']} left in a container ({state})"
+    _assert_stray_ended(names["pid"])
 
 
 def test_sigterm_to_owner_cleans_up(namespaces, tmp_path):
+    # SIGTERM right after the owner started a command in a container: the command
+    # may join the container's cgroup only after the owner ended what it found.
     proc, names = _start_owner(tmp_path, "wait")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 128 + signal.SIGTERM
     _assert_gone(names)
+    _assert_stray_ended(names["pid"])
+
+
+def _assert_stray_ended(pid: int) -> None:
+    """The process the owner left in a container was ended (or is a zombie)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+    except OSError:
+        state = "gone"
+    assert state in ("gone", "Z"), f"process {pid} left in a container ({state})"
 
 
 def test_cleanup_stale_leaves_live_sets_alone(namespaces):

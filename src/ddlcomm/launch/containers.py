@@ -62,7 +62,7 @@ from typing import Optional, Sequence
 
 from ..errors import UnsupportedError, UsageError
 from .placement import cpu_sets, format_cpulist, numa_nodes, split_ranks
-from .processes import owner_alive, pid_alive, start_time
+from .processes import first_close, owner_alive, pid_alive, start_time
 
 #: Where sets keep their namespace files, hosts file and launch agent.
 STATE_DIR = Path("/run/ddlcomm")
@@ -78,6 +78,8 @@ SUBNET_BASE = "10.231"
 CONTAINER_IFACE = "eth0"
 CMD_TIMEOUT_S = 30.0
 KILL_GRACE_S = 3.0
+#: How long removing a cpuset cgroup waits for its ended processes to leave it.
+CGROUP_RMDIR_S = 10.0
 
 _NETNS_RE = re.compile(rf"^{PREFIX}-(\d+)-(\d+)-c\d+$")
 _SET_RE = re.compile(r"^(\d+)-(\d+)$")
@@ -158,11 +160,7 @@ def _end_processes(netns_files: Sequence[Path], cgroups: Sequence[Path] = (),
                    grace_s: float = KILL_GRACE_S) -> list[int]:
     """SIGTERM, then SIGKILL, the processes left in these network namespaces and cgroups."""
     pids = [p for f in netns_files for p in _pids_in_netns(f)]
-    for cg in cgroups:
-        try:
-            pids += [int(x) for x in (cg / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            pass
+    pids += [p for cg in cgroups for p in _cgroup_pids(cg)]
     pids = sorted(set(pids) - {os.getpid()})
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
@@ -177,6 +175,14 @@ def _end_processes(netns_files: Sequence[Path], cgroups: Sequence[Path] = (),
         if not pids:
             break
     return pids
+
+
+def _cgroup_pids(cg: Path) -> list[int]:
+    """The processes in cgroup ``cg`` (none when it is gone)."""
+    try:
+        return [int(x) for x in (cg / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def _zombie(pid: int) -> bool:
@@ -299,17 +305,30 @@ def _make_cpuset(name: str, cpus: Sequence[int], mems: Optional[Sequence[int]],
         return None
 
 
-def _rmdir_cgroup(cg: Path, tries: int = 40) -> bool:
-    """rmdir a cgroup, waiting briefly for its ended processes to leave it."""
-    for _ in range(tries):
+def _rmdir_cgroup(cg: Path, wait_s: float = CGROUP_RMDIR_S) -> bool:
+    """rmdir a cgroup, killing what is still in it until it is empty.
+
+    EBUSY lasts while a process is in it: a command started just before the
+    set's end can join after the set's processes were ended (``exec_prefix``
+    joins on its way in), and on a loaded machine a killed process can take
+    seconds to be gone.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
         try:
             cg.rmdir()
             return True
         except FileNotFoundError:
             return True
         except OSError:
+            if time.monotonic() > deadline:
+                return False
+            for pid in set(_cgroup_pids(cg)) - {os.getpid()}:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             time.sleep(0.05)
-    return False
 
 
 def _cgroup_remount() -> str:
@@ -469,13 +488,8 @@ class ContainerSet:
 
     def close(self) -> None:
         """Remove everything this set created (idempotent; also run at exit)."""
-        if not self._open:
+        if not first_close(self):
             return
-        self._open = False
-        try:
-            atexit.unregister(self.close)
-        except Exception:  # noqa: BLE001
-            pass
         self._restore_signal_handlers()
         _, left = _remove_set(self.id, [c.netns for c in self.containers if c.netns],
                               [c.nsdir for c in self.containers if c.nsdir is not None],

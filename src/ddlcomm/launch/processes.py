@@ -1,7 +1,9 @@
 """Who owns something: a process named by its pid and start time, and whether it
-still lives (a pid alone can be reused after the owner died)."""
+still lives (a pid alone can be reused after the owner died); and the owner's side
+of a resource it removes at exit, closed once."""
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 from pathlib import Path
@@ -47,3 +49,13 @@ def owner_gone(owner: Optional[dict]) -> bool:
     if not owner or owner.get("host") != socket.gethostname() or not owner.get("pid"):
         return False
     return not owner_alive(int(owner["pid"]), owner.get("start"))
+
+
+def first_close(resource) -> bool:
+    """Whether this is ``resource``'s first close: marks it closed (its ``_open``) and drops
+    the ``atexit`` hook its ``close`` registered; False when it was closed already."""
+    if not resource._open:
+        return False
+    resource._open = False
+    atexit.unregister(resource.close)
+    return True

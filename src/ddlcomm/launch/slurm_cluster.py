@@ -38,7 +38,7 @@ from typing import Mapping, Optional
 from ..errors import UnsupportedError, UsageError
 from . import containers
 from .containers import ContainerSet
-from .processes import owner_alive, start_time
+from .processes import first_close, owner_alive, start_time
 
 #: Where clusters keep their configuration, keys, spool and logs (one dir per cluster).
 STATE_ROOT = Path("/run/ddlcomm-slurm")
@@ -186,13 +186,8 @@ class SlurmCluster:
 
     def close(self) -> None:
         """End the daemons, remove the containers and the state (idempotent)."""
-        if not self._open:
+        if not first_close(self):
             return
-        self._open = False
-        try:
-            atexit.unregister(self.close)
-        except Exception:  # noqa: BLE001
-            pass
         for _, proc in reversed(self._daemons):
             _end(proc)
         self._daemons.clear()

@@ -31,9 +31,12 @@ def synthetic(params: dict[str, Params], ranks=(2, 3, 4), cores=2, noise=0.0, se
     return out
 
 
+#: The gather's β_over is 0: Open MPI's gathers at 2 and 3 ranks copy one at a time,
+#: which costs it no per-byte wait (costs.waits_per_byte), so a fit of them cannot see
+#: it, and the held-out 4 ranks would not be predicted exactly.
 TRUE = {"allreduce": Params(2e-6, 1e-10, 3e-10, 5e-6, 4e-10),
         "broadcast": Params(1e-6, 2e-10, 0.0, 3e-6, 1e-10),
-        "gather": Params(1.5e-6, 1.5e-10, 0.0, 0.0, 2e-10)}
+        "gather": Params(1.5e-6, 1.5e-10, 0.0, 3e-6, 0.0)}
 
 
 def test_recovers_known_parameters():

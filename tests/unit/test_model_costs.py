@@ -9,7 +9,7 @@ import pytest
 from ddlcomm.comm.native import Schedule
 from ddlcomm.errors import UsageError
 from ddlcomm.model import costs, library
-from ddlcomm.model.costs import Params, Setting
+from ddlcomm.model.costs import Load, Params, Setting
 
 N = 1000.0
 P = Params(alpha=1.0, beta=0.01, gamma=0.001)
@@ -46,9 +46,6 @@ def terms(coll, alg, p, n=N, **kw):
     ("broadcast", "binomial", 5, (3, 3 * N, 0)),
     # Open MPI's trees post to all children at once: posts are rounds, a level one n
     ("broadcast", "linear", 4, (3, N, 0)),
-    ("broadcast", "chain", 4, (3, N, 0)),                       # 3 chains of one rank
-    ("broadcast", "chain", 9, (5, 2 * N, 0)),                   # 4 chains of two: 4 + 2 - 1
-    ("broadcast", "chain", 7, (4, 2 * N, 0)),                   # chains 2, 2, 1, 1: 2nd ends at 2 + 1
     ("broadcast", "binary", 2, (1, N, 0)),
     ("broadcast", "binary", 3, (2, N, 0)),
     ("broadcast", "binary", 5, (3, 2 * N, 0)),                  # node 4: left (1) then right (2)
@@ -73,6 +70,16 @@ def test_terms_by_hand(coll, alg, p, expected):
 
 def test_open_mpi_pipeline_is_one_chain():
     assert terms("broadcast", "chain", 4, fanout=1) == (3, 3 * N, 0)
+
+
+@pytest.mark.parametrize("p, expected", [
+    (4, (3, N, 0)),                         # 3 chains of one rank
+    (9, (5, 2 * N, 0)),                     # 4 chains of two: 4 + 2 - 1
+    (7, (4, 2 * N, 0)),                     # chains 2, 2, 1, 1: 2nd ends at 2 + 1
+])
+def test_chains_of_fan_out_4(p, expected):
+    """A forced chain (``coll_tuned_bcast_algorithm_chain_fanout`` 4)."""
+    assert terms("broadcast", "chain", p, fanout=4) == expected
 
 
 def _walk(tree):
@@ -146,7 +153,7 @@ def test_oversubscription_terms():
     q = Params(1.0, 0.01, 0.001, alpha_over=2.0, beta_over=0.1)
     s = Schedule(2, 100.0, 50.0)
     assert q.time(s) == pytest.approx(2 + 1 + 0.05)
-    assert q.time(s, over=0.5) == pytest.approx(3.05 + 0.5 * (4 + 15))
+    assert q.time(s, Load(over=0.5)) == pytest.approx(3.05 + 0.5 * (4 + 15))
     # through time(): 4 ranks on a 2-core node
     t = costs.time("gather", "linear", 4, N, q, Setting(ranks_per_node=4, cores=2))
     assert t == pytest.approx(3 * 11 + 0.5 * (3 * 2 + 3000 * 0.1))
@@ -155,7 +162,7 @@ def test_oversubscription_terms():
     t = costs.time("allreduce", "rhd", 4, N, q, Setting(ranks_per_node=4, cores=2))
     assert t == pytest.approx(4 * 1 + 2 * (1500 * 0.01 + 750 * 0.001)
                               + 0.5 * (4 * 2 + 2250 * 0.1))
-    assert q.time(s4, over=0.5, share=2.0) == pytest.approx(t)
+    assert q.time(s4, Load(over=0.5, share=2.0)) == pytest.approx(t)
     # rhd on 3 ranks: only the power-of-two core (2 ranks) is busy: no sharing
     assert costs.share("allreduce", "rhd", 3, 3, 2) == 1.0
     assert costs.share("allreduce", "ring", 3, 3, 2) == 1.5
@@ -177,6 +184,38 @@ def test_oversubscription_by_how_the_library_waits():
     assert t == pytest.approx(3 * 11 + 1.0 * 3 * 2)
 
 
+def test_a_lone_copy_of_open_mpi_does_not_wait_per_byte():
+    """Open MPI's lone copies run at full speed: in its chain (one rank copying at a
+    time) an oversubscribed node costs waits per message, not per byte; MPICH's
+    copies and algorithms with several busy ranks still wait per byte."""
+    assert library.copies_alone("Open MPI 5.0.11") and not library.copies_alone("MPICH")
+    assert not library.copies_alone(None)
+    assert not costs.waits_per_byte("broadcast", "chain", 4, "Open MPI")
+    assert costs.waits_per_byte("broadcast", "chain", 4, "MPICH")
+    assert costs.waits_per_byte("allreduce", "ring", 4, "Open MPI")
+    assert costs.waits_per_byte("broadcast", "binomial", 4, "Open MPI")      # 2 pairs at once
+    q = Params(1.0, 0.01, alpha_over=2.0, beta_over=0.1)
+    chain = costs.terms("broadcast", "chain", 4, N)
+    assert chain == Schedule(3, 3 * N)              # one chain: 3 hops of the whole buffer
+    setting = Setting(library="Open MPI", ranks_per_node=4, cores=2)
+    t = costs.time("broadcast", "chain", 4, N, q, setting)
+    assert t == pytest.approx(3 * 1 + 3 * N * 0.01 + 1.0 * 3 * 2)
+    mpich = costs.time("broadcast", "chain", 4, N, q, Setting(library="MPICH", ranks_per_node=4, cores=2))
+    assert mpich == pytest.approx(3 * 1 + 3 * N * 0.01 + 0.5 * (3 * 2 + 3 * N * 0.1))
+    # the columns a fit multiplies the parameters by are the prediction's
+    load = costs.node_load("broadcast", "chain", 4, N, 4, setting)
+    assert sum(f * v for f, v in zip(costs.features(chain, load), q.to_dict().values())) == \
+        pytest.approx(t)
+
+
+def test_open_mpi_runs_its_chain_broadcast_with_fan_out_1():
+    """The fixed decision passes fan-out 0, which build_chain forces to 1 (the chain
+    and the pipeline are one chain of p-1 hops), from 1 MiB up at 4-7 ranks."""
+    assert library.open_mpi("broadcast", 6, 4 << 20) == ("chain", {})
+    assert costs.terms("broadcast", "chain", 6, N) == costs.terms("broadcast", "chain", 6, N, fanout=1)
+    assert costs.terms("broadcast", "chain", 6, N) == Schedule(5, 5 * N)
+
+
 def test_cache_spill():
     # working set: all-reduce 2 buffers x 4 ranks x n; gather 2; broadcast 1
     assert costs.spill("allreduce", 4, 1 << 20, 32 << 20) == 0.0           # 8 MiB fits
@@ -185,8 +224,8 @@ def test_cache_spill():
     assert costs.spill("allreduce", 4, 8 << 20, None) == 0.0
     q = Params(1.0, 0.01, 0.001, beta_spill=0.02)
     s = Schedule(2, 100.0, 50.0)
-    assert q.time(s, spill=0.5) == pytest.approx(2 + 1 + 0.05 + 0.5 * 150 * 0.02)
-    assert q.time(s, share=2.0, spill=0.5) == pytest.approx(2 + 2 * (1 + 0.05 + 0.5 * 150 * 0.02))
+    assert q.time(s, Load(spill=0.5)) == pytest.approx(2 + 1 + 0.05 + 0.5 * 150 * 0.02)
+    assert q.time(s, Load(share=2.0, spill=0.5)) == pytest.approx(2 + 2 * (1 + 0.05 + 0.5 * 150 * 0.02))
     # through time(): a 2-rank ring of 32 MiB against a 32 MiB cache spills half
     n = 32 << 20
     plain = costs.time("allreduce", "ring", 2, n, q)

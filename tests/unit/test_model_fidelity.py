@@ -47,8 +47,14 @@ class Machine:
 
 #: The model's figures on the 2-core data when they were committed (2026-11-23, the
 #: model of 0c94df2), rounded up: (held out, fitted).  Lower them as the model improves.
+#: One was raised, with the reason: Open MPI's broadcast held out (0.26 -> 0.38).  The
+#: 0.26 priced its 4-rank chain broadcast (from 1 MiB) as four chains, while Open MPI
+#: runs one chain of 3 hops (fan-out 0 forced to 1; forcing the algorithm on this
+#: machine, the default took the time of fan-out 1, 1.6-1.9x that of fan-out 4 at 16 MiB).
+#: Priced as what runs, the committed 4-rank runs came out 20-30% faster than this
+#: machine measured the same points later (16 MiB: 2.68 ms then, 3.35 ms later).
 TODAY_2CORE = {
-    ("openmpi", "broadcast"): (0.26, 0.14), ("openmpi", "gather"): (0.26, 0.24),
+    ("openmpi", "broadcast"): (0.38, 0.14), ("openmpi", "gather"): (0.26, 0.24),
     ("openmpi", "allreduce"): (0.24, 0.28), ("mpich", "broadcast"): (0.13, 0.20),
     ("mpich", "gather"): (0.55, 0.17), ("mpich", "allreduce"): (0.17, 0.06),
     ("gloo", "broadcast"): (0.20, 0.10), ("gloo", "gather"): (0.21, 0.24),

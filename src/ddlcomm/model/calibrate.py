@@ -6,14 +6,18 @@ ran (:mod:`ddlcomm.model.costs`; ``library`` resolved by
 :mod:`ddlcomm.model.library`) times the unknown parameters::
 
     t = rounds·α + share·(bytes·β + reduced·γ + spill·(bytes + reduced)·β_spill)
-        + over·(rounds·α_over + (bytes + reduced)·β_over)
+        + over·(rounds·α_over + [per_byte]·(bytes + reduced)·β_over)
 
-``over`` > 0 when there are more ranks on the node than cores, by how the
+(:func:`ddlcomm.model.costs.features`, the node's :class:`~ddlcomm.model.costs.Load`
+from :func:`~ddlcomm.model.costs.node_load`, the same as a prediction's).  ``over`` > 0 when there are more ranks on the node than cores, by how the
 library waits (:func:`ddlcomm.model.costs.oversubscription`; the harness
 runs every rank on one host, so ranks on the node = ranks) and ``share`` =
 max(1, busy ranks / cores) multiplies the β and γ columns
 (:func:`ddlcomm.model.costs.share`); the two ``_over`` columns are left out
-when no point of a group is oversubscribed.  ``spill`` = max(0, 1 - cache /
+when no point of a group is oversubscribed; ``per_byte`` is 0 where one rank copies
+at a time in a library whose lone copies run at full speed
+(:func:`ddlcomm.model.costs.waits_per_byte`).
+``spill`` = max(0, 1 - cache /
 working set), the part of the ranks' buffers beyond the last-level cache
 (:func:`ddlcomm.model.costs.spill`; ``cache`` is the machine's, 0 leaves the
 column out): copies from memory cost β + β_spill a byte, from cache β.
@@ -180,22 +184,16 @@ class Row:
     key: tuple
     algorithm: str               # the cost model's algorithm (library resolved)
     terms: Any
-    over: float
-    share: float
-    spill: float
+    load: costs.Load
     measured_s: float
     heldout: bool
 
     def features(self) -> np.ndarray:
         """The columns of :data:`COLUMNS`: what each parameter is multiplied by."""
-        s = self.terms
-        moved = s.bytes + s.reduced_bytes
-        return np.array([s.rounds, self.share * s.bytes, self.share * s.reduced_bytes,
-                         self.over * s.rounds, self.over * moved,
-                         self.share * self.spill * moved], float)
+        return np.array(costs.features(self.terms, self.load), float)
 
     def model(self, params: Params) -> float:
-        return params.time(self.terms, self.over, self.share, self.spill)
+        return params.time(self.terms, self.load)
 
 
 KEY_FIELDS = ("backend", "library", "placement", "form", "algorithm", "collective", "regime")
@@ -235,10 +233,9 @@ def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "avg", shared: 
             continue                                   # an algorithm the model cannot price
         key = (p.get("backend"), lib, placement_of(p), p.get("form"), alg,
                "*" if shared else coll, regime_of(nbytes, split))
-        over = costs.oversubscription(ranks, p.get("host_cores"), costs.waiting_of(lib))
-        busy = costs.share(coll, name, ranks, ranks, p.get("host_cores")) if over > 0 else 1.0
-        rows.append(Row(dict(p), key, name, terms, over, busy,
-                        costs.spill(coll, ranks, nbytes, cache), t_us * 1e-6,
+        load = costs.node_load(coll, name, ranks, nbytes, ranks,
+                               Setting(library=lib, cores=p.get("host_cores"), cache=cache))
+        rows.append(Row(dict(p), key, name, terms, load, t_us * 1e-6,
                         any(h.matches(p) for h in holdout)))
     return rows
 
@@ -481,7 +478,7 @@ def _residual(r: Row, model_s: float, err: float) -> dict:
     return {"source": p.get("source"), "run_id": p.get("run_id"), "backend": p.get("backend"), "library": library_of(p),
             "placement": placement_of(p), "form": p.get("form"), "collective": p.get("collective"),
             "algorithm": algorithm_of(p), "model_algorithm": r.algorithm,
-            "bytes": p.get("bytes"), "ranks": p.get("ranks"), "over": r.over, "spill": r.spill,
+            "bytes": p.get("bytes"), "ranks": p.get("ranks"), "over": r.load.over, "spill": r.load.spill,
             "measured_s": r.measured_s, "model_s": model_s, "rel_err": err,
             "heldout": r.heldout, "repeats": p.get("repeats", 1)}
 

@@ -28,7 +28,8 @@ allreduce  hierarchical            shm reduce + fan-out in each node (intra-node
                                    parameters) + the leaders' all-reduce (inter-node)
 broadcast  binomial, pipelined     native: ⌈log2 p⌉ rounds of n; (p-2+m) rounds of n/m
 broadcast  linear                  the root posts p-1 sends at once: p-1; n (*)
-broadcast  chain                   fan-out f chains (Open MPI: f = 4), no segments (*)
+broadcast  chain                   f chains from the root, no segments; Open MPI's
+                                   defaults run f = 1: one chain of p-1 hops (*)
 broadcast  binary                  heap-ordered binary tree (*)
 broadcast  split_binary            two binary trees of n/2 each, then one exchange (*)
 broadcast  knomial                 radix k = 4 tree (*)
@@ -57,7 +58,12 @@ tree, ...).  And ranks wait for the scheduler: the fitted ``alpha_over``
 (seconds per message per unit of ``over``) and ``beta_over`` (seconds per
 byte moved or reduced per unit of ``over``) add ``over·(rounds·alpha_over +
 (bytes + reduced)·beta_over)``: a message whose peer is off its core waits
-for the scheduler.  Both are 0 unless a fit saw oversubscribed points.
+for the scheduler.  Both are 0 unless a fit saw oversubscribed points.  The
+per-byte wait is left out where one rank copies at a time in a library whose
+lone copies run at full speed (:func:`waits_per_byte`: Open MPI's chain and
+linear gather): the waiting ranks give it the core.  The node's part of a call
+is a :class:`Load` (:func:`node_load`); :func:`features` gives what each
+parameter is multiplied by, for a prediction and a fit alike.
 
 Cache: when the node's working set (its ranks' buffers, :data:`FOOTPRINT`)
 outgrows the last-level cache, the part ``spill`` beyond it
@@ -70,16 +76,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, NamedTuple, Optional
 
 from ..comm import native
 from ..comm.hierarchical import leaders_algorithm
 from ..comm.native import Schedule
 from ..errors import UsageError
-from .library import choose, waiting
+from .library import choose, copies_alone, waiting
 
-#: Open MPI's chain broadcast fan-out (``coll_tuned_bcast_chain_fanout``, default 4).
-CHAIN_FANOUT = 4
+#: The fan-out Open MPI's chain broadcast runs with by default: 1.  The fixed decision
+#: calls ``bcast_intra_do_this(..., alg, 0, 0)``, and ``ompi_coll_base_topo_build_chain``
+#: turns fan-out 0 into 1 ("forcing to 1 (pipeline)"); ``coll_tuned_bcast_chain_fanout``
+#: (4) applies only to a forced algorithm.  So "chain" and "pipeline" are one chain of
+#: p-1 hops of the whole buffer.
+CHAIN_FANOUT = 1
 #: Open MPI's k-nomial broadcast radix (``coll_tuned_bcast_knomial_radix``, default 4).
 KNOMIAL_RADIX = 4
 
@@ -101,18 +111,9 @@ class Params:
                     or not math.isfinite(value) or value < 0:
                 raise UsageError(f"model parameter {name} must be a number >= 0, not {value!r}")
 
-    def time(self, terms: Schedule, over: float = 0.0, share: float = 1.0,
-             spill: float = 0.0) -> float:
-        """Seconds for ``terms``; ``over`` is the oversubscription (0: none),
-        ``share`` the busy ranks per core (>= 1) that slow copies and
-        reductions, ``spill`` the part of the working set beyond the cache."""
-        moved = terms.bytes + terms.reduced_bytes
-        t = terms.rounds * self.alpha + max(1.0, share) * (
-            terms.bytes * self.beta + terms.reduced_bytes * self.gamma
-            + spill * moved * self.beta_spill)
-        if over > 0:
-            t += over * (terms.rounds * self.alpha_over + moved * self.beta_over)
-        return t
+    def time(self, terms: Schedule, load: Optional["Load"] = None) -> float:
+        """Seconds for ``terms`` on a node loaded as ``load`` says (default: not at all)."""
+        return sum(f * getattr(self, name) for name, f in zip(PARAMETERS, features(terms, load)))
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -124,6 +125,36 @@ class Params:
 
 #: The parameters, in the order of :class:`Params` (and of a fit's columns).
 PARAMETERS = tuple(f.name for f in fields(Params))
+
+
+class Load(NamedTuple):
+    """What the node does to a call besides its terms (:func:`node_load`)."""
+
+    #: the oversubscription: 0 with a core per rank (:data:`OVERSUBSCRIPTION`)
+    over: float = 0.0
+    #: busy ranks per core (>= 1), slowing copies and reductions (:func:`share`)
+    share: float = 1.0
+    #: the part of the working set beyond the last-level cache (:func:`spill`)
+    spill: float = 0.0
+    #: an oversubscribed copy waits for the scheduler per byte (False: one rank
+    #: copies at a time, in a library whose lone copies run at full speed;
+    #: :func:`waits_per_byte`)
+    per_byte: bool = True
+
+
+def features(terms: Schedule, load: Optional[Load] = None) -> tuple[float, ...]:
+    """What each parameter of :data:`PARAMETERS` is multiplied by (a fit's columns)::
+
+        t = rounds·α + share·(bytes·β + reduced·γ + spill·(bytes + reduced)·β_spill)
+            + over·(rounds·α_over + [per_byte]·(bytes + reduced)·β_over)
+    """
+    over, busy, spilled, per_byte = load or Load()
+    busy = max(1.0, busy)
+    moved = terms.bytes + terms.reduced_bytes
+    return (terms.rounds, busy * terms.bytes, busy * terms.reduced_bytes,
+            over * terms.rounds, over * moved if per_byte else 0.0, busy * spilled * moved)
+
+
 #: Bytes a collective's buffers span per rank, in units of the message size:
 #: all-reduce and reduce a send and a receive buffer; broadcast one; gather
 #: one to send, and the root's receive buffer of p of them (2 per rank on average).
@@ -434,8 +465,31 @@ def share(collective: str, algorithm: str, p: int, ranks_per_node: int,
     """Busy ranks per core, at least 1 (1 when ``cores`` is unknown)."""
     if not cores:
         return 1.0
-    busy = ACTIVE.get((native.ALIASES.get(collective, collective), algorithm), lambda q: q)(p)
-    return max(1.0, min(busy, ranks_per_node) / cores)
+    return max(1.0, min(busy_ranks(collective, algorithm, p), ranks_per_node) / cores)
+
+
+def busy_ranks(collective: str, algorithm: str, p: int) -> int:
+    """How many ranks copy or reduce at once (:data:`ACTIVE`; all ``p`` if unlisted)."""
+    return ACTIVE.get((native.ALIASES.get(collective, collective), algorithm), lambda q: q)(p)
+
+
+def waits_per_byte(collective: str, algorithm: str, p: int, library: Optional[str]) -> bool:
+    """Whether an oversubscribed call's copies wait for the scheduler per byte: not
+    when one rank copies at a time (a chain, a linear gather's root) in a library
+    whose lone copies run at full speed while the others wait
+    (:func:`ddlcomm.model.library.copies_alone`: Open MPI)."""
+    return not (busy_ranks(collective, algorithm, p) <= 1 and copies_alone(library))
+
+
+def node_load(collective: str, algorithm: str, p: int, nbytes: float, ranks_on_node: int,
+              setting: "Setting") -> Load:
+    """The :class:`Load` of a call of ``algorithm`` (resolved, not ``library``) on
+    ``p`` ranks, ``ranks_on_node`` of them on one node, in ``setting``."""
+    over = oversubscription(ranks_on_node, setting.cores, waiting_of(setting.library))
+    return Load(over,
+                share(collective, algorithm, p, ranks_on_node, setting.cores) if over > 0 else 1.0,
+                spill(collective, ranks_on_node, nbytes, setting.cache),
+                waits_per_byte(collective, algorithm, p, setting.library))
 
 
 #: Composite algorithms priced from other entries (see :func:`time`).
@@ -512,15 +566,13 @@ def time(collective: str, algorithm: str, p: int, nbytes: float, params: Params,
     if collective == "ps":
         return ps_step_time(algorithm, p, nbytes, params, setting)
     per_node = setting.ranks_per_node or (min(p, setting.cores) if setting.cores else p)
-    over = oversubscription(min(per_node, p), setting.cores, waiting_of(setting.library))
     if algorithm == "hierarchical":
         if collective != "allreduce":
             raise UsageError("the hierarchical algorithm is an all-reduce")
         return hierarchical_time(p, nbytes, params, setting)
     name, kw = resolve(collective, algorithm, p, nbytes, setting)
-    busy = share(collective, name, p, min(per_node, p), setting.cores) if over > 0 else 1.0
-    return params.time(terms(collective, name, p, nbytes, **kw), over, busy,
-                       spill(collective, min(per_node, p), nbytes, setting.cache))
+    return params.time(terms(collective, name, p, nbytes, **kw),
+                       node_load(collective, name, p, nbytes, min(per_node, p), setting))
 
 
 def hierarchical_time(p: int, nbytes: float, intra: Params, setting: Setting) -> float:
@@ -534,18 +586,16 @@ def hierarchical_time(p: int, nbytes: float, intra: Params, setting: Setting) ->
     g = max(1, min(g, p))
     nodes = math.ceil(p / g)
     inter = setting.inter or intra
-    over = oversubscription(g, setting.cores, waiting_of(setting.library))
-    busy = max(1.0, g / setting.cores) if over > 0 else 1.0
+    inside = node_load("allreduce", "shm", g, nbytes, g, setting)
     reduce_in, fan_out = allreduce_shm_phases(g, nbytes)
-    inside = spill("allreduce", g, nbytes, setting.cache)
-    t = intra.time(reduce_in, over, busy, inside) + intra.time(fan_out, over, busy, inside)
+    t = intra.time(reduce_in, inside) + intra.time(fan_out, inside)
     if nodes > 1:
         leaders = setting.leaders_algorithm
         if leaders == "auto":                     # comm/hierarchical.py's rule
             leaders = leaders_algorithm(nbytes)
         name, kw = resolve("allreduce", leaders, nodes, nbytes, setting)
         t += inter.time(terms("allreduce", name, nodes, nbytes, **kw),
-                        spill=spill("allreduce", 1, nbytes, setting.cache))
+                        Load(spill=spill("allreduce", 1, nbytes, setting.cache)))
     return t
 
 

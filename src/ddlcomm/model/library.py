@@ -14,9 +14,10 @@ generated ... using the ompi-collectives-tuning package" (2020):
 ``ompi_coll_tuned_gather_intra_dec_fixed``.  Sizes are ``total_dsize`` = the
 per-rank buffer in bytes (a gather: one rank's contribution), compared with
 ``<``; rank counts with ``communicator_size <``.  Algorithms run with
-``do_this(..., 0, 0)``: no segmentation and default fan-out (chain 4, k-nomial
-radix 4), so ``pipeline`` is one unsegmented chain and ``segmented_ring`` the
-ring.  ``ompi_info --param coll tuned --level 9`` lists the algorithm numbers.
+``do_this(..., 0, 0)``: no segmentation, and fan-out 0, which
+``ompi_coll_base_topo_build_chain`` turns into 1, so ``chain`` and ``pipeline``
+are both one unsegmented chain of p-1 hops (the k-nomial radix is its own
+parameter, 4), and ``segmented_ring`` the ring.  ``ompi_info --param coll tuned --level 9`` lists the algorithm numbers.
 
 **MPICH 4.x/5.x** generic collective selection, ``src/mpi/coll/
 coll_selection.json`` (``MPIR_Csel``): allreduce is recursive doubling for
@@ -179,6 +180,27 @@ def waiting(library: Optional[str]) -> str:
         return "sleep"
     low = library.lower()
     return next((w for key, w in WAITING.items() if low.startswith(key)), "sleep")
+
+
+#: Whether a rank that copies by itself, while the others wait, runs at full speed
+#: when the ranks outnumber the cores (the per-byte wait of
+#: :func:`ddlcomm.model.costs.waits_per_byte` is then left out).  Open MPI: yes.
+#: Its receiver takes a large message on one node in one single copy
+#: (``btl/sm`` with ``smsc/cma``) and its waiting ranks yield, and on the 2-core
+#: machine its 4-rank chain broadcast (3 hops, one copying at a time) took
+#: 2.4-3.0x a 2-rank broadcast from 1 MiB up: the hops at the speed of one
+#: alone.  MPICH and Gloo: no; their lone copies at 3 ranks did wait per byte
+#: there (pricing them as Open MPI's took MPICH's 4-rank broadcast error from 12%
+#: to 36%).
+COPIES_ALONE = {"open mpi": True, "mpich": False, "gloo": False}
+
+
+def copies_alone(library: Optional[str]) -> bool:
+    """``library``'s :data:`COPIES_ALONE` (False when unknown or not given)."""
+    if not library:
+        return False
+    low = library.lower()
+    return next((v for key, v in COPIES_ALONE.items() if low.startswith(key)), False)
 
 
 def _no_rule(library: str, collective: str, table) -> UsageError:

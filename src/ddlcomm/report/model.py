@@ -101,6 +101,29 @@ def render_fit(fit, residuals: bool = False) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
+def render_tuning(table: Mapping[str, Any]) -> str:
+    """A tuning table (``comm/tuning.build``): per library, collective and rank count,
+    the bands of ``auto``, then each measured size's winner and its margin over the
+    library's own collective where it was measured."""
+    lines = []
+    for t in table["tables"]:
+        bands = ", ".join(f"{format_size(start) if start else '0'}+: {alg}"
+                          for start, alg in t["bands"])
+        lines.append(f"{t['library']} {t['collective']}, {t['ranks']} ranks: {bands}")
+    rows = []
+    for t in table["tables"]:
+        for size in t["sizes"]:
+            us = size["us"]
+            lib = us.get("library")
+            rows.append([t["library"], t["collective"], str(t["ranks"]), format_size(size["bytes"]),
+                         size["best"], format_us(us[size["best"]]),
+                         format_us(lib) if lib is not None else "-",
+                         f"{lib / us[size['best']]:.2f}x" if lib else "-"])
+    table_text = format_table(["library", "collective", "ranks", "bytes", "fastest", "us",
+                               "library us", "gain"], rows)
+    return "\n".join(lines) + "\n\n" + table_text
+
+
 def render_predictions(rows: Sequence[Mapping[str, Any]]) -> str:
     headers = ["collective", "algorithm", "ran_as", "ranks", "size", "time_us", "algbw_GB/s"]
     out = []

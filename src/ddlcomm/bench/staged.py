@@ -11,25 +11,19 @@ bandwidth measured alone in the same run.
 """
 from __future__ import annotations
 
-from ..collectives import get_collective
-from ..dtypes import get_dtype, get_op
 from ..measure import timing
 from ..measure.checks import verdict
 from ..measure.records import backend_facts, make_record
 from ..workloads.paths import get_path
 from .buffers import PointBuffers
-from .plan import BenchPlan, PointSpec
+from .plan import BenchPlan, CollectivePoint, PointSpec
 
 
 def measure_staged(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     """Check and time one collective along ``spec.path``; rank 0 returns a record per phase."""
-    coll = get_collective(spec.name)
-    dtype = get_dtype(plan.dtype)
-    op = get_op(plan.op) if coll.reduces else None
-    count = coll.count_for(spec.nbytes, dtype, comm.size)
-    in_place = plan.in_place and coll.in_place_ok
-    with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:
-        path = get_path(spec.path).open(comm, plan, bufs.alloc, server=False)
+    coll, dtype, op, count, in_place = CollectivePoint.of(plan, spec, comm.size)
+    with PointBuffers(plan.memory, plan.hbw_fallback) as bufs, \
+            get_path(spec.path).open(comm, plan, bufs.alloc, server=False) as path:
         side = path.side
         send, recv = coll.buffers(dtype, count, comm.rank, comm.size, op, plan.root, in_place)
         dsend = side.alloc(dtype, send.size)
@@ -55,7 +49,6 @@ def measure_staged(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
         times, iterations, warmup = timing.calibrate(
             comm, timing.phases(comm, stage.run, len(phases)), plan.budget_s, plan.iters,
             plan.warmup)
-        path.close()
     facts = backend_facts(comm)
     return _records(comm, coll, dtype, op, count, times, phases, plan.root, in_place,
                     iterations, warmup, check, {**path.facts, **facts, "path": spec.path})

@@ -30,11 +30,8 @@ class AllreduceWorkload:
 
     def measure(self, comm, plan, spec, alloc) -> list[dict]:
         dtype, counts = base.counts(plan, spec.nbytes)
-        path = get_path(spec.path).open(comm, plan, alloc, server=False)
-        try:
+        with get_path(spec.path).open(comm, plan, alloc, server=False) as path:
             return self._measure(comm, plan, spec, path, dtype, counts)
-        finally:
-            path.close()
 
     def _measure(self, comm, plan, spec, path, dtype, counts) -> list[dict]:
         side = path.side

@@ -50,11 +50,8 @@ class PSSync:
 
     def measure(self, comm, plan, spec, alloc) -> list[dict]:
         dtype, counts = _prepare(self.name, comm, plan, spec)
-        path = get_path(spec.path).open(comm, plan, alloc, server=True)
-        try:
+        with get_path(spec.path).open(comm, plan, alloc, server=True) as path:
             return self._measure(comm, plan, spec, path, dtype, counts)
-        finally:
-            path.close()
 
     def _measure(self, comm, plan, spec, path, dtype, counts) -> list[dict]:
         p, server, side = comm.size, comm.rank == 0, path.side

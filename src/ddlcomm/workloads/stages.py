@@ -58,7 +58,9 @@ def run_stages(stages: Sequence[Stage]) -> list[float]:
 
 
 class PathRun:
-    """A path opened in one rank: where its data lives, and its collectives as stages."""
+    """A path opened in one rank: where its data lives, and its collectives as stages.
+
+    A context manager: leaving the ``with`` block closes it (frees what it allocated)."""
 
     def __init__(self, side: Side, facts: Optional[dict] = None) -> None:
         self.side = side
@@ -72,6 +74,11 @@ class PathRun:
     def close(self) -> None:
         """Free what the path allocated for the point."""
 
+    def __enter__(self) -> "PathRun":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class DataPath:

@@ -110,3 +110,25 @@ def test_failing_rank_ends_the_job(mpi, tmp_path, fault):
         sizes = [b for (b,) in con.execute("select bytes from points order by seq")]
     assert status == "failed" and error
     assert sizes == [4 * 2 ** k for k in range(12)]      # 4B .. 8KiB kept
+
+
+def test_auto_follows_a_tuning_table(mpi, tmp_path):
+    """--algorithm auto --tuning FILE: the table's choice where it has this library,
+    collective and rank count (recorded as auto_by), the rules elsewhere."""
+    from ddlcomm.comm import tuning
+    library = "Open MPI" if mpi.name == "openmpi" else "MPICH"
+    table = tmp_path / "tune.json"
+    table.write_text(json.dumps({"format": tuning.FORMAT, "version": tuning.VERSION, "tables": [
+        {"library": library, "collective": "allreduce", "ranks": 2,
+         "bands": [[0, "ring"], [65536, "rhd"]]}]}))
+    db = tmp_path / "t.db"
+    res = _bench(mpi, ["--collective", "allreduce,broadcast", "--algorithm", "auto",
+                       "--tuning", str(table), "--sizes", "1KiB,1MiB", "--ranks", "2",
+                       "--iters", "5", "--form", "buffer"], db)
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = {(p["collective"], p["bytes"]): (p["algorithm_run"], p.get("auto_by"))
+           for p in _export(mpi, db)}
+    by_table = f"tuning {table}"
+    assert got == {("allreduce", 1024): ("ring", by_table), ("allreduce", 1 << 20): ("rhd", by_table),
+                   ("broadcast", 1024): ("library", "rules"),
+                   ("broadcast", 1 << 20): ("library", "rules")}

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Optional
+from pathlib import Path
+from typing import NamedTuple, Optional
 
 from .. import memory
 from ..kernels import device as kernels_device
 from ..collectives import COLLECTIVES, Collective, check_in_place, get_collective
-from ..comm import algorithms, device, registry
+from ..comm import algorithms, device, registry, tuning
 from ..dtypes import DType, ReduceOp, check_whole, get_dtype, get_op
 from ..errors import UnsupportedError, UsageError
 from ..units import (MAX_ITERS, format_size, parse_list, parse_positive_int, parse_seconds,
@@ -51,6 +52,22 @@ class PointSpec:
         return f"{self.name} ({where}{how}{self.form}, {format_size(self.nbytes)})"
 
 
+class CollectivePoint(NamedTuple):
+    """A collective point resolved for a communicator of ``size`` ranks: what it calls."""
+
+    coll: Collective
+    dtype: DType
+    op: Optional[ReduceOp]      # None: the collective does not reduce
+    count: int                  # elements per call (the collective's count for the bytes)
+    in_place: bool
+
+    @classmethod
+    def of(cls, plan: "BenchPlan", spec: PointSpec, size: int) -> "CollectivePoint":
+        coll, dtype = get_collective(spec.name), get_dtype(plan.dtype)
+        return cls(coll, dtype, get_op(plan.op) if coll.reduces else None,
+                   coll.count_for(spec.nbytes, dtype, size), plan.in_place and coll.in_place_ok)
+
+
 @dataclass
 class BenchPlan:
     """The resolved options of one ``ddlcomm bench`` run."""
@@ -70,6 +87,7 @@ class BenchPlan:
     memory: Optional[str] = None          # None: NumPy's allocator; else a ddlcomm.memory kind
     hbw_fallback: Optional[str] = None
     kind_cache: bool = True               # device buffers' kinds looked up once (on) or every call
+    tuning: Optional[str] = None          # a measured table for --algorithm auto (comm/tuning.py)
     containers: int = 0                   # 0: ranks on the host, no containers
     bind: str = "none"
     in_place: bool = False
@@ -244,6 +262,7 @@ class BenchOptions:
     timeout: str
     root: str
     tag: Optional[str]
+    tuning: Optional[str] = None
 
 
 def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
@@ -270,11 +289,20 @@ def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
         warmup=parse_positive_int(o.warmup, "--warmup", 0, MAX_ITERS) if o.warmup is not None else None,
         budget_s=parse_seconds(o.budget, "--budget"),
         timeout_s=parse_seconds(o.timeout, "--timeout"),
-        root=parse_positive_int(o.root, "--root", 0),
+        root=parse_positive_int(o.root, "--root", 0), tuning=_tuning(o.tuning),
         extra={"tag": o.tag} if o.tag else {})
     check(plan)
     check_kind_cache(plan, o.kind_cache)
     return plan
+
+
+def _tuning(path: Optional[str]) -> Optional[str]:
+    """``--tuning``: the table's absolute path, read and checked now (UsageError if bad)."""
+    if path is None:
+        return None
+    full = str(Path(path).expanduser().resolve())
+    tuning.load(full)
+    return full
 
 
 def _targets(o: BenchOptions, dtype: DType, op: ReduceOp) -> tuple[list[str], list[str]]:

@@ -17,10 +17,9 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import kernels
-from ..collectives import get_collective
-from ..comm import algorithms
+from ..comm import algorithms, tuning
 from ..comm.shm import same_node
-from ..dtypes import get_dtype, get_op
+from ..dtypes import get_dtype
 from ..errors import RankFailure, UnsupportedError
 from ..launch.placement import format_cpulist, split_ranks, transport
 from ..measure import timing
@@ -33,7 +32,7 @@ from ..workloads import get_workload
 from ..workloads.paths import PATHS
 from .buffers import PointBuffers
 from .cimpl import measure_c
-from .plan import BenchPlan, PointSpec
+from .plan import BenchPlan, CollectivePoint, PointSpec
 from .staged import measure_staged
 from .watchdog import Watchdog
 
@@ -43,16 +42,15 @@ PROGRESS_ENV = "DDLCOMM_PROGRESS"
 
 def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     """Check, warm up and time one collective; rank 0 returns its record."""
-    coll = get_collective(spec.name)
-    dtype = get_dtype(plan.dtype)
-    op = get_op(plan.op) if coll.reduces else None
-    count = coll.count_for(spec.nbytes, dtype, comm.size)
-    in_place = plan.in_place and coll.in_place_ok
+    coll, dtype, op, count, in_place = CollectivePoint.of(plan, spec, comm.size)
     algorithm = spec.algorithm
     extra: dict[str, Any] = {}
     if algorithm != "library":
-        algorithm = algorithms.resolve(spec.name, algorithm, count * dtype.itemsize, comm.size,
-                                       one_node=same_node(comm))
+        algorithm, by = algorithms.decide(
+            spec.name, algorithm, count * dtype.itemsize, comm.size, one_node=same_node(comm),
+            tuning=tuning.load(plan.tuning) if plan.tuning else None, library=comm.library)
+        if by != "asked":
+            extra["auto_by"] = by if by == "rules" else f"tuning {plan.tuning}"
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:
         if algorithm != "library" and not bufs.on_device:     # device: the call says (facts)
             reducer = algorithms.kernel(algorithm, op, dtype.numpy)

@@ -58,6 +58,10 @@ def add_parser(sub) -> None:
                         "binomial, linear, ...; buffer form); NAME+numpy or NAME+c picks the "
                         "reduction kernel (default: the compiled one), on --memory device "
                         "NAME+torch or NAME+cupy (default torch); default library")
+    b.add_argument("--tuning", metavar="FILE",
+                   help="a table of `ddlcomm model tune` (what was fastest on this machine): "
+                        "--algorithm auto runs its choice where it has the library, collective "
+                        "and rank count, else its rules; recorded with each point as auto_by")
     b.add_argument("--impl", help="implementations side by side, a comma list of c (the C "
                                   "reference, same protocol and buffers), buffer, object; "
                                   "instead of --form")

@@ -1,4 +1,4 @@
-"""``ddlcomm model calibrate|predict|ssgd|report``: parse, check, delegate.
+"""``ddlcomm model calibrate|predict|ssgd|report|tune``: parse, check, delegate.
 
 The model itself (``model/``) is pure: this module reads the stored points and
 the option files, and ``report/model.py`` renders what the model computes.
@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..comm import tuning
 from ..dtypes import get_dtype
 from ..errors import UsageError
 from ..machine.cpus import last_level_cache
@@ -113,10 +114,11 @@ def add_parser(sub) -> None:
                        description=(
                            "Performance models: α-β-γ costs of collectives fitted to stored "
                            "points (calibrate), predicted for any size and rank count "
-                           "(predict), Shi and Chu's S-SGD iteration model (ssgd), and a "
-                           "report page (report)."))
+                           "(predict), Shi and Chu's S-SGD iteration model (ssgd), a "
+                           "report page (report), and the table of what was fastest here for "
+                           "`bench --algorithm auto --tuning` (tune)."))
     msub = m.add_subparsers(dest="model_command", metavar="ACTION", parser_class=_Parser)
-    for add in (_add_calibrate, _add_predict, _add_ssgd, _add_report):
+    for add in (_add_calibrate, _add_predict, _add_ssgd, _add_report, _add_tune):
         add(msub)
 
 
@@ -168,6 +170,25 @@ def _add_calibrate(msub) -> None:
     c.add_argument("--out", metavar="FIT.json", help="write the fit here")
     c.add_argument("--residuals", action="store_true", help="print every point's residual")
     c.add_argument("--json", action="store_true", help="print the fit as JSON")
+
+
+def _add_tune(msub) -> None:
+    """``model tune``'s options."""
+    t = msub.add_parser("tune", help="what was fastest here, per size: a table for "
+                                     "`bench --algorithm auto --tuning FILE`",
+                        description=(
+                            "From runs that measured several algorithms side by side "
+                            "(`ddlcomm bench --algorithm library,ring,rhd,shm`), the fastest "
+                            "at each size (each by its fastest run's average), per library, "
+                            "collective and rank count, as bands that `--algorithm auto` "
+                            "follows when `bench --tuning FILE` names the table."))
+    t.add_argument("--db", action="append", metavar="PATH",
+                   help="results database (repeat for several; default: the default database)")
+    t.add_argument("--run", help="only these run ids (comma list; with several --db: in each)")
+    _add_selection(t, "the points")
+    t.add_argument("--collective", help="only these collectives (comma list)")
+    t.add_argument("--out", metavar="TUNING.json", required=True, help="write the table here")
+    t.add_argument("--json", action="store_true", help="print the table as JSON")
 
 
 def _add_predict(msub) -> None:
@@ -247,7 +268,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     """The ``model`` command: one of :data:`ACTIONS`."""
     action = getattr(args, "model_command", None)
     if action is None:
-        raise UsageError("ddlcomm model: say what to do", "calibrate, predict, ssgd or report")
+        raise UsageError("ddlcomm model: say what to do", "calibrate, predict, ssgd, report or tune")
     return ACTIONS[action](args)
 
 
@@ -396,6 +417,19 @@ def cmd_report(args) -> int:
 
 
 #: action -> its handler
+def cmd_tune(args) -> int:
+    out = writable_file(Path(args.out).expanduser().resolve(), "--out")
+    table = tuning.build(_load_points(args), source={
+        "databases": [str(p) for p in _db_paths(args)],
+        "command": "ddlcomm model " + " ".join(sys.argv[2:])})
+    out.write_text(json.dumps(table, indent=1) + "\n")
+    print(json.dumps(table, indent=1) if args.json else view.render_tuning(table))
+    print(f"tuning table: {out} (use: ddlcomm bench --algorithm auto --tuning {out})",
+          file=sys.stderr)
+    return 0
+
+
 ACTIONS: dict[str, Callable[[argparse.Namespace], int]] = {
     "calibrate": cmd_calibrate, "predict": cmd_predict, "ssgd": cmd_ssgd, "report": cmd_report,
+    "tune": cmd_tune,
 }

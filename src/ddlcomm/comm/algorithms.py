@@ -6,8 +6,9 @@ collective), the native algorithms over point-to-point
 through shared memory (:data:`SHARED_MEMORY`: ``shm`` inside one node,
 ``hierarchical`` across nodes), and ``auto``.
 
-``auto`` picks per collective, size and rank count, from what we measured
-on our machine and the cost model.  With every rank on one node and the
+``auto`` picks per collective, size and rank count: from a measured table of
+this machine where one is given (:mod:`ddlcomm.comm.tuning`, ``bench
+--tuning``), else from what we measured on our machine and the cost model.  With every rank on one node and the
 pipelined shm all-reduce built (:func:`ddlcomm.comm.shm.pipelines`), the
 all-reduce runs ``shm`` from ``SHM_MIN_BYTES`` up and the library's below
 (docs/benchmarks.md, "The pipelined shm all-reduce").  Across nodes: below
@@ -35,6 +36,7 @@ from ..errors import UsageError
 from ..kernels import reducer
 from ..lazy import load
 from . import device, native, shm
+from .tuning import Tuning
 
 #: From this size up ``auto`` uses ddlcomm's all-reduce (ring or rhd).
 RING_MIN_BYTES = 1 << 20
@@ -112,15 +114,35 @@ def kernel(algorithm: str, op: Optional[ReduceOp], dtype) -> Optional[Callable]:
     return reducer(op.name if not op.divide_by_ranks else "sum", dtype, split(algorithm)[1])
 
 
-def resolve(collective: str, algorithm: str, nbytes: int, nranks: int = 2, one_node: bool = False) -> str:
-    """``auto`` made concrete for this size and rank count (the same on every rank);
-    a kernel suffix is kept.  ``one_node``: every rank runs on one node."""
+def resolve(collective: str, algorithm: str, nbytes: int, nranks: int = 2, one_node: bool = False,
+            tuning: Optional[Tuning] = None, library: Optional[str] = None) -> str:
+    """``auto`` made concrete for this size and rank count (the same on every rank):
+    :func:`decide`'s algorithm."""
+    return decide(collective, algorithm, nbytes, nranks, one_node, tuning, library)[0]
+
+
+def decide(collective: str, algorithm: str, nbytes: int, nranks: int = 2, one_node: bool = False,
+           tuning: Optional[Tuning] = None, library: Optional[str] = None) -> tuple[str, str]:
+    """(the algorithm, what chose it: ``asked``, ``tuning`` or ``rules``).
+
+    ``auto`` takes the measured choice of ``tuning`` for ``library``'s
+    ``collective`` at ``nranks`` where the table has it, else :func:`choose_auto`'s;
+    a kernel suffix is kept on ddlcomm's own algorithms (the library's has none).
+    ``one_node``: every rank runs on one node."""
     base, suffix = split(algorithm)
     if base != "auto":
-        return algorithm
-    pipelined = one_node and get_collective(collective).reduces and shm.pipelines(
-        reducer("sum", "float32", suffix))
-    return choose_auto(collective, nbytes, nranks, pipelined) + algorithm[len(base):]
+        return algorithm, "asked"
+    choice = tuning.choose(library, collective, nranks, nbytes) if tuning is not None else None
+    by = "tuning" if choice is not None else "rules"
+    if choice is None:
+        pipelined = one_node and get_collective(collective).reduces and shm.pipelines(
+            reducer("sum", "float32", suffix))
+        choice = choose_auto(collective, nbytes, nranks, pipelined)
+    if split(choice)[0] == "library":
+        return "library", by
+    if KERNEL_SEP in choice:                    # the table measured that kernel
+        return choice, by
+    return choice + algorithm[len(base):], by
 
 
 def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[ReduceOp],

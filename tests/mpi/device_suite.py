@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-import traceback
 
 import ml_dtypes
 import numpy as np
@@ -33,7 +32,7 @@ import ddlcomm
 from ddlcomm.comm import device as dev
 from ddlcomm.comm.device.peers import shared_tensor
 from ddlcomm.dtypes import get_op
-from suite_end import conclude
+from suite_kit import Checks, conclude, data, guarded, reference
 
 DTYPES = ("float32", "float16", "bfloat16", "int32")
 OPS = ("sum", "prod", "min", "max", "avg")
@@ -48,19 +47,6 @@ TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.b
          "int32": torch.int32}
 
 
-def data(rank: int, count: int, dtype: str, op: str, salt: int) -> np.ndarray:
-    """Small integers (1 or 2 for prod): exact in every dtype and order of reduction."""
-    rng = np.random.default_rng(7919 * rank + salt)
-    return rng.integers(1, 3 if op == "prod" else 20, size=count).astype(NP[dtype])
-
-
-def reference(op: str, arrays: list) -> np.ndarray:
-    stack = np.stack([a.astype(np.float64) for a in arrays]) if arrays[0].size \
-        else np.zeros((len(arrays), 0))
-    return {"sum": stack.sum(0), "prod": stack.prod(0), "min": stack.min(0),
-            "max": stack.max(0), "avg": stack.sum(0) / len(arrays)}[op]
-
-
 def to_host(t) -> np.ndarray:
     t = t.detach().cpu()
     if t.dtype == torch.bfloat16:
@@ -68,17 +54,10 @@ def to_host(t) -> np.ndarray:
     return t.numpy()
 
 
-class Suite:
+class Suite(Checks):
     def __init__(self, comm, device: str) -> None:
-        self.comm, self.device = comm, device
-        self.failures: list[str] = []
-        self.cases = 0
-        self.salt = 0
-
-    def check(self, name: str, ok: bool) -> None:
-        self.cases += 1
-        if not ok:
-            self.failures.append(f"rank {self.comm.rank}: {name}")
+        super().__init__(comm)
+        self.device = device
 
     def tensor(self, host: np.ndarray, dtype: str, mappable: bool):
         """A tensor holding ``host``: CUDA memory, or a CPU tensor (in /dev/shm when peers map it)."""
@@ -96,9 +75,9 @@ class Suite:
     def one(self, coll: str, alg: str, transport: str, dtype: str, op: str, count: int,
             in_place: bool, cache: bool) -> None:
         comm, p = self.comm, self.comm.size
-        self.salt += 1
-        root = (self.salt % p) if coll != "allreduce" else 0
-        inputs = [data(r, count, dtype, op, self.salt) for r in range(p)]
+        salt = self.next_salt()
+        root = (salt % p) if coll != "allreduce" else 0
+        inputs = [data(r, count, NP[dtype], op, salt) for r in range(p)]
         mappable = transport == "ipc"
         send = self.tensor(inputs[comm.rank], dtype, mappable)
         recv = send if in_place else self.tensor(np.full(count, 99, NP[dtype]), dtype, mappable)
@@ -209,12 +188,7 @@ def main() -> int:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", comm.rank)) %
                               torch.cuda.device_count())
     start = time.perf_counter()
-    try:
-        suite = run(comm, args.device)
-    except Exception:
-        traceback.print_exc()
-        sys.stderr.flush()
-        comm.abort(2)
+    suite = guarded(comm, lambda: run(comm, args.device))
     elapsed = time.perf_counter() - start
     return conclude(comm, suite.failures,
                     lambda n, cases: f"{comm.library} {comm.library_version}: {comm.size} ranks, "

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import sys
 import time
-import traceback
 
 import numpy as np
 
 import ddlcomm
 from ddlcomm.dtypes import DTYPES
 
-from rank_suite import close, data, reference
-from suite_end import conclude
+from rank_suite import close
+from suite_kit import conclude, data, guarded, reference
 
 COUNTS = (0, 1, 7, 1000)
 OPS = ("sum", "avg", "max")
@@ -42,7 +41,7 @@ def run_cases(comm) -> list[str]:
                 for in_place in (False, True):
                     salt += 1
                     mine = data(rank, count, dtype, op, salt)
-                    want = reference(op, [data(r, count, dtype, op, salt) for r in range(p)], dtype)
+                    want = reference(op, [data(r, count, dtype, op, salt) for r in range(p)]).astype(dtype)
                     kept = mine.copy()
                     out = mine if in_place else np.zeros(count, dtype)
                     req = comm.iallreduce(mine, out, op=op)
@@ -73,11 +72,7 @@ def main() -> int:
     parser.add_argument("--backend", default="mpi")
     args = parser.parse_args()
     comm = ddlcomm.init(args.backend)
-    try:
-        failures = run_cases(comm)
-    except Exception:
-        traceback.print_exc()
-        comm.abort(2)
+    failures = guarded(comm, lambda: run_cases(comm))
     return conclude(comm, failures, lambda n, _: f"{comm.library} {comm.library_version}: "
                                                  f"iallreduce {comm.size} ranks, {n} failures")
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import sys
 import time
-import traceback
 from typing import Optional
 
 import numpy as np
@@ -32,7 +31,7 @@ import ddlcomm
 from ddlcomm.comm import native
 from ddlcomm.dtypes import DTYPES, OPS
 from ddlcomm.errors import UsageError
-from suite_end import conclude
+from suite_kit import Checks, conclude, data, guarded, is_float, reference
 
 COUNTS = (0, 1, 7, 13)
 BIG = 1_000_003
@@ -62,29 +61,10 @@ def eps(dtype) -> float:
         return float(ml_dtypes.finfo(dtype).eps)
 
 
-def is_float(dtype) -> bool:
-    return np.dtype(dtype).kind == "f" or np.dtype(dtype).name == "bfloat16"
-
-
-def data(rank: int, count: int, dtype, op: str, salt: int) -> np.ndarray:
-    """Small integers (1 or 2 for prod): exact in every dtype and reduction order."""
-    rng = np.random.default_rng(7919 * rank + salt)
-    hi = 3 if op == "prod" else 20
-    return rng.integers(1, hi, size=count).astype(dtype)
-
-
 def floats(rank: int, count: int, dtype, salt: int) -> np.ndarray:
     """Non-integer values in [-1, 1), exactly representable in ``dtype``."""
     rng = np.random.default_rng(104729 * rank + salt)
     return rng.uniform(-1, 1, size=count).astype(dtype)
-
-
-def reference(op: str, arrays: list[np.ndarray]) -> np.ndarray:
-    """The exact result in float64 / int64 (not yet rounded to the dtype)."""
-    wide = np.float64 if is_float(arrays[0].dtype) else np.int64
-    stack = np.stack(arrays).astype(wide) if arrays[0].size else np.zeros((len(arrays), 0), wide)
-    return {"sum": stack.sum(0), "prod": stack.prod(0), "min": stack.min(0),
-            "max": stack.max(0), "avg": stack.sum(0) / len(arrays)}[op]
 
 
 def matches(got, want_wide: np.ndarray, dtype, tol: Optional[np.ndarray] = None) -> bool:
@@ -104,22 +84,7 @@ def sentinel(count: int, dtype) -> np.ndarray:
     return out
 
 
-class Suite:
-    def __init__(self, comm) -> None:
-        self.comm = comm
-        self.failures: list[str] = []
-        self.cases = 0
-        self.salt = 0
-
-    def check(self, name: str, ok: bool) -> None:
-        self.cases += 1
-        if not ok:
-            self.failures.append(f"rank {self.comm.rank}: {name}")
-
-    def next_salt(self) -> int:
-        self.salt += 1
-        return self.salt
-
+class Suite(Checks):
     # -------------------------------------------------------------- collectives
     def allreduce(self, fn, label, kw, dtype, op, count, shape=None) -> None:
         comm, p, rank = self.comm, self.comm.size, self.comm.rank
@@ -341,12 +306,7 @@ def main() -> int:
     only = args.dtypes.split(",") if args.dtypes else None
     comm = ddlcomm.init(args.backend)
     start = time.perf_counter()
-    try:
-        suite = run(comm, only)
-    except Exception:
-        traceback.print_exc()
-        sys.stderr.flush()
-        comm.abort(2)
+    suite = guarded(comm, lambda: run(comm, only))
     elapsed = time.perf_counter() - start
     return conclude(comm, suite.failures,
                     lambda n, cases: f"{comm.library} {comm.library_version}: {comm.size} ranks, "

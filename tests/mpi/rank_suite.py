@@ -14,29 +14,15 @@ when every case passed on every rank, 1 otherwise (rank 0 lists the failures).
 from __future__ import annotations
 
 import sys
-import traceback
 
 import numpy as np
 
 import ddlcomm
 from ddlcomm.dtypes import DTYPES, OPS
 from ddlcomm.errors import UnsupportedError
-from suite_end import conclude
+from suite_kit import conclude, data, guarded, reference
 
 COUNTS = (0, 1, 7)          # per-rank (or per-block) element counts: zero, one, odd
-
-
-def data(rank: int, count: int, dtype, op: str, salt: int) -> np.ndarray:
-    rng = np.random.default_rng(1000 * rank + salt)
-    hi = 3 if op == "prod" else 20
-    return rng.integers(1, hi, size=count).astype(dtype)
-
-
-def reference(op: str, arrays: list[np.ndarray], dtype) -> np.ndarray:
-    stack = np.stack(arrays).astype(np.float64 if np.dtype(dtype).kind == "f" else np.int64)
-    out = {"sum": stack.sum(0), "prod": stack.prod(0), "min": stack.min(0),
-           "max": stack.max(0), "avg": stack.sum(0) / len(arrays)}[op]
-    return out.astype(dtype)
 
 
 def close(a, b, dtype) -> bool:
@@ -171,7 +157,7 @@ def run_cases(comm) -> Cases:
                 salt += 1
                 mine = data(rank, count, dtype, opname, salt)
                 every = [data(r, count, dtype, opname, salt) for r in range(p)]
-                want = reference(opname, every, dtype)
+                want = reference(opname, every).astype(dtype)
                 t = f"{tag} op={opname}"
                 case(f"allreduce buffer {t}", "allreduce",
                      lambda: close(comm.allreduce(mine, op=opname), want, dtype))
@@ -213,7 +199,7 @@ def run_cases(comm) -> Cases:
                     case(f"reduce object {t} root={root}", "reduce", reduce_object)
                 bm = data(rank, count * p, dtype, opname, salt)
                 be = [data(r, count * p, dtype, opname, salt) for r in range(p)]
-                want = reference(opname, be, dtype)[rank * count:(rank + 1) * count]
+                want = reference(opname, be).astype(dtype)[rank * count:(rank + 1) * count]
                 case(f"reduce_scatter buffer {t}", "reduce_scatter",
                      lambda: close(comm.reduce_scatter(bm, op=opname), want, dtype))
                 case(f"reduce_scatter bound {t}", "reduce_scatter",
@@ -266,11 +252,7 @@ def main() -> int:
         from ddlcomm.comm import objects
         objects.CHUNK_BYTES = args.chunk
     comm = ddlcomm.init(args.backend)
-    try:
-        cases = run_cases(comm)
-    except Exception:
-        traceback.print_exc()
-        comm.abort(2)
+    cases = guarded(comm, lambda: run_cases(comm))
     def summary(n: int, skips: list) -> str:
         lines = [f"skipped: {key}" for key in sorted({k for sk in skips for k in sk})]
         return "\n".join(lines + [f"{comm.library} {comm.library_version}: {comm.size} ranks, "

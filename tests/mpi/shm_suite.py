@@ -21,7 +21,7 @@ from ddlcomm import memory
 from ddlcomm.comm import hierarchical, shm
 from ddlcomm.dtypes import DTYPES, OPS
 from ddlcomm.kernels import reducer
-from suite_end import conclude
+from suite_kit import conclude
 
 COUNTS = (0, 1, 7, 13, 10007)
 #: float32 elements above the leaders' ring threshold (1 MiB), not divisible by 2..5.

@@ -29,7 +29,7 @@ from ddlcomm.dtypes import DTYPES, get_op
 from ddlcomm.measure.calls import prepare
 from ddlcomm.memory.gpu import copy_in, copy_out
 from ddlcomm.workloads import get_workload, paths
-from suite_end import conclude
+from suite_kit import conclude
 
 SIZES = (4, 4096, 1 << 20)
 

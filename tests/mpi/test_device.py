@@ -30,5 +30,5 @@ def test_device_algorithms_on_cpu_stand_ins_under_mpi(mpi, nranks):
 @pytest.mark.mpi
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_device_algorithms_on_cpu_stand_ins_over_gloo(gloo, nranks, tmp_path):
-    out = gloo_suite(gloo, nranks, SUITE, tmp_path, 300, mpich_ranks=(3,))
+    out = gloo_suite(gloo, nranks, SUITE, tmp_path, 300, mpich_ranks=())
     assert f"{nranks} ranks, 0 failures" in out and out.startswith("Gloo torch "), out

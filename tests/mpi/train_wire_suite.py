@@ -20,7 +20,7 @@ from ddlcomm.train.device import placed
 from ddlcomm.train.loop import run_config
 from ddlcomm.train.wire import StagedWire
 
-from suite_end import conclude
+from suite_kit import conclude
 
 CONFIGS = [TrainConfig("smallcnn", batch=8, iters=6, warmup=1, comm_reps=2, fusion=16 << 10),
            TrainConfig("smallcnn", overlap=True, batch=8, iters=6, warmup=1, comm_reps=2,

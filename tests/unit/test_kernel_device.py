@@ -82,3 +82,19 @@ def test_kernels_command_prints_json(capsys):
     assert main(["kernels", "--dtype", "float32", "--size", "64KiB", "--rounds", "2", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["dtype"] == "float32" and {r["kernel"] for r in rows} >= {"numpy"}
+
+
+def test_pointer_attributes_struct_is_as_large_as_cuda_13s():
+    """cudaPointerGetAttributes writes CUDA 13's whole struct (type, device, two pointers,
+    then ``long reserved[8]``): ddlcomm's ctypes copy must hold all of it."""
+    import ctypes
+
+    from ddlcomm.kernels import kinds
+    assert ctypes.sizeof(kinds._Attributes) >= 4 + 4 + 8 + 8 + 8 * ctypes.sizeof(ctypes.c_long)
+    assert kinds._Attributes.type.offset == 0 and kinds._Attributes.hostPointer.offset == 16
+
+
+def test_cudart_is_also_looked_up_by_its_sonames():
+    from ddlcomm.kernels import kinds
+    paths = kinds.cudart_paths()
+    assert "libcudart.so.13" in paths and "libcudart.so.12" in paths

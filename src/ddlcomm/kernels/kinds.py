@@ -70,19 +70,28 @@ def _cupy_query() -> Callable[[int], int]:
 
 
 class _Attributes(ctypes.Structure):
-    """``cudaPointerAttributes`` as of CUDA 11 (type, device, devicePointer, hostPointer)."""
+    """``cudaPointerAttributes`` as of CUDA 11 (type, device, devicePointer, hostPointer),
+    with the ``long reserved[8]`` that CUDA 13's ``driver_types.h`` appends: a runtime that
+    fills the larger struct must not write past ours (harmless padding for CUDA 11/12)."""
     _fields_ = [("type", ctypes.c_int), ("device", ctypes.c_int),
-                ("devicePointer", ctypes.c_void_p), ("hostPointer", ctypes.c_void_p)]
+                ("devicePointer", ctypes.c_void_p), ("hostPointer", ctypes.c_void_p),
+                ("reserved", ctypes.c_long * 8)]
+
+
+#: Sonames tried last: the loader finds them on its path, or already loaded (torch's own).
+CUDART_SONAMES = ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0")
 
 
 def cudart_paths() -> list[str]:
-    """Where a ``libcudart`` may be: the loader's path, then the nvidia wheels torch brings."""
+    """Where a ``libcudart`` may be: the loader's path, the nvidia wheels torch brings
+    (``nvidia/cu13/lib`` since CUDA 13, ``nvidia/cuda_runtime/lib`` before), then the
+    sonames (a library already loaded by torch answers to its soname)."""
     found = ctypes.util.find_library("cudart")
     paths = [found] if found else []
     for site in {os.path.dirname(os.path.dirname(np.__file__))}:
         paths += sorted(glob.glob(os.path.join(site, "nvidia", "cu*", "lib", "libcudart.so*")))
         paths += sorted(glob.glob(os.path.join(site, "nvidia", "cuda_runtime", "lib", "libcudart.so*")))
-    return paths
+    return paths + [s for s in CUDART_SONAMES if s not in paths]
 
 
 def _cudart_query() -> Callable[[int], int]:

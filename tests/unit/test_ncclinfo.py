@@ -67,6 +67,12 @@ def test_log_path_expands_host_and_pid():
     assert ncclinfo.log_path({}, "box", 42) is None
 
 
+def test_log_path_uses_the_short_host_name_as_nccl_does():
+    # NCCL's %h is gethostname() cut at the first '.' (debug.cc: getHostName(hostname, 1024, '.'))
+    got = ncclinfo.log_path({"NCCL_DEBUG_FILE": "/tmp/n.%h.%p.log"}, "gpu7.cluster.example", 42)
+    assert got == "/tmp/n.gpu7.42.log"
+
+
 # NCCL's documented INFO format; samples written here, not captured on a GPU.
 SAMPLE = """\
 gpubox:1234:1301 [0] NCCL INFO NCCL version 2.28.9+cuda13.0

@@ -85,12 +85,19 @@ def debug_env(environ: Mapping[str, str]) -> dict:
     return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": environ.get("NCCL_DEBUG_FILE", DEFAULT_LOG)}
 
 
+def log_host(host: str) -> str:
+    """The host name NCCL puts for ``%h``: ``gethostname()`` up to its first ``.`` (NCCL's
+    ``getHostName(..., '.')``), ``%`` and ``/`` made ``-`` (NCCL >= 2.29)."""
+    return host.split(".", 1)[0].replace("%", "-").replace("/", "-")
+
+
 def log_path(environ: Mapping[str, str], host: str, pid: int) -> Optional[str]:
-    """The file this process's NCCL writes to (``%h`` and ``%p`` expanded), None for stdout."""
+    """The file this process's NCCL writes to (``%h`` and ``%p`` expanded as NCCL does),
+    None for stdout."""
     template = environ.get("NCCL_DEBUG_FILE")
     if not template:
         return None
-    return template.replace("%h", host).replace("%p", str(pid))
+    return template.replace("%h", log_host(host)).replace("%p", str(pid))
 
 
 def parse_transports(lines: Iterable[str]) -> dict[str, str]:

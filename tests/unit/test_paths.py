@@ -72,6 +72,16 @@ def test_what_each_backend_takes():
                                   memory="device"))
 
 
+def test_own_algorithms_on_device_buffers_hand_the_backend_host_messages():
+    """ring/rhd/shm on --memory device send host headers and staged blocks over the backend:
+    mpi and gloo take them, nccl (device memory only) is refused before any rank starts."""
+    own = dict(memory="device", algorithms=["ring", "shm"])
+    check_backend_memory(plan(backends=["mpi", "gloo"], **own))
+    with pytest.raises(UnsupportedError, match="own algorithms.*backend nccl moves device"):
+        check_backend_memory(plan(backends=["nccl"], **own))
+    check_backend_memory(plan(backends=["nccl"], memory="device", algorithms=["library"]))
+
+
 def test_collective_points_along_paths():
     points = plan(paths=["host", "host-staged"], forms=["buffer", "object"], sizes=[4, 8]).points()
     kinds = {(p.path, p.form, p.kind) for p in points}

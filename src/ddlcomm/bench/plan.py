@@ -462,13 +462,17 @@ def check_backend_memory(plan: BenchPlan) -> None:
     for name in plan.paths:
         path = get_path(name)
         where = path.backend_memory or ("device" if device_bufs and not own else "host")
-        if own and device_bufs and path.backend_memory is None:
-            continue
         for backend in plan.backends:
             spec = registry.get_spec(backend)
             if where in spec.memories or (where == "device" and spec.device_if_cuda_aware
                                           and path.backend_memory == "device"):
                 continue
+            if own and device_bufs and path.backend_memory is None:
+                raise UnsupportedError(
+                    f"ddlcomm's own algorithms on --memory {plan.memory} hand the backend host "
+                    f"messages only (ipc's ready/done headers, staged blocks); backend {backend} "
+                    "moves device memory only", "use --backend mpi or gloo with ddlcomm's "
+                    f"algorithms, or --algorithm library with --backend {backend}")
             raise UnsupportedError(*_memory_refusal(backend, spec, where, plan.memory))
 
 

@@ -1,0 +1,63 @@
+"""scripts/gpu-check's own mechanics, on any machine (its GPU parts need a GPU; these do not).
+
+The device tool stops a command at 10 minutes and brings back only what lies
+under $OUT, so the script must record every command's exit code, pack
+everything into one file there after every command, and start nothing past
+GPU_CHECK_MINUTES.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+SCRIPT = ROOT / "scripts" / "gpu-check"
+pytestmark = pytest.mark.mpi
+
+
+def _gpu_check(tmp_path: Path, minutes: float, *parts: str, **env: str):
+    """Run the script; (its output, the folder its one packed file was unpacked into)."""
+    out = tmp_path / "out"
+    res = subprocess.run([str(SCRIPT), *parts], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OUT": str(out), "GPU_CHECK_MINUTES": str(minutes),
+                              **env})
+    assert res.returncode == 0, res.stdout + res.stderr
+    name = "gpu-check-" + "-".join(parts).replace(":", "_") + ".tar.gz"
+    assert sorted(p.name for p in out.iterdir()) == [name], "one packed file, nothing half written"
+    with tarfile.open(out / name) as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    return res, tmp_path / "unpacked"
+
+
+def test_nothing_starts_past_the_deadline(tmp_path):
+    # 30 s, less the 40 s kept for the end: no command may start.
+    res, got = _gpu_check(tmp_path, 0.5, "info")
+    summary = (got / "summary.txt").read_text()
+    assert "skipped (deadline) info.log: nvidia-smi" in summary, summary
+    assert "rc=" not in summary, summary
+
+
+def test_info_and_a_small_sweep_come_back_packed(tmp_path):
+    res, got = _gpu_check(tmp_path, 5, "info", "manycores:openmpi",
+                          MANYCORES_RANKS="2", MANYCORES_OWN_RANKS="2", MANYCORES_REPS="1",
+                          MANYCORES_SIZES="4B:64Bx4", MANYCORES_OWN_SIZES="1KiB:4KiBx4")
+    summary = (got / "summary.txt").read_text()
+    lines = [line for line in summary.splitlines() if " rc=" in line]
+    # nvidia-smi fails here (no GPU): recorded, and the script goes on
+    assert any("info.log: nvidia-smi" in line for line in lines), summary
+    for line in lines:
+        if "ddlcomm" in line:
+            assert " rc=0 " in line, line
+    for mpi in ("openmpi", "mpich"):
+        assert "mpi" in json.loads((got / f"info-{mpi}.json").read_text())
+    with sqlite3.connect(got / "manycores-openmpi.db") as db:
+        tags = {(json.loads(config).get("extra") or {}).get("tag")
+                for (config,) in db.execute("SELECT config FROM runs")}
+    assert {"manycores:openmpi:rep1", "manycores:openmpi:own:rep1"} <= tags, tags

@@ -4,18 +4,18 @@ import pytest
 
 from ddlcomm.comm import shm
 from ddlcomm.comm.algorithms import (RING_MIN_BYTES, SHARED_MEMORY, SHM_MIN_BYTES, check, choose_auto,
-                                     kernel, names, resolve, split)
+                                     decide, kernel, names, split)
 from ddlcomm.dtypes import get_op
 from ddlcomm.errors import UsageError
 from ddlcomm.kernels import describe
 
 
-def test_split_and_resolve_keep_the_kernel():
+def test_split_and_decide_keep_the_kernel():
     assert split("ring") == ("ring", "auto")
     assert split("ring+numpy") == ("ring", "numpy")
-    assert resolve("allreduce", "auto+numpy", RING_MIN_BYTES) == "ring+numpy"
-    assert resolve("allreduce", "auto", 4) == "library"
-    assert resolve("allreduce", "rhd+c", 4) == "rhd+c"
+    assert decide("allreduce", "auto+numpy", RING_MIN_BYTES)[0] == "ring+numpy"
+    assert decide("allreduce", "auto", 4)[0] == "library"
+    assert decide("allreduce", "rhd+c", 4)[0] == "rhd+c"
 
 
 def test_auto_rule_by_size_and_rank_count():
@@ -26,7 +26,7 @@ def test_auto_rule_by_size_and_rank_count():
     # elsewhere rhd's fold moves 2n more bytes.
     assert [choose_auto("allreduce", 64 << 20, p) for p in (2, 3, 4, 5, 8)] == \
         ["ring", "ring", "rhd", "ring", "rhd"]
-    assert resolve("allreduce", "auto", 64 << 20, 4) == "rhd"
+    assert decide("allreduce", "auto", 64 << 20, 4)[0] == "rhd"
     assert "shm" not in names("gather")
 
 
@@ -37,9 +37,9 @@ def test_auto_on_one_node_is_the_pipelined_shm_from_its_threshold():
     assert choose_auto("allreduce", 1 << 30, 1, pipelined_shm=True) == "library"
     assert choose_auto("broadcast", 1 << 30, 4, pipelined_shm=True) == "library"
     built = shm._shmpipe is not None
-    assert resolve("allreduce", "auto", 1 << 20, 4, one_node=True) == ("shm" if built else "rhd")
-    assert resolve("allreduce", "auto+numpy", 1 << 20, 4, one_node=True) == "rhd+numpy"   # staged shm: no
-    assert resolve("allreduce", "auto", 1 << 20, 4, one_node=False) == "rhd"
+    assert decide("allreduce", "auto", 1 << 20, 4, one_node=True)[0] == ("shm" if built else "rhd")
+    assert decide("allreduce", "auto+numpy", 1 << 20, 4, one_node=True)[0] == "rhd+numpy"   # staged shm: no
+    assert decide("allreduce", "auto", 1 << 20, 4, one_node=False)[0] == "rhd"
 
 
 def test_shared_memory_algorithms_are_allreduce_names():

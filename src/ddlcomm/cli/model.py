@@ -416,7 +416,6 @@ def cmd_report(args) -> int:
     return 0
 
 
-#: action -> its handler
 def cmd_tune(args) -> int:
     out = writable_file(Path(args.out).expanduser().resolve(), "--out")
     table = tuning.build(_load_points(args), source={
@@ -429,6 +428,7 @@ def cmd_tune(args) -> int:
     return 0
 
 
+#: action -> its handler
 ACTIONS: dict[str, Callable[[argparse.Namespace], int]] = {
     "calibrate": cmd_calibrate, "predict": cmd_predict, "ssgd": cmd_ssgd, "report": cmd_report,
     "tune": cmd_tune,

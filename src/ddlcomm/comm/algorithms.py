@@ -114,16 +114,10 @@ def kernel(algorithm: str, op: Optional[ReduceOp], dtype) -> Optional[Callable]:
     return reducer(op.name if not op.divide_by_ranks else "sum", dtype, split(algorithm)[1])
 
 
-def resolve(collective: str, algorithm: str, nbytes: int, nranks: int = 2, one_node: bool = False,
-            tuning: Optional[Tuning] = None, library: Optional[str] = None) -> str:
-    """``auto`` made concrete for this size and rank count (the same on every rank):
-    :func:`decide`'s algorithm."""
-    return decide(collective, algorithm, nbytes, nranks, one_node, tuning, library)[0]
-
-
 def decide(collective: str, algorithm: str, nbytes: int, nranks: int = 2, one_node: bool = False,
            tuning: Optional[Tuning] = None, library: Optional[str] = None) -> tuple[str, str]:
-    """(the algorithm, what chose it: ``asked``, ``tuning`` or ``rules``).
+    """``auto`` made concrete for this size and rank count (the same on every rank):
+    (the algorithm, what chose it: ``asked``, ``tuning`` or ``rules``).
 
     ``auto`` takes the measured choice of ``tuning`` for ``library``'s
     ``collective`` at ``nranks`` where the table has it, else :func:`choose_auto`'s;
@@ -155,7 +149,7 @@ def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[R
     check(collective, algorithm)
     base, suffix = split(algorithm)
     if base in ("library", "auto"):
-        raise UsageError(f"bind needs a concrete algorithm, not {base}", "resolve() it first")
+        raise UsageError(f"bind needs a concrete algorithm, not {base}", "decide() it first")
     if not isinstance(sendbuf, np.ndarray):               # tensors: ddlcomm.comm.device
         return device.bind(comm, collective, base, sendbuf, recvbuf, op, root, kernel=suffix,
                            kind_cache=kind_cache, transport=transport)

@@ -43,11 +43,12 @@ Library names are matched on what the harness records (``MPI_Get_library_version
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Mapping, Optional, TypeVar
 
 from ..errors import UsageError
 
 INF = math.inf
+T = TypeVar("T")
 
 #: Band = (rank counts below this, [(sizes below this, algorithm), ...]).
 Bands = list[tuple[float, list[tuple[float, str]]]]
@@ -176,10 +177,14 @@ WAITING = {"open mpi": "yield", "mpich": "sleep", "gloo": "sleep"}
 
 def waiting(library: Optional[str]) -> str:
     """``library``'s :data:`WAITING` (``sleep`` when unknown or not given)."""
-    if not library:
-        return "sleep"
-    low = library.lower()
-    return next((w for key, w in WAITING.items() if low.startswith(key)), "sleep")
+    return _per_library(WAITING, library, "sleep")
+
+
+def _per_library(table: Mapping[str, T], library: Optional[str], default: T) -> T:
+    """``table``'s entry for a recorded library name (its key a prefix of the name in
+    lower case: "Open MPI 5.0.11" -> "open mpi"), ``default`` when none or not given."""
+    low = (library or "").lower()
+    return next((v for key, v in table.items() if low.startswith(key)), default)
 
 
 #: Whether a rank that copies by itself, while the others wait, runs at full speed
@@ -197,10 +202,7 @@ COPIES_ALONE = {"open mpi": True, "mpich": False, "gloo": False}
 
 def copies_alone(library: Optional[str]) -> bool:
     """``library``'s :data:`COPIES_ALONE` (False when unknown or not given)."""
-    if not library:
-        return False
-    low = library.lower()
-    return next((v for key, v in COPIES_ALONE.items() if low.startswith(key)), False)
+    return _per_library(COPIES_ALONE, library, False)
 
 
 def _no_rule(library: str, collective: str, table) -> UsageError:

@@ -32,6 +32,7 @@ import ddlcomm
 from ddlcomm.comm import device as dev
 from ddlcomm.comm.device.peers import shared_tensor
 from ddlcomm.dtypes import get_op
+from ddlcomm.errors import UnsupportedError
 from suite_kit import Checks, conclude, data, guarded, reference
 
 DTYPES = ("float32", "float16", "bfloat16", "int32")
@@ -161,9 +162,27 @@ def bench_path(suite: Suite) -> None:
                         and facts.get("transport", want) == want)
 
 
+def shm_refused_across_nodes(suite: Suite) -> None:
+    """The device shm all-reduce refuses, on every rank alike, ranks that are not on one
+    device of one node (each rank its own node here)."""
+    comm = suite.comm
+    if comm.size == 1:
+        return
+    send = suite.tensor(np.ones(4, np.float32), "float32", True)
+    os.environ["DDLCOMM_NODE"] = f"stand-in-node-{comm.rank}"
+    try:
+        dev.bind(comm, "allreduce", "shm", send, send, get_op("sum"))
+        suite.check("shm across nodes refused", False)
+    except UnsupportedError as exc:
+        suite.check(f"shm across nodes refused: {exc}", "one GPU" in str(exc))
+    finally:
+        os.environ.pop("DDLCOMM_NODE", None)
+
+
 def run(comm, device: str) -> Suite:
     suite = Suite(comm, device)
     bench_path(suite)
+    shm_refused_across_nodes(suite)
     for coll, alg, transports in VARIANTS:
         for transport in transports:
             for dtype in DTYPES:

@@ -1,6 +1,8 @@
 """The device collectives' pure pieces and CPU-side behaviour, without ranks and without a GPU:
 the driver's memory types, the kind cache, reducers by buffer kind on CPU tensors, the
 transport of a pair, and the bench options' refusals on a machine without a GPU."""
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -64,6 +66,12 @@ def test_many_inputs_reduced_in_place_read_the_aliased_input_first():
 def test_cupy_is_refused_where_it_cannot_run():
     with pytest.raises(UnsupportedError, match="cupy"):
         many_reducer("sum", torch.float32, on_cuda=False, kernel="cupy")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="CuPy is installed here")
+def test_cupy_asked_for_without_a_working_cupy_says_why():
+    with pytest.raises(UnsupportedError, match="cannot reduce float32 here: ModuleNotFoundError"):
+        many_reducer("sum", torch.float32, on_cuda=True, kernel="cupy")
 
 
 @pytest.mark.parametrize("wanted, mine, peer, got", [

@@ -349,11 +349,11 @@ class TorchDistCommunicator(Communicator):
                                  f"{r.numel()} expected")
             r.copy_(s)
             return
-        # Both posted before either is waited for: the transport moves them together.
-        recv = dist.irecv(r, source, tag=tag)
-        send = dist.isend(s, dest, tag=tag)
-        recv.wait()
-        send.wait()
+        # One batch: NCCL runs it as one group (a receive and a send to the same peer, posted
+        # apart, would queue on one stream and deadlock); Gloo posts both before any wait.
+        ops = [dist.P2POp(dist.irecv, r, source, tag=tag), dist.P2POp(dist.isend, s, dest, tag=tag)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
 
     def _isend(self, buf, dest, tag):
         self._not_self(dest)

@@ -174,13 +174,15 @@ def dispatching_reducer(op: str, dtype, cache: "Callable | None" = None,
 def many_reducer(op: str, dtype, on_cuda: bool, kernel: str = "auto") -> Callable:
     """``f(inputs, out)``: ``out = inputs[0] (op) inputs[1] (op) ...`` for tensors of one
     size.  CuPy: one fused kernel reading every input once (``kernel`` auto or cupy, on
-    CUDA, a dtype CuPy has); otherwise torch, one kernel per extra input.  ``f.label``."""
+    CUDA, a dtype CuPy has, a CuPy that compiles here); otherwise torch, one kernel per
+    extra input (``cupy`` asked for where it cannot run is refused).  ``f.label``."""
     name = _dtype_name(dtype)
-    if on_cuda and kernel in ("auto", "cupy") and name in CUPY_DTYPES and _has_cupy():
+    why_not = _cupy_unusable(op, name) if on_cuda and kernel in ("auto", "cupy") else None
+    if on_cuda and kernel in ("auto", "cupy") and why_not is None:
         return _cupy_many(op)
     if kernel == "cupy":
-        raise UnsupportedError(f"the cupy kernel cannot reduce {name} {'on the GPU' if on_cuda else 'on the CPU'}",
-                               "use shm+torch")
+        raise UnsupportedError(f"the cupy kernel cannot reduce {name} "
+                               f"{f'here: {why_not}' if on_cuda else 'on the CPU'}", "use shm+torch")
     pair = _device(op, name, "torch", on_cuda)
 
     def reduce(inputs: Sequence, out) -> None:
@@ -202,13 +204,21 @@ def aliased_first(inputs: Sequence, out) -> list:
     return sorted(inputs, key=lambda t: t.data_ptr() != ptr)
 
 
-def _has_cupy() -> bool:
+@functools.lru_cache(maxsize=None)
+def _cupy_unusable(op: str, dtype: str) -> Optional[str]:
+    """None when CuPy's fused kernel compiles and runs here for (op, dtype), else why not
+    (tried once per process on two elements: CuPy compiles kernels when first called, and a
+    CuPy without its runtime compiler fails only then)."""
+    if dtype not in CUPY_DTYPES:
+        return f"CuPy has no {dtype}"
     try:
         # CuPy is optional: only on GPU machines
-        import cupy  # noqa: F401
-    except ImportError:
-        return False
-    return True
+        import cupy
+        x = cupy.ones(2, dtype=dtype)
+        _cupy_many(op)([x, x], cupy.empty_like(x))
+    except Exception as exc:  # noqa: BLE001 - any failure means: reduce with torch instead
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return None
 
 
 def _cupy_many(op: str) -> Callable:

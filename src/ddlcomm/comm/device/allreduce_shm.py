@@ -1,4 +1,4 @@
-"""The device shm all-reduce: ranks on one GPU (or one node) reduce through each other's memory.
+"""The device shm all-reduce: ranks on one GPU reduce through each other's memory.
 
 At bind every rank exports its input and output buffers through the peer
 mapper (CUDA IPC) and maps every peer's, once.  A call then:
@@ -16,14 +16,19 @@ The backend carries only the three barriers.  In place (``recvbuf is
 sendbuf``) is safe: step 2 writes only this rank's slice, which no other rank
 reads in that step.  CPU tensors from :func:`.peers.shared_tensor` run the
 same steps (the ``posix-shm`` mapper): tests of the plumbing without a GPU.
+
+Ranks on several GPUs (or nodes) are refused at bind: one kernel reads every
+input where it lies, so every input must lie on its device.  ring and rhd
+serve them, moving blocks between devices.
 """
 from __future__ import annotations
 
 from typing import Any, Optional
 
 from ...dtypes import ReduceOp
-from ...errors import UsageError
+from ...errors import UnsupportedError, UsageError
 from ...kernels.device import many_reducer
+from ..nodes import node_name
 from ..shm import slices
 from . import DeviceCall, check_tensors
 from .peers import mapper_for, offset_bytes, whole
@@ -46,6 +51,18 @@ def map_peers(comm: Any, mapper: Any, mine: Any) -> list[Any]:
     return out
 
 
+def check_one_device(comm: Any, send: Any) -> None:
+    """Refuse (on every rank alike) unless every rank's buffers are on one device of one
+    node: the reducing kernel reads every peer's input in place, which it can only do on
+    the device those inputs are on."""
+    places = comm.allgather_object((node_name(), str(send.device)))
+    if len(set(places)) > 1:
+        seen = ", ".join(sorted({f"{device} of {node}" for node, device in places}))
+        raise UnsupportedError(f"the device shm all-reduce needs every rank on one GPU; the "
+                               f"buffers are on {seen}",
+                               "use ring or rhd, which move blocks between devices")
+
+
 def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp], *,
          kernel: str = "auto", mapper: str = "auto") -> DeviceCall:
     """The device shm all-reduce bound to these tensors (collective: every rank binds)."""
@@ -55,6 +72,8 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
                          "pass recvbuf (recvbuf=sendbuf reduces in place)")
     if op is None:
         raise UsageError("the shm all-reduce needs an op")
+    if comm.size > 1:
+        check_one_device(comm, send)
     peers = mapper_for(send, mapper)
     name = "sum" if op.divide_by_ranks else op.name
     reduce = many_reducer(name, send.dtype, bool(send.is_cuda), kernel)

@@ -13,19 +13,23 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Hypothesis (tests/unit/test_bad_input.py): deterministic examples, so CI sees the same
-# cases, and no shrinking (a failing case may be a command that ran: it is reported as
-# generated, not run again and again).
-settings.register_profile(
-    "ddlcomm", derandomize=True, phases=[Phase.explicit, Phase.generate], deadline=None,
-    database=None, print_blob=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                           HealthCheck.filter_too_much])
-settings.load_profile("ddlcomm")
+try:
+    from hypothesis import HealthCheck, Phase, settings
+except ImportError:   # only tests/unit/test_bad_input.py needs it (a GPU image may lack it)
+    settings = None
+if settings is not None:
+    # Hypothesis (tests/unit/test_bad_input.py): deterministic examples, so CI sees the same
+    # cases, and no shrinking (a failing case may be a command that ran: it is reported as
+    # generated, not run again and again).
+    settings.register_profile(
+        "ddlcomm", derandomize=True, phases=[Phase.explicit, Phase.generate], deadline=None,
+        database=None, print_blob=False,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                               HealthCheck.filter_too_much])
+    settings.load_profile("ddlcomm")
 MPIS = [m for m in os.environ.get("DDLCOMM_TEST_MPIS", "openmpi,mpich").split(",") if m]
 _seen: dict[str, str] = {}
 

@@ -6,8 +6,9 @@ import importlib.util
 import numpy as np
 import pytest
 
-from ddlcomm.comm.device import algorithms_for, check_tensors
+from ddlcomm.comm.device import algorithms_for, check_tensors, ends_queued, tail_sync
 from ddlcomm.comm.device.transports import choose
+from ddlcomm.dtypes import get_op
 from ddlcomm.errors import UnsupportedError, UsageError
 from ddlcomm.kernels.device import (aliased_first, dispatching_reducer, kernel_for, many_reducer)
 from ddlcomm.kernels.kinds import DEVICE, HOST, KindCache, kind_from_memory_type
@@ -121,3 +122,16 @@ def test_bench_on_device_memory_without_a_gpu_says_why_in_one_line(capsys, tmp_p
                "--db", str(tmp_path / "r.db"), "--no-report"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "needs a GPU" in err[0], err
+
+
+@pytest.mark.parametrize("size, op, queued", [(1, None, True), (1, "sum", True), (4, "sum", False),
+                                              (4, None, False), (4, "avg", True), (2, "max", False)])
+def test_a_device_call_waits_for_the_work_it_left_queued(size, op, queued):
+    """Alone, a call's copy is queued on the GPU, and so is avg's division after the last move:
+    the call waits for them itself (the host backend's sync is a no-op); the rest is waited for
+    by the transports and reducers."""
+    assert ends_queued(size, get_op(op) if op else None) is queued
+
+
+def test_cpu_tensors_end_with_no_sync():
+    assert tail_sync(torch.zeros(2), 1, get_op("avg"))() is None

@@ -98,10 +98,13 @@ def bind(comm: Any, collective: str, algorithm: str, sendbuf: Any, recvbuf: Opti
     args = _run_args(coll.name, send, recv, root, reduce)
     run = load(target)
 
+    settle = tail_sync(send, comm.size, op)
+
     def call() -> None:
         run(link, *args)
         if op is not None and (collective == "allreduce" or comm.rank == root):
             op.finish(recv, comm.size)
+        settle()
 
     def facts() -> dict:
         out = {"kind_cache": "on" if kind_cache else "off"}
@@ -113,6 +116,28 @@ def bind(comm: Any, collective: str, algorithm: str, sendbuf: Any, recvbuf: Opti
             out["kind_lookups"] = lookup.misses
         return out
     return DeviceCall(call, facts)
+
+
+def ends_queued(size: int, op: Optional[ReduceOp]) -> bool:
+    """Whether a call's last device work is queued unwaited (pure): alone (``size`` 1) it is
+    a device-to-device copy, and ``avg``'s division follows the last move; every other call
+    ends in a move or a reduction that the transports and reducers wait for."""
+    return size == 1 or (op is not None and op.divide_by_ranks)
+
+
+def tail_sync(like: Any, size: int, op: Optional[ReduceOp]) -> Callable[[], None]:
+    """What ends a call on ``like``'s device so that it is done on return (a timed call must
+    be: the harness' sync is the host backend's no-op): the current CUDA stream's
+    synchronisation where :func:`ends_queued`, else nothing."""
+    if not (getattr(like, "is_cuda", False) and ends_queued(size, op)):
+        return _nothing
+    # torch is optional: a CUDA tensor means it is there
+    import torch
+    return torch.cuda.current_stream(like.device).synchronize
+
+
+def _nothing() -> None:
+    return None
 
 
 def _op_name(op: Optional[ReduceOp]) -> str:
@@ -131,4 +156,5 @@ def _run_args(collective: str, send: Any, recv: Optional[Any], root: int,
     return (send, root)                                   # broadcast
 
 
-__all__ = ["ALGORITHMS", "DeviceCall", "OWN", "algorithms_for", "bind", "check_tensors", "kind_lookup"]
+__all__ = ["ALGORITHMS", "DeviceCall", "OWN", "algorithms_for", "bind", "check_tensors", "ends_queued",
+           "kind_lookup", "tail_sync"]

@@ -30,7 +30,7 @@ from ...errors import UnsupportedError, UsageError
 from ...kernels.device import many_reducer
 from ..nodes import node_name
 from ..shm import slices
-from . import DeviceCall, check_tensors
+from . import DeviceCall, check_tensors, tail_sync
 from .peers import mapper_for, offset_bytes, whole
 
 
@@ -82,12 +82,14 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
     inputs = [t[lo:hi] for t in map_peers(comm, peers, send)] if p > 1 else [send]
     outputs = map_peers(comm, peers, recv) if p > 1 else [recv]
     parts = slices(len(send), p) if p > 1 else [(0, len(send))]
+    settle = tail_sync(send, p, op)
 
     def call() -> None:
         if p == 1:
             if recv is not send:
                 recv.copy_(send)
             op.finish(recv, 1)
+            settle()
             return
         peers.sync()
         comm.barrier()
@@ -101,6 +103,7 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
         peers.sync()
         comm.barrier()
         op.finish(recv, p)
+        settle()
 
     def facts() -> dict:
         return {"transport": "ipc" if p > 1 else "none", "kernel": reduce.label}

@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 try:
     from hypothesis import HealthCheck, Phase, settings
 except ImportError:   # only tests/unit/test_bad_input.py needs it (a GPU image may lack it)
-    settings = None
-if settings is not None:
+    pass
+else:
     # Hypothesis (tests/unit/test_bad_input.py): deterministic examples, so CI sees the same
     # cases, and no shrinking (a failing case may be a command that ran: it is reported as
     # generated, not run again and again).

@@ -190,3 +190,28 @@ def test_every_model_action_selects_the_same_way(action):
                 if a.__class__.__name__ == "_SubParsersAction")
     options = {o for a in msub.choices[action]._actions for o in a.option_strings}
     assert {f"--{name}" for name in SELECTION} <= options
+
+
+def test_calibrate_takes_cache_and_copy_bandwidth_from_the_machine(capsys, db, tmp_path):
+    info = tmp_path / "info.json"
+    info.write_text(json.dumps({"cpus": {"last_level_cache_bytes": 8 << 20},
+                                "memory": {"copy_bandwidth": {"by_copiers": {"1": 1e10, "2": 1.5e10}}}}))
+    fit = tmp_path / "fit.json"
+    rc, out, _ = run(capsys, "calibrate", "--db", str(db), "--machine", str(info), "--out", str(fit))
+    assert rc == 0 and "cache: 8MiB" in out and "1: 10.0, 2: 15.0 GB/s" in out
+    data = json.loads(fit.read_text())
+    assert data["cache_bytes"] == 8 << 20 and data["copy_bandwidth"] == [[1, 1e10], [2, 1.5e10]]
+    rc, out, _ = run(capsys, "calibrate", "--db", str(db), "--machine", str(info), "--cache", "0")
+    assert rc == 0 and "no spill term" in out
+    rc, out, _ = run(capsys, "calibrate", "--db", str(db))
+    assert rc == 0 and "not measured (no contention term)" in out
+
+
+@pytest.mark.parametrize("text, match", [("{", "cannot read it as JSON"),
+                                         ('{"host": "x"}', "not the output of `ddlcomm info --json`")])
+def test_calibrate_refuses_a_machine_file_that_is_not_info(capsys, db, tmp_path, text, match):
+    info = tmp_path / "info.json"
+    info.write_text(text)
+    fail(capsys, "calibrate", "--db", str(db), "--machine", str(info), match=match)
+    fail(capsys, "calibrate", "--db", str(db), "--machine", str(tmp_path / "none.json"),
+         match="cannot read it as JSON")

@@ -334,3 +334,36 @@ def test_million_ranks_fast():
                            Setting(library=lib, ranks_per_node=8))
             assert t > 0
     assert time.perf_counter() - start < 1.0
+
+
+def test_contention_from_the_copy_bandwidth_by_copies():
+    bw = ((1, 10.0), (2, 20.0), (4, 24.0), (8, 24.0))
+    assert costs.contention(None, 8) == 1.0 and costs.contention(bw, 1) == 1.0
+    assert costs.contention(bw, 2) == pytest.approx(1.0)           # two copies: twice the bandwidth
+    assert costs.contention(bw, 4) == pytest.approx(4 * 10 / 24)
+    assert costs.contention(bw, 3) == pytest.approx(3 * 10 / 22)   # between 2 and 4: linear
+    assert costs.contention(bw, 16) == pytest.approx(16 * 10 / 24)  # past the last: flat
+    assert costs.contention(((1, 10.0), (2, 25.0)), 2) == 1.0      # never below 1
+    assert costs.contention(((2, 20.0),), 2) == 1.0                # no single-copy figure
+    assert costs.bandwidth_of({"by_copiers": {"2": 20, "1": 10}}) == ((1, 10.0), (2, 20.0))
+    assert costs.bandwidth_of(None) is None and costs.bandwidth_of({"error": "x"}) is None
+
+
+def test_contention_slows_the_bytes_from_memory_of_the_copies_at_once():
+    q = Params(1.0, 0.01, 0.001, beta_spill=0.02)
+    s = Schedule(2, 100.0, 50.0)
+    assert q.time(s, Load(spill=0.5, contention=1.0)) == q.time(s, Load(spill=0.5))
+    # half the bytes from memory at 3x: cache half at β, memory half at 3(β + β_spill)
+    want = 2 + (0.5 * 100 * 0.01 + 0.5 * 3 * 100 * (0.01 + 0.02)) \
+        + (0.5 * 50 * 0.001 + 0.5 * 3 * 50 * (0.001 + 0.02))
+    assert q.time(s, Load(spill=0.5, contention=3.0)) == pytest.approx(want)
+    assert q.time(s, Load(spill=0.0, contention=3.0)) == q.time(s)    # all in the cache
+    # through node_load: a ring's 8 ranks all copy (8 copies at once); a linear gather's root alone
+    bw = ((1, 10.0), (8, 40.0))
+    setting = Setting(cores=16, cache=1 << 20, bandwidth=bw)
+    assert costs.node_load("allreduce", "ring", 8, 64 << 20, 8, setting).contention == pytest.approx(2.0)
+    assert costs.node_load("gather", "linear", 8, 64 << 20, 8, setting).contention == 1.0
+    # copies beyond the cores: as many at once as there are cores
+    assert costs.node_load("allreduce", "ring", 8, 64 << 20, 8,
+                           Setting(cores=2, cache=1 << 20, bandwidth=bw)).contention == \
+        pytest.approx(costs.contention(bw, 2))

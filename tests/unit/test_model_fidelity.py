@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from ddlcomm.model.calibrate import calibrate, family_summary, parse_holdout, select_points, with_cores
+from ddlcomm.model.costs import bandwidth_of
 from ddlcomm.results.export import point_record
 from ddlcomm.results.store import Store
 
@@ -84,9 +85,8 @@ def points_of(machine: Machine, library: str, tmp_path: Path) -> list[dict]:
     return select_points(with_cores(points, runs, str(db)), runs=sweep, backend=backend, library=name)
 
 
-def cache_of(machine: Machine) -> float:
-    info = json.loads((MACHINES_DIR / machine.name / "info.json").read_text())
-    return float(info["cpus"]["last_level_cache_bytes"])
+def info_of(machine: Machine) -> dict:
+    return json.loads((MACHINES_DIR / machine.name / "info.json").read_text())
 
 
 @pytest.mark.parametrize("collective", COLLECTIVES)
@@ -94,8 +94,10 @@ def cache_of(machine: Machine) -> float:
 @pytest.mark.parametrize("machine", MACHINES, ids=[m.name for m in MACHINES])
 def test_the_model_predicts_the_larger_rank_counts(machine, library, collective, tmp_path):
     points = [p for p in points_of(machine, library, tmp_path) if p["collective"] == collective]
+    info = info_of(machine)
     fit = calibrate(points, holdout=[parse_holdout(machine.holdout)], summary_bytes=FROM_BYTES,
-                    cache=cache_of(machine))
+                    cache=float(info["cpus"]["last_level_cache_bytes"]),
+                    bandwidth=bandwidth_of(info["memory"].get("copy_bandwidth")))
     (family,) = family_summary(fit).values()        # the figures `ddlcomm model calibrate` prints
     held, fitted = family["heldout"], family["fitted"]
     assert held["points"] and fitted["points"], family

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..machine import facts
+from ..machine import facts, membw, probe
 from ..report.machine import render_info
 from ..units import parse_positive_int
 
@@ -25,6 +25,8 @@ FIELDS = """\
             count, reason (when none), nvidia_smi, mps {running, pipe_dir, control}, torch_probe (how
             torch was asked);
             with --ranks: ranks, ranks_per_gpu (local rank r uses GPU r % count), shared
+            copy_bandwidth (with --memory-bandwidth): {by_copiers: {k: bytes/s copied by k processes
+            at once, together}, bytes_per_copier, reps, rounds, cpus, seconds}
   features  namespaces, memkind (hbw), slurm {tools, version, job}: each available or reason
 Each section that failed is {"error": "..."}.  Every stored run keeps these facts (its `machine`)."""
 
@@ -40,10 +42,17 @@ def add_parser(sub) -> None:
     p.add_argument("--ranks", metavar="N", help="local ranks to place on the GPUs (rank r on GPU r %% "
                                                 "GPUs): how many share each GPU")
     p.add_argument("--json", action="store_true", help="print the facts as JSON (fields below)")
+    p.add_argument("--memory-bandwidth", action="store_true",
+                   help="also measure the copy bandwidth of 1, 2, 3, 4, 6, 8, ... processes copying "
+                        "at once, one per CPU (a few seconds; run it on a quiet machine): what the "
+                        "ranks of one node share, and what `ddlcomm model calibrate --machine` prices "
+                        "concurrent copies with")
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     ranks = None if args.ranks is None else parse_positive_int(args.ranks, "--ranks")
     found = facts(ranks)
+    if args.memory_bandwidth:           # after the other probes, alone on the machine
+        found["memory"]["copy_bandwidth"] = probe.guarded(membw.copy_bandwidth)
     print(json.dumps(found, indent=2) if args.json else render_info(found))
     return 0

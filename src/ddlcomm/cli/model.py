@@ -18,7 +18,7 @@ from ..errors import UsageError
 from ..machine.cpus import last_level_cache
 from ..model import ssgd
 from ..model.calibrate import calibrate, load, parse_holdout, select_points, with_cores
-from ..model.costs import Params
+from ..model.costs import Params, bandwidth_of
 from ..model.predict import check_request, comm_from_fit, predict
 from ..model.ssgd import Phases, model_layers
 from ..outputs import writable_dir, writable_file
@@ -165,6 +165,11 @@ def _add_calibrate(msub) -> None:
                    help="last-level cache of the machine the points ran on, for the term of "
                         "copies that spill out of it (default: this machine's, from sysfs; "
                         "0: no such term)")
+    c.add_argument("--machine", metavar="INFO.json",
+                   help="the machine the points ran on, as `ddlcomm info --json --memory-bandwidth` "
+                        "wrote it there: its last-level cache (unless --cache) and its copy "
+                        "bandwidth by concurrent copies, for the term of copies that share the "
+                        "memory (default: no such term)")
     c.add_argument("--summary-bytes", default="64KiB", metavar="SIZE",
                    help="also summarise errors from this size up (default 64KiB)")
     c.add_argument("--out", metavar="FIT.json", help="write the fit here")
@@ -302,12 +307,15 @@ def cmd_calibrate(args) -> int:
     holdout = [parse_holdout(h) for h in (args.holdout or [])]
     split = [parse_size(s) for s in args.split.split(",") if s.strip()] if args.split else []
     summary_bytes = parse_size(args.summary_bytes)
-    cache = last_level_cache() if args.cache is None else parse_size(args.cache)
+    machine = _machine_facts(args.machine) if args.machine else {}
+    cache = parse_size(args.cache) if args.cache is not None else \
+        (machine.get("cpus") or {}).get("last_level_cache_bytes") if args.machine else last_level_cache()
+    bandwidth = bandwidth_of((machine.get("memory") or {}).get("copy_bandwidth"))
     out = writable_file(Path(args.out).expanduser().resolve(), "--out") if args.out else None
     points = _load_points(args)
     fit = calibrate(points, metric=args.metric, combine=args.combine, shared=args.shared,
                     split=split, holdout=holdout, summary_bytes=summary_bytes, cache=cache,
-                    meta={"databases": [str(p) for p in _db_paths(args)],
+                    bandwidth=bandwidth, meta={"databases": [str(p) for p in _db_paths(args)],
                           "command": "ddlcomm model " + " ".join(sys.argv[2:])})
     if out is not None:
         fit.save(out)
@@ -318,6 +326,19 @@ def cmd_calibrate(args) -> int:
     if out is not None:
         print(f"fit: {out}")
     return 0
+
+
+def _machine_facts(path: str) -> dict:
+    """``ddlcomm info --json`` of the machine the points ran on, read from ``path``."""
+    try:
+        facts = json.loads(Path(path).expanduser().read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--machine {path}: cannot read it as JSON ({exc})",
+                         "give the file `ddlcomm info --json --memory-bandwidth > FILE` wrote") from None
+    if not isinstance(facts, dict) or "cpus" not in facts:
+        raise UsageError(f"--machine {path}: not the output of `ddlcomm info --json`",
+                         "give the file `ddlcomm info --json --memory-bandwidth > FILE` wrote")
+    return facts
 
 
 def _params_from_args(args, prefix: str = "") -> Optional[Params]:

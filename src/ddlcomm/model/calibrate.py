@@ -63,7 +63,7 @@ from ..errors import UsageError
 from ..measure.stats import relative_error
 from ..units import format_size, parse_size
 from . import costs
-from .costs import Params, Setting
+from .costs import Bandwidth, Params, Setting
 
 FIT_FORMAT = "ddlcomm-model-fit"
 FIT_VERSION = 1
@@ -211,10 +211,11 @@ def regime_of(nbytes: float, split: Sequence[int]) -> str:
 
 def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "avg", shared: bool = False,
               split: Sequence[int] = (), holdout: Sequence[Holdout] = (),
-              cache: Optional[float] = None) -> list[Row]:
+              cache: Optional[float] = None, bandwidth: Optional[Bandwidth] = None) -> list[Row]:
     """The points a fit can use (checked, buffer or object collectives the model
     knows, above 0 bytes and 0 µs) as rows; the others are skipped silently.
-    ``cache``: the last-level cache of the machine they ran on (bytes)."""
+    ``cache``: the last-level cache of the machine they ran on (bytes);
+    ``bandwidth``: its copy bandwidth by concurrent copies."""
     column = METRICS[metric]
     rows = []
     for p in points:
@@ -234,7 +235,8 @@ def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "avg", shared: 
         key = (p.get("backend"), lib, placement_of(p), p.get("form"), alg,
                "*" if shared else coll, regime_of(nbytes, split))
         load = costs.node_load(coll, name, ranks, nbytes, ranks,
-                               Setting(library=lib, cores=p.get("host_cores"), cache=cache))
+                               Setting(library=lib, cores=p.get("host_cores"), cache=cache,
+                                       bandwidth=bandwidth))
         rows.append(Row(dict(p), key, name, terms, load, t_us * 1e-6,
                         any(h.matches(p) for h in holdout)))
     return rows
@@ -344,12 +346,18 @@ class Fit:
                    nbytes: Optional[float] = None, **want) -> tuple[Params, Setting]:
         """(Params, Setting) of the group :meth:`select` picks."""
         g = self.select(collective, algorithm, nbytes, **want)
-        return g.params, Setting(library=g.key.get("library"), cores=g.cores, cache=self.cache)
+        return g.params, Setting(library=g.key.get("library"), cores=g.cores, cache=self.cache,
+                                 bandwidth=self.bandwidth)
 
     @property
     def cache(self) -> Optional[float]:
         """The last-level cache the fit assumed (bytes), None if it had none."""
         return self.meta.get("cache_bytes") or None
+
+    @property
+    def bandwidth(self) -> Optional[Bandwidth]:
+        """The copy bandwidth by concurrent copies the fit assumed, None if it had none."""
+        return tuple((int(k), float(b)) for k, b in self.meta.get("copy_bandwidth") or ()) or None
 
     def describe_groups(self) -> str:
         seen = dict.fromkeys(f"{g.key.get('backend')}/{g.key.get('library')}/"
@@ -425,17 +433,19 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
               metric: str = "avg", combine: str = "min", shared: bool = False,
               split: Sequence[int] = (),
               holdout: Sequence[Holdout] = (), summary_bytes: int = 64 << 10,
-              cache: Optional[float] = None, meta: Optional[dict] = None) -> Fit:
+              cache: Optional[float] = None, bandwidth: Optional[Bandwidth] = None,
+              meta: Optional[dict] = None) -> Fit:
     """Fit every group of ``points``; residuals for fitted and held-out points.
 
     Each point may carry ``host_cores``, the cores of the host its run
     recorded (:func:`with_cores`), for the oversubscription terms; ``cache``
-    is the last-level cache of the machine (bytes) for the spill term.  Summaries
+    is the last-level cache of the machine (bytes) for the spill term, ``bandwidth``
+    its copy bandwidth by concurrent copies for the contention term.  Summaries
     are given over all points and over points of at least ``summary_bytes``.
     """
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}", f"choose from {', '.join(METRICS)}")
-    rows = combine_rows(make_rows(points, metric, shared, split, holdout, cache), combine)
+    rows = combine_rows(make_rows(points, metric, shared, split, holdout, cache, bandwidth), combine)
     if not rows:
         raise UsageError("no stored points the model can fit",
                          "measure broadcast, gather or allreduce with `ddlcomm bench` first")
@@ -467,6 +477,7 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         "weighting": "1/t (relative error), non-negative",
         "shared": shared, "split": list(split), "holdout": [h.text for h in holdout],
         "cache_bytes": cache or 0,
+        "copy_bandwidth": [list(pair) for pair in bandwidth or ()],
         "summary_bytes": summary_bytes,
         "summary": error_summary(residuals, summary_bytes),
     })

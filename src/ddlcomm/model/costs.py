@@ -71,12 +71,20 @@ outgrows the last-level cache, the part ``spill`` beyond it
 reduced)·beta_spill`` more.  0 when the cache is not known
 (:class:`Setting`); without oversubscription or spill the time is the plain
 α-β-γ one.
+
+Memory contention: the ranks that copy at once on a node (the busy ranks,
+at most one per core) share its memory bandwidth, so each byte they stream
+from memory (the ``spill`` part) costs ``c`` times what it costs one copy
+alone, with ``c`` = copies·B(1)/B(copies) (:func:`contention`) from the
+node's measured copy bandwidth B by concurrent copies (``ddlcomm info
+--memory-bandwidth``).  It is measured, not fitted: 1 where B grows with
+the copies, or where B is not known.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Callable, Mapping, NamedTuple, Optional
+from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 from ..comm import native
 from ..comm.hierarchical import leaders_algorithm
@@ -140,19 +148,59 @@ class Load(NamedTuple):
     #: copies at a time, in a library whose lone copies run at full speed;
     #: :func:`waits_per_byte`)
     per_byte: bool = True
+    #: how much slower each of the copies that run at once streams from memory than
+    #: one copy alone (>= 1; :func:`contention`)
+    contention: float = 1.0
 
 
 def features(terms: Schedule, load: Optional[Load] = None) -> tuple[float, ...]:
     """What each parameter of :data:`PARAMETERS` is multiplied by (a fit's columns)::
 
-        t = rounds·α + share·(bytes·β + reduced·γ + spill·(bytes + reduced)·β_spill)
+        t = rounds·α + share·(m·bytes·β + m·reduced·γ + spill·c·(bytes + reduced)·β_spill)
             + over·(rounds·α_over + [per_byte]·(bytes + reduced)·β_over)
+
+    with ``c`` the contention and ``m = 1 + spill·(c - 1)``: the bytes from the cache
+    cost β (γ) each, those from memory (the part ``spill``) c·(β + β_spill).
     """
-    over, busy, spilled, per_byte = load or Load()
+    over, busy, spilled, per_byte, c = load or Load()
     busy = max(1.0, busy)
+    c = max(1.0, c)
+    m = busy * (1.0 + spilled * (c - 1.0))
     moved = terms.bytes + terms.reduced_bytes
-    return (terms.rounds, busy * terms.bytes, busy * terms.reduced_bytes,
-            over * terms.rounds, over * moved if per_byte else 0.0, busy * spilled * moved)
+    return (terms.rounds, m * terms.bytes, m * terms.reduced_bytes,
+            over * terms.rounds, over * moved if per_byte else 0.0, busy * spilled * c * moved)
+
+
+#: A node's copy bandwidth by concurrent copies: ((copies, bytes/s of all together), ...),
+#: ascending, as :func:`ddlcomm.machine.membw.copy_bandwidth` measures it.
+Bandwidth = tuple[tuple[int, float], ...]
+
+
+def contention(bandwidth: Optional[Bandwidth], copiers: float) -> float:
+    """How much slower each of ``copiers`` copies that run at once goes than one alone:
+    copiers·B(1)/B(copiers), at least 1, with B the node's ``bandwidth`` by copies
+    (linear between the measured counts, flat past the last); 1 when unknown."""
+    if not bandwidth or copiers <= 1:
+        return 1.0
+    table = dict(bandwidth)
+    if 1 not in table or table[1] <= 0:
+        return 1.0
+    counts = sorted(table)
+    if copiers >= counts[-1]:
+        b = table[counts[-1]]
+    else:
+        hi = next(k for k in counts if k >= copiers)
+        lo = max(k for k in counts if k <= copiers)
+        b = table[lo] if hi == lo else \
+            table[lo] + (table[hi] - table[lo]) * (copiers - lo) / (hi - lo)
+    return max(1.0, copiers * table[1] / b) if b > 0 else 1.0
+
+
+def bandwidth_of(measured: Optional[Mapping[str, Any]]) -> Optional[Bandwidth]:
+    """:data:`Bandwidth` from ``ddlcomm info --memory-bandwidth``'s ``copy_bandwidth``
+    (its ``by_copiers``: {"1": bytes/s, ...}); None without one."""
+    by = (measured or {}).get("by_copiers") or {}
+    return tuple(sorted((int(k), float(v)) for k, v in by.items())) or None
 
 
 #: Bytes a collective's buffers span per rank, in units of the message size:
@@ -486,10 +534,12 @@ def node_load(collective: str, algorithm: str, p: int, nbytes: float, ranks_on_n
     """The :class:`Load` of a call of ``algorithm`` (resolved, not ``library``) on
     ``p`` ranks, ``ranks_on_node`` of them on one node, in ``setting``."""
     over = oversubscription(ranks_on_node, setting.cores, waiting_of(setting.library))
+    copiers = min(busy_ranks(collective, algorithm, p), ranks_on_node, setting.cores or ranks_on_node)
     return Load(over,
                 share(collective, algorithm, p, ranks_on_node, setting.cores) if over > 0 else 1.0,
                 spill(collective, ranks_on_node, nbytes, setting.cache),
-                waits_per_byte(collective, algorithm, p, setting.library))
+                waits_per_byte(collective, algorithm, p, setting.library),
+                contention(setting.bandwidth, copiers))
 
 
 #: Composite algorithms priced from other entries (see :func:`time`).
@@ -534,8 +584,9 @@ class Setting:
     """Where a call runs: the library whose ``library`` algorithm is meant, the
     ranks per node (``None``: one node's worth of cores each, so none are
     oversubscribed), the cores per node, and the inter-node parameters of a
-    hierarchical all-reduce with the leaders' algorithm, and the last-level
-    cache of a node in bytes (``None``: no spill term)."""
+    hierarchical all-reduce with the leaders' algorithm, the last-level
+    cache of a node in bytes (``None``: no spill term), and the node's copy
+    bandwidth by concurrent copies (``None``: no contention term)."""
 
     library: Optional[str] = None
     ranks_per_node: Optional[int] = None
@@ -543,6 +594,7 @@ class Setting:
     inter: Optional[Params] = None
     leaders_algorithm: str = "auto"
     cache: Optional[float] = None
+    bandwidth: Optional[Bandwidth] = None
 
 
 def waiting_of(library: Optional[str]) -> str:

@@ -45,7 +45,8 @@ def predict(collective: str, algorithm: str, ranks: Sequence[int], sizes: Sequen
         setting = Setting(library=library, ranks_per_node=ranks_per_node,
                           cores=cores if cores is not None else host_cores,
                           inter=inter, leaders_algorithm=leaders,
-                          cache=fit.cache if fit is not None else None)
+                          cache=fit.cache if fit is not None else None,
+                          bandwidth=fit.bandwidth if fit is not None else None)
         for p in ranks:
             if collective == "ps" and fit is not None:
                 t = costs.ps_time(fit, algorithm, p, n, setting, **want)

@@ -38,7 +38,22 @@ def _memory(m: Facts) -> list[str]:
             f"defrag={thp.get('defrag') or 'absent'}",
             f"hugetlb: {pools}",
             f"{shm.get('path', '/dev/shm')}: " + (f"{_size(shm.get('size_bytes'))} ({_size(shm.get('free_bytes'))} free)"
-                                                 if shm.get("available") else f"unavailable ({shm.get('reason')})")]
+                                                 if shm.get("available") else f"unavailable ({shm.get('reason')})")
+            ] + _copy_bandwidth(m.get("copy_bandwidth"))
+
+
+def _copy_bandwidth(bw: Optional[Facts]) -> list[str]:
+    """Copy bandwidth by concurrent copies, each copy's share against one alone."""
+    if not bw:
+        return []
+    if "error" in bw:
+        return [f"copy bandwidth: unknown ({bw['error']})"]
+    by = {int(k): v for k, v in bw["by_copiers"].items()}
+    one = by.get(1) or 0
+    cells = ", ".join(f"{k}: {v / 1e9:.1f}" + (f" ({v / k / one:.0%} each)" if one and k > 1 else "")
+                      for k, v in sorted(by.items()))
+    return [f"copy bandwidth by copies at once, GB/s of all together (each against one alone): {cells}; "
+            f"{_size(bw.get('bytes_per_copier'))} each"]
 
 
 def _mpi(m: Facts) -> list[str]:

@@ -94,9 +94,12 @@ def render_fit(fit, residuals: bool = False) -> str:
         held = [r for r in fit.residuals if r["heldout"]]
         if held:
             parts.append("held-out points:\n" + render_residuals(held))
-    cache = fit.meta.get("cache_bytes")
+    cache, bandwidth = fit.meta.get("cache_bytes"), fit.bandwidth
+    copies = (", ".join(f"{k}: {b / 1e9:.1f}" for k, b in bandwidth) + " GB/s"
+              if bandwidth else "not measured (no contention term)")
     parts.append(f"weighting: {fit.meta.get('weighting')}; metric: {fit.meta.get('metric')}; "
-                 f"cache: {format_size(cache) if cache else 'none (no spill term)'}")
+                 f"cache: {format_size(cache) if cache else 'none (no spill term)'}; "
+                 f"copy bandwidth by concurrent copies: {copies}")
     parts.append(render_summary(fit))
     return "\n\n".join(p for p in parts if p)
 

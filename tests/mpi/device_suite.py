@@ -111,7 +111,8 @@ class Suite(Checks):
         if kernel is not None or (coll == "allreduce" and alg != "rhd" and count >= self.comm.size > 1):
             self.check(f"{label}: kernel {kernel}", kernel in want_kernel)
         if count and self.comm.size > 1:
-            self.check(f"{label}: transport {facts['transport']}", facts["transport"] == transport)
+            self.check(f"{label}: transport {facts.get('device_transport')}",
+                       facts.get("device_transport") == transport)
         if cache and "kind_lookups" in facts:
             # Each (address, bytes) the reducer saw was asked once, whatever the calls.
             self.check(f"{label}: lookups {facts['kind_lookups']}", facts["kind_lookups"] <= 4 * self.comm.size + 4)
@@ -159,7 +160,7 @@ def bench_path(suite: Suite) -> None:
             facts = prepared.facts()
             want = "ipc" if suite.device == "cuda" else "staged"
             suite.check(f"bench route {alg} facts {facts}", facts.get("kind_cache") == "off"
-                        and facts.get("transport", want) == want)
+                        and facts.get("device_transport", want) == want)
 
 
 def shm_refused_across_nodes(suite: Suite) -> None:

@@ -59,4 +59,4 @@ def test_bench_own_allreduces_on_device_memory(mpi, tmp_path, dtype):
     assert points and all(p["check"] == "passed" for p in points)
     assert {p["kind_cache"] for p in points} == {"on", "off"}
     assert {p["kernel"] for p in points if p["bytes"] >= 1024} <= {"torch-CUDA", "CuPy"}
-    assert {p["transport"] for p in points} == {"ipc"}         # four ranks on one GPU
+    assert {p.get("device_transport") for p in points} == {"ipc"}         # four ranks on one GPU

@@ -109,7 +109,7 @@ def bind(comm: Any, collective: str, algorithm: str, sendbuf: Any, recvbuf: Opti
     def facts() -> dict:
         out = {"kind_cache": "on" if kind_cache else "off"}
         if link.used:                                   # ranks that moved nothing say nothing
-            out["transport"] = link.transports_used()
+            out["device_transport"] = link.transports_used()
         if reduce is not None and reduce.label is not None:
             out["kernel"] = reduce.label
         if isinstance(lookup, KindCache):

@@ -106,5 +106,5 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
         settle()
 
     def facts() -> dict:
-        return {"transport": "ipc" if p > 1 else "none", "kernel": reduce.label}
+        return {"device_transport": "ipc" if p > 1 else "none", "kernel": reduce.label}
     return DeviceCall(call, facts)

@@ -308,8 +308,12 @@ def cmd_calibrate(args) -> int:
     split = [parse_size(s) for s in args.split.split(",") if s.strip()] if args.split else []
     summary_bytes = parse_size(args.summary_bytes)
     machine = _machine_facts(args.machine) if args.machine else {}
-    cache = parse_size(args.cache) if args.cache is not None else \
-        (machine.get("cpus") or {}).get("last_level_cache_bytes") if args.machine else last_level_cache()
+    if args.cache is not None:
+        cache = parse_size(args.cache)
+    elif args.machine:
+        cache = (machine.get("cpus") or {}).get("last_level_cache_bytes")
+    else:
+        cache = last_level_cache()
     bandwidth = bandwidth_of((machine.get("memory") or {}).get("copy_bandwidth"))
     out = writable_file(Path(args.out).expanduser().resolve(), "--out") if args.out else None
     points = _load_points(args)

@@ -86,6 +86,8 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Mapping, NamedTuple, Optional
 
+import numpy as np
+
 from ..comm import native
 from ..comm.hierarchical import leaders_algorithm
 from ..comm.native import Schedule
@@ -186,13 +188,7 @@ def contention(bandwidth: Optional[Bandwidth], copiers: float) -> float:
     if 1 not in table or table[1] <= 0:
         return 1.0
     counts = sorted(table)
-    if copiers >= counts[-1]:
-        b = table[counts[-1]]
-    else:
-        hi = next(k for k in counts if k >= copiers)
-        lo = max(k for k in counts if k <= copiers)
-        b = table[lo] if hi == lo else \
-            table[lo] + (table[hi] - table[lo]) * (copiers - lo) / (hi - lo)
+    b = float(np.interp(copiers, counts, [table[k] for k in counts]))
     return max(1.0, copiers * table[1] / b) if b > 0 else 1.0
 
 

@@ -60,3 +60,4 @@ def test_bench_own_allreduces_on_device_memory(mpi, tmp_path, dtype):
     assert {p["kind_cache"] for p in points} == {"on", "off"}
     assert {p["kernel"] for p in points if p["bytes"] >= 1024} <= {"torch-CUDA", "CuPy"}
     assert {p.get("device_transport") for p in points} == {"ipc"}         # four ranks on one GPU
+    assert all(p["floor_us"] > 0 for p in points)                 # the GPU-memory floor, same run

@@ -82,6 +82,16 @@ def test_points_table_shows_time_over_one_reduction_pass():
     assert "x_add" not in headers
 
 
+def test_points_table_shows_device_points_over_the_gpu_memory_floor():
+    from ddlcomm.report.tables import points_table, varying_dimensions
+    points = [dict(collective="allreduce", bytes=1 << 20, count=1 << 18, algorithm=a, form="buffer",
+                   t_p50_us=t, t_avg_us=t, check="passed", extra={"floor_us": 50.0})
+              for a, t in (("library", 300.0), ("shm", 100.0))]
+    assert varying_dimensions(points) == ["algorithm"]      # floor_us is a measurement too
+    headers, rows = points_table(points)
+    assert "x_add" not in headers and [r[headers.index("x_floor")] for r in rows] == ["6.00x", "2.00x"]
+
+
 def test_group_renumbers_and_checks_members():
     from types import SimpleNamespace
 

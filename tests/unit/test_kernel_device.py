@@ -4,7 +4,7 @@ import pytest
 
 from ddlcomm.errors import UnsupportedError
 from ddlcomm.kernels.bench import measure
-from ddlcomm.kernels.device import (DEVICE, HOST, KindCache, address, cuda_available,
+from ddlcomm.kernels.device import (DEVICE, HOST, KindCache, address, copy_pass, cuda_available,
                                     device_reducer, dispatching_reducer, kind_of)
 
 CUDA, WHY = cuda_available()
@@ -53,6 +53,21 @@ def test_device_reduction_on_the_gpu(op, want):
     assert cache(a) == DEVICE
     dispatching_reducer(op, np.float32, cache)(a, b, a)
     assert torch.all(a == want).item()
+
+
+def test_the_floor_pass_copies_the_second_into_the_output():
+    torch = pytest.importorskip("torch")
+    a, b = torch.zeros(5), torch.arange(5.0)
+    copy_pass(a, b, a)
+    assert a.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+@needs_gpu
+def test_the_floor_pass_is_done_on_return_on_the_gpu():
+    import torch
+    a, b = torch.zeros(1 << 24, device="cuda"), torch.ones(1 << 24, device="cuda")
+    copy_pass(a, b, a)
+    assert torch.cuda.current_stream().query() and float(a.sum()) == float(1 << 24)
 
 
 def test_kernel_bench_reports_the_reference_first():

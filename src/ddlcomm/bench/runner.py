@@ -21,6 +21,7 @@ from ..comm import algorithms, tuning
 from ..comm.shm import same_node
 from ..dtypes import get_dtype
 from ..errors import RankFailure, UnsupportedError
+from ..kernels.device import copy_pass
 from ..launch.placement import format_cpulist, split_ranks, transport
 from ..measure import timing
 from ..measure.calls import prepare
@@ -72,10 +73,14 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
         pages = bufs.placement()
         extra.update(call_facts(comm, prepared))
         del prepared                      # its views die with the buffers
-        if op is not None and spec.form == "buffer" and count and not bufs.on_device:
-            extra["add_us"] = timing.reduce_pass_us(
-                comm, kernels.reducer(op, dtype, "numpy"), bufs.alloc(dtype, count),
-                bufs.alloc(dtype, count), plan.budget_s / 4)
+        if op is not None and spec.form == "buffer" and count:
+            if bufs.on_device:
+                extra["floor_us"] = timing.pass_us(comm, copy_pass, bufs.tensor(dtype, count),
+                                                   bufs.tensor(dtype, count), plan.budget_s / 4)
+            else:
+                extra["add_us"] = timing.pass_us(
+                    comm, kernels.reducer(op, dtype, "numpy"), bufs.alloc(dtype, count),
+                    bufs.alloc(dtype, count), plan.budget_s / 4)
     extra.update(backend_facts(comm))
     return collective_records(comm, coll, dtype, op, count, times, form=spec.form,
                               root=plan.root, in_place=in_place, iterations=iterations,

@@ -112,6 +112,14 @@ def device_reducer(op: str, dtype="float32", kernel: str = "torch") -> Callable:
     return _device(op, _dtype_name(dtype), kernel, True)
 
 
+def copy_pass(a, b, out) -> None:
+    """``out = b`` on ``out``'s device, done on return: one pass of the GPU-memory floor
+    (``a`` is unused: the signature of a reducer, for :func:`ddlcomm.measure.timing.pass_us`)."""
+    out.copy_(b)
+    if out.is_cuda:
+        _torch().cuda.current_stream(out.device).synchronize()
+
+
 @functools.lru_cache(maxsize=None)
 def _device(op: str, dtype: str, kernel: str, on_cuda: bool) -> Callable:
     if kernel not in DEVICE_KERNELS:

@@ -84,14 +84,15 @@ def calibrate(comm: Any, timed: Timed, budget_s: float, iterations: Optional[int
     return timed(iterations, max(0, warmup - PROBE_CALLS)), iterations, max(warmup, PROBE_CALLS)
 
 
-def reduce_pass_us(comm: Any, reduce: Callable, a: np.ndarray, b: np.ndarray,
-                   budget_s: float) -> float:
+def pass_us(comm: Any, reduce: Callable, a: Any, b: Any, budget_s: float) -> float:
     """Median microseconds of one ``reduce(a, b, a)`` pass, every rank at once; the fastest rank's.
 
-    The floor any all-reduce of these bytes is held to (one read of two
-    inputs, one write): every rank times its own passes between barriers, as
-    the ranks of a reduction work at once, probing one pass and then timing
-    enough to fill ``budget_s`` (3 to 20).
+    A floor a reduction of these bytes is held to: one NumPy reduction pass
+    (one read of two inputs, one write) on host arrays, one device-to-device
+    copy (:func:`ddlcomm.kernels.device.copy_pass`) on device tensors.  Every
+    rank times its own passes between barriers, as the ranks of a reduction
+    work at once (and share the memory, the GPU's when they share one),
+    probing one pass and then timing enough to fill ``budget_s`` (3 to 20).
     """
     a[...] = 1
     b[...] = 1                                  # pages faulted in before timing

@@ -20,8 +20,8 @@ from ..machine import load
 from ..results import export
 from ..units import format_size
 from . import plots
-from .tables import (EXTRA_COLUMNS, Point, avg_busbw, format_gbps, format_when, group_by_collective,
-                     heading, noise_notes, points_table, run_warnings)
+from .tables import (EXTRA_COLUMNS, RATIO_COLUMNS, Point, avg_busbw, format_gbps, format_when,
+                     group_by_collective, heading, noise_notes, points_table, run_warnings)
 
 #: The CSV of the run's points, written beside index.html.
 CSV_NAME = "points.csv"
@@ -131,7 +131,7 @@ def _td_class(numeric: bool, text: str) -> str:
 
 
 #: Headers of the points table that hold numbers (right-aligned).
-_NUMERIC = {"size", "count", "iters", "ranks", "x_add", *(h for h, _, _ in EXTRA_COLUMNS)}
+_NUMERIC = {"size", "count", "iters", "ranks", *(h for h, _ in RATIO_COLUMNS), *(h for h, _, _ in EXTRA_COLUMNS)}
 
 
 def _data_table(points: Sequence[Point]) -> str:

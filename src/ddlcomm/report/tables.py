@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Optional
 
 from ..machine import load
 from ..measure import noise
@@ -30,9 +30,12 @@ _SCALAR = (str, int, float, bool, type(None))
 #: server rate and the staleness of the updates it applied).
 EXTRA_COLUMNS = (("pushes/s", "pushes_per_s", "{:.0f}"), ("stale_mean", "staleness_mean", "{:.2f}"),
                  ("stale_max", "staleness_max", "{}"))
-#: Keys of ``extra`` that are measurements of a point, never a series: ``add_us`` is
-#: the time of one NumPy reduction pass over the point's bytes (the ``x_add`` column).
-MEASUREMENTS = ("add_us", *(key for _, key, _ in EXTRA_COLUMNS))
+#: The point's median time over a floor measured in the same run: header, key.  ``add_us``
+#: is one NumPy reduction pass over the point's bytes (host buffers), ``floor_us`` one
+#: device-to-device copy of them (device buffers), each timed on every rank at once.
+RATIO_COLUMNS = (("x_add", "add_us"), ("x_floor", "floor_us"))
+#: Keys of ``extra`` that are measurements of a point, never a series.
+MEASUREMENTS = (*(key for _, key in RATIO_COLUMNS), *(key for _, key, _ in EXTRA_COLUMNS))
 
 
 # --------------------------------------------------------------------------- formatting
@@ -217,27 +220,25 @@ def points_table(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
 
     Rows are sorted by size, then series; columns are size, count, iters
     (timed iterations), one per varying dimension, the timings in µs, algbw
-    and busbw in GB/s, ``x_add`` (median time over one NumPy reduction pass of
-    the same bytes, for reductions that measured it), :data:`EXTRA_COLUMNS`
+    and busbw in GB/s, :data:`RATIO_COLUMNS` (``x_add``, ``x_floor``: median time
+    over a floor of the same bytes, where a point measured it), :data:`EXTRA_COLUMNS`
     that any point has, ``noise`` (the markers of :mod:`ddlcomm.measure.noise`,
     when any point raised one) and check.
     """
     varying = varying_dimensions(points)
     ordered = sorted(points, key=lambda p: (p.get("bytes") or 0,
                                             [_sort_value(dimension_value(p, d)) for d in varying]))
-    with_add = any(dimension_value(p, "add_us") for p in points)
+    ratios = [c for c in RATIO_COLUMNS if any(dimension_value(p, c[1]) for p in points)]
     extras = [c for c in EXTRA_COLUMNS if any(dimension_value(p, c[1]) is not None for p in points)]
     with_noise = any(noise.point_flags(p) for p in points)
     headers = ["size", "count", "iters", *varying, *_METRIC_HEADERS,
-               *(["x_add"] if with_add else []), *(h for h, _, _ in extras),
+               *(h for h, _ in ratios), *(h for h, _, _ in extras),
                *(["noise"] if with_noise else []), "check"]
     rows = []
     for p in ordered:
         times = [format_us(p.get(k)) for k in _METRIC_KEYS[:5]]
         bws = [format_gbps(p.get(k)) for k in _METRIC_KEYS[5:]]
-        add = dimension_value(p, "add_us")
-        ratio = [format_ratio(p["t_p50_us"] / add if add and p.get("t_p50_us") else None)] \
-            if with_add else []
+        ratio = [format_ratio(_over(p, key)) for _, key in ratios]
         marks = [noise.markers(noise.point_flags(p)) or "-"] if with_noise else []
         rows.append([format_size(int(p.get("bytes") or 0)), str(p.get("count", "-")),
                      str(p.get("iterations") or "-"),
@@ -245,6 +246,12 @@ def points_table(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
                      *times, *bws, *ratio, *[_extra_cell(p, key, fmt) for _, key, fmt in extras],
                      *marks, format_check(p.get("check"))])
     return headers, rows
+
+
+def _over(p: Point, key: str) -> Optional[float]:
+    """The point's median time over the floor stored as ``key`` (None without both)."""
+    floor = dimension_value(p, key)
+    return p["t_p50_us"] / floor if floor and p.get("t_p50_us") else None
 
 
 def noise_notes(points: Sequence[Point]) -> list[str]:

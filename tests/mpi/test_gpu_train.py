@@ -90,6 +90,16 @@ def test_mpi_is_handed_host_staged_copies(mpi, tmp_path):
     check_on_gpu(its, "mpi", "staged")
 
 
+@pytest.mark.parametrize("algorithm", ["ring", "shm"])
+def test_own_device_allreduce_of_the_buckets(mpi, tmp_path, algorithm):
+    """ddlcomm's all-reduce on the CUDA buckets themselves (GPU reduction, CUDA IPC between
+    the two ranks on the GPU), MPI carrying only host messages."""
+    its = train(mpi, tmp_path / "o.db", "--backend", "mpi", "--device", "cuda", "--model", "smallcnn",
+                "--batch", "32", "--iters", "10", "--algorithm", algorithm)
+    check_on_gpu(its, "mpi", "staged")
+    assert {p["algorithm"] for p in its} == {algorithm}
+
+
 def test_mpi_overlap_on_the_gpu_is_refused(mpi, tmp_path):
     res = run([mpi.ddlcomm, "train", "--db", tmp_path / "x.db", "--backend", "mpi",
                "--device", "cuda", "--overlap"], mpi.env(), 120)

@@ -96,6 +96,16 @@ def test_under_mpirun_with_files_read_ahead(mpi, tmp_path):
     assert its[0]["overlap"] is True and its[0]["ranks"] == 2
 
 
+def test_own_allreduces_aggregate_the_buckets(mpi, tmp_path):
+    """ddlcomm's ring, and auto (the pipelined shm here: one node), on the buckets' NumPy
+    views at 3 ranks: trained, replicas identical, the algorithm stored."""
+    for algorithm in ("ring", "auto"):
+        _, points = train(mpi, tmp_path / f"{algorithm}.db", "--backend", "mpi", "--ranks", "3",
+                          "--algorithm", algorithm, "--fusion", "64KiB")
+        check_trained(points, {("allreduce", False, "ddlcomm")})
+        assert {p["algorithm"] for p in iterations(points)} == {algorithm}
+
+
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_training_through_host_staged_wires(mpi, nranks):
     """A GPU run's copies around host-only MPI calls, the CPU standing in for the GPU."""

@@ -154,12 +154,21 @@ def test_awan2019_gpu_half_and_what_does_not_run(monkeypatch):
     assert sum("--path host-staged" in a for a in args) == 2
     assert sum("--algorithm ring,rhd,shm --kind-cache off" in a for a in args) == 3
     assert sum("--kind-cache on" in a for a in args) == 3
+    train = awan2019.gpu_training_steps(False)
+    assert [s.command for s in train] == ["train"] * 3
+    from ddlcomm.cli import build_parser
+    for step in train:                                   # the train command takes them
+        args = build_parser().parse_args(["train", *step.args])
+        assert args.device == "cuda" and args.ranks == "1,2,4" and args.model == "resnet50"
+    assert {build_parser().parse_args(["train", *s.args]).algorithm for s in train} == \
+        {"library", "shm", "ring"}
     monkeypatch.setattr(awan2019, "cuda_available", lambda: (False, "no CUDA device"))
     missing = dict(awan2019.unavailable())
     assert set(missing) == {f"GPU half: {label}" for label, _, _, _ in awan2019.GPU_RUNS} \
-        | {awan2019.GPU_TRAINING[0]}
+        | {f"GPU training: {label}" for label, _, _ in awan2019.GPU_TRAINING}
+    assert set(missing.values()) == {"no CUDA device"}
     monkeypatch.setattr(awan2019, "cuda_available", lambda: (True, "H100"))
-    assert awan2019.unavailable() == [awan2019.GPU_TRAINING]
+    assert awan2019.unavailable() == []
 
 
 def test_awan2019_gpu_panels_and_lines():

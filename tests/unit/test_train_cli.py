@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from ddlcomm.cli import build_parser
-from ddlcomm.errors import UsageError
+from ddlcomm.errors import UnsupportedError, UsageError
 from ddlcomm.cli.train import plan_jobs
 from ddlcomm.train.config import TrainConfig, TrainJob
 
@@ -86,10 +86,28 @@ def test_job_round_trips_through_json():
     (["--iters", "-3"], "--iters must be at least 1"),
     (["--ranks", "2,2"], "names something twice"),
     (["--backend", "nccl9"], "unknown backend"),
+    (["--algorithm", "tree"], "no algorithm tree for allreduce"),
+    (["--algorithm", "ring", "--arch", "allreduce,ps"], "--algorithm applies to --arch allreduce"),
+    (["--algorithm", "ring", "--overlap"], "own all-reduces are blocking calls"),
+    (["--algorithm", "rhd", "--wait", "both"], "own all-reduces are blocking calls"),
 ])
 def test_bad_input(argv, message):
-    with pytest.raises(UsageError, match=message):
+    with pytest.raises((UsageError, UnsupportedError), match=message):
         jobs(*argv)
+
+
+def test_own_allreduce_configurations_but_not_the_baseline_nor_ddp():
+    job1, job2 = jobs("--algorithm", "shm", "--ranks", "1,2", "--peer", "ddp")
+    assert [c.algorithm for c in job1.configs] == ["library"]          # one worker: nothing to reduce
+    assert [(c.peer, c.algorithm) for c in job2.configs] == [("ddlcomm", "shm"), ("ddp", "library")]
+    assert "allreduce shm fusion" in job2.configs[0].label()
+
+
+def test_own_allreduce_on_the_gpu_refuses_a_device_only_backend():
+    from ddlcomm.train.config import _check_algorithm
+    args = build_parser().parse_args(["train", "--algorithm", "ring", "--backend", "nccl"])
+    with pytest.raises(UnsupportedError, match="backend nccl moves device memory only"):
+        _check_algorithm(args, ["allreduce"], (False,), ("spin",), "cuda")
 
 
 def test_the_command_says_one_line(tmp_path):

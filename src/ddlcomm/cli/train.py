@@ -49,6 +49,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     t.add_argument("--overlap", nargs="?", const="on", default="off", choices=list(OVERLAP),
                    help="allreduce: start each bucket's all-reduce from the gradient hooks while "
                         "backward goes on (--overlap = on); 'both' measures off and on in one run")
+    t.add_argument("--algorithm", default="library",
+                   help="allreduce: the buckets' all-reduce: library (the backend's own, default), "
+                        "or ddlcomm's ring, rhd, shm or auto (chosen per bucket size), with a kernel "
+                        "suffix (ring+numpy) where wanted; on the GPU they reduce there and move "
+                        "blocks by CUDA IPC or pinned copies (blocking: not with --overlap)")
     t.add_argument("--wait", default="spin", choices=list(WAIT_CHOICES),
                    help="allreduce: how a rank waits for all-reduces in flight: spin (the "
                         "backend's own wait; MPI's keeps polling a core), sleep (poll between "

@@ -11,6 +11,10 @@ The paper has two halves, kept as separate parts of this recipe's steps:
   (``--path host-staged``), and ddlcomm's ring, rhd and shm on device buffers
   (:mod:`ddlcomm.comm.device`: GPU reductions, CUDA IPC between the ranks
   sharing the GPU) with the buffer-kind cache on and off, over each MPI;
+* its GPU training study (:func:`gpu_training_steps`, where torch sees a GPU):
+  ResNet-50 on 1, 2 and 4 ranks sharing the GPU, NCCL (after backward and
+  overlapped, with DDP over NCCL beside it) against ddlcomm's device shm and
+  ring all-reduces of the buckets over Open MPI;
 * the training-scaling study (:func:`training_steps`, here): images/s,
   speed-up and efficiency of data-parallel ResNet-50 over 1, 2 and 4 workers
   with Horovod-style training (all-reduce of 25 MiB fused buckets overlapped
@@ -74,10 +78,15 @@ GPU_RUNS = (
     + [(f"ddlcomm over {name}, kind cache {cache}", name, env,
         ("--backend", backend, "--algorithm", "ring,rhd,shm", "--kind-cache", cache))
        for name, env, backend in LIBRARIES for cache in ("on", "off")])
-#: The GPU training study (ResNet-50, ranks sharing the GPU), declared: not run by this recipe.
-GPU_TRAINING = ("GPU training scaling: ResNet-50 at 1, 2, 4 ranks sharing the GPU",
-                "ddlcomm train on GPUs is being built (src/ddlcomm/train/, another change); "
-                "the training half runs on CPUs, Gloo standing in for NCCL")
+#: The GPU training study, ResNet-50 on ranks sharing the GPU: (label, environment, options).
+#: NCCL's all-reduce of the buckets, after backward and overlapped, with DDP over NCCL
+#: beside it; ddlcomm's device all-reduces (GPU reduction, CUDA IPC; blocking, so after
+#: backward) over Open MPI, which carries host messages only.
+GPU_TRAINING = (
+    ("NCCL", "openmpi", ("--backend", "nccl", "--overlap", "both", "--peer", "ddp")),
+    ("ddlcomm shm over Open MPI", "openmpi", ("--backend", "mpi", "--algorithm", "shm")),
+    ("ddlcomm ring over Open MPI", "openmpi", ("--backend", "mpi", "--algorithm", "ring")),
+)
 
 
 def gpu_latency_steps(full: bool) -> list[Step]:
@@ -92,13 +101,25 @@ def gpu_latency_steps(full: bool) -> list[Step]:
             for label, library, env, how in GPU_RUNS for n in ranks.split(",")]
 
 
-def _gpu_latency_here(full: bool) -> list[Step]:
+def gpu_training_steps(full: bool) -> list[Step]:
+    """ResNet-50 training scaling on the GPU, 1, 2 and 4 ranks sharing it (8 with ``--full``):
+    NCCL (and DDP over it) against ddlcomm's device all-reduces."""
+    ranks = "1,2,4,8" if full else "1,2,4"
+    shape = ("--image-size", "224", "--batch", "64", "--iters", "100", "--warmup", "10") if full else \
+        ("--image-size", "32", "--batch", "4", "--iters", "5", "--warmup", "1")
+    return [Step(f"GPU training {MODEL} {label} workers {ranks}",
+                 ("--model", MODEL, "--ranks", ranks, "--device", "cuda", "--fusion", "25MiB",
+                  "--comm-reps", "3", *how, *shape), env=env, command="train")
+            for label, env, how in GPU_TRAINING]
+
+
+def _gpu_here(full: bool) -> list[Step]:
     """The GPU half where torch sees a GPU, else nothing (see :func:`unavailable`)."""
-    return gpu_latency_steps(full) if gpu_available()[0] else []
+    return gpu_latency_steps(full) + gpu_training_steps(full) if gpu_available()[0] else []
 
 
 #: The recipe's parts, each a function of ``full`` returning its steps (see the module doc).
-PARTS: tuple[Callable[[bool], list[Step]], ...] = (latency_steps, _gpu_latency_here, training_steps)
+PARTS: tuple[Callable[[bool], list[Step]], ...] = (latency_steps, _gpu_here, training_steps)
 
 
 def steps(full: bool) -> list[Step]:
@@ -107,10 +128,12 @@ def steps(full: bool) -> list[Step]:
 
 def unavailable() -> list[tuple[str, str]]:
     """Exactly what this recipe does not run here, each with why: without a GPU every run
-    of the GPU half; always the GPU training study (declared, built elsewhere)."""
+    of the GPU half, latency and training."""
     ok, why = cuda_available()
-    out = [] if ok else [(f"GPU half: {label}", why) for label, _, _, _ in GPU_RUNS]
-    return out + [GPU_TRAINING]
+    if ok:
+        return []
+    return [(f"GPU half: {label}", why) for label, _, _, _ in GPU_RUNS] + \
+        [(f"GPU training: {label}", why) for label, _, _ in GPU_TRAINING]
 
 
 def report(recipe, points, out_dir):
@@ -138,7 +161,11 @@ def report(recipe, points, out_dir):
         "each library; DDP (Gloo) beside them at each worker count.",
         "Speed-up N·t_iter(1)/t_iter(N) at a fixed batch per worker against one worker alone.",
         f"One core per worker; this machine has {cores}, so more workers than that share cores.",
-    ] + [f"Not available here: {v}: {why}" for v, why in unavailable()])
+    ] + (["GPU training (cuda): ResNet-50 on ranks sharing the GPU; NCCL's all-reduce of the "
+          "buckets after backward and overlapped, DDP over NCCL, and ddlcomm's device shm and ring "
+          "(GPU reduction, CUDA IPC) over Open MPI after backward."]
+         if any(p.get("device") == "cuda" for p in training) else [])
+      + [f"Not available here: {v}: {why}" for v, why in unavailable()])
 
 
 def _library(point) -> str:

@@ -45,10 +45,14 @@ def scaling(points: Sequence[Point]) -> list[dict]:
 
 
 def label(f: Mapping[str, Any], ranks: bool = True) -> str:
-    """E.g. ``resnet50 b2 allreduce+overlap 25MiB Open MPI@2`` or ``... ddp 25MiB Gloo@2``."""
+    """E.g. ``resnet50 b2 allreduce+overlap 25MiB Open MPI@2``, ``... allreduce/ring 25MiB ...``
+    (ddlcomm's own all-reduce) or ``... ddp 25MiB Gloo@2``."""
+    own = f.get("algorithm") not in (None, "library")
     how = "ddp" if f.get("peer") == "ddp" else \
-        f"{f.get('arch')}{'+overlap' if f.get('overlap') else ''}{'+sleep' if f.get('wait') == 'sleep' else ''}"
-    text = f"{f.get('model')} b{f.get('batch')} {how} {format_size(int(f.get('fusion') or 0))}"
+        f"{f.get('arch')}{'/' + f['algorithm'] if own else ''}{'+overlap' if f.get('overlap') else ''}" \
+        f"{'+sleep' if f.get('wait') == 'sleep' else ''}"
+    text = f"{f.get('model')} b{f.get('batch')} {how} {format_size(int(f.get('fusion') or 0))}" \
+        f"{' cuda' if f.get('device') == 'cuda' else ''}"
     return f"{text} {f.get('library') or f.get('backend')}@{f.get('ranks')}" if ranks else text
 
 

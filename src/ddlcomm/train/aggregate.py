@@ -35,6 +35,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..comm import algorithms
+from ..comm.shm import same_node
+from ..dtypes import get_op
 from ..errors import UsageError
 from ..measure.timing import clock
 from .device import HOST, Placed
@@ -146,11 +149,11 @@ class AllreduceAggregator:
     arch = "allreduce"
 
     def __init__(self, comm, bk: Buckets, overlap: bool, wait: str = "spin",
-                 place: Placed = HOST, any_thread: bool = False) -> None:
+                 place: Placed = HOST, any_thread: bool = False, algorithm: str = "library") -> None:
         self.comm, self.bk, self.overlap, self.wait = comm, bk, overlap, wait
-        self.place, self.any_thread = place, any_thread
-        self.calls = [wired(comm.bind("allreduce", w.buf, w.buf, op="avg"), [w], [w])
-                      for w in bk.gwires]
+        self.place, self.any_thread, self.algorithm = place, any_thread, algorithm
+        self.one_node = algorithm != "library" and same_node(comm)
+        self.calls = [self._call(w) for w in bk.gwires]
         self._counts = [len(m) for m in bk.members]
         self.ready: list = []
         self._pending: list[int] = []
@@ -162,6 +165,19 @@ class AllreduceAggregator:
         self._ident = threading.get_ident
         self._handles = [p.register_post_accumulate_grad_hook(self._hook(i))
                          for i, p in enumerate(bk.params) if i in bk.bucket_of]
+
+    def _call(self, wire) -> Callable[[], None]:
+        """The blocking all-reduce (average) of one bucket in place: the backend's own
+        (``library``, through the wire's copies), or ddlcomm's algorithm (``auto`` decided by
+        the bucket's size) on the bucket where it lies: a CPU bucket's NumPy view, a GPU
+        bucket itself (the device algorithms hand the backend host messages only)."""
+        nbytes = wire.tensor.numel() * wire.tensor.element_size()
+        name, _ = algorithms.decide("allreduce", self.algorithm, nbytes, self.comm.size,
+                                    one_node=self.one_node, library=self.comm.library)
+        if name == "library":
+            return wired(self.comm.bind("allreduce", wire.buf, wire.buf, op="avg"), [wire], [wire])
+        buf = wire.buf if wire.kind == "view" else wire.tensor
+        return algorithms.bind(self.comm, "allreduce", name, buf, buf, get_op("avg"), 0)
 
     def _hook(self, index: int):
         bucket = self.bk.bucket_of[index]
@@ -226,8 +242,7 @@ class AllreduceAggregator:
             how, comm = self.wait, self.comm
             calls = [(lambda s=s: wait_all([iallreduce(comm, s)], how)) for s in scratch]
         else:
-            calls = [wired(self.comm.bind("allreduce", s.buf, s.buf, op="avg"), [s], [s])
-                     for s in scratch]
+            calls = [self._call(s) for s in scratch]
         return _time_buckets(self.comm, [[c] for c in calls], self.bk.nbytes, reps,
                              self.place.sync)
 
@@ -338,11 +353,11 @@ def _time_buckets(comm, calls: list[list[Callable[[], None]]], nbytes: list[int]
 
 def make_aggregator(arch: str, comm, bk: Buckets, overlap: bool,
                     optimizer_factory: Callable[[], object], wait: str = "spin",
-                    place: Placed = HOST, any_thread: bool = False):
+                    place: Placed = HOST, any_thread: bool = False, algorithm: str = "library"):
     if wait not in WAITS:
         raise UsageError(f"unknown --wait {wait!r}", f"choose from {', '.join(WAITS)}")
     if arch == "allreduce":
-        return AllreduceAggregator(comm, bk, overlap, wait, place, any_thread)
+        return AllreduceAggregator(comm, bk, overlap, wait, place, any_thread, algorithm)
     if arch == "ps":
         if overlap or wait != "spin":
             raise UsageError("--overlap and --wait sleep apply to --arch allreduce")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..bench.plan import MAX_RANKS_PER_CORE, check_start, mem_available, usable_cores
-from ..comm import registry
+from ..comm import algorithms, registry
 from ..errors import UnsupportedError, UsageError
 from ..units import (MAX_ITERS, MAX_SEED, format_size, parse_list, parse_positive_int,
                      parse_seconds, parse_size)
@@ -54,12 +54,14 @@ class TrainConfig:
     comm_reps: int = 10
     check: bool = True
     device: str = "cpu"              # cpu | cuda (GPU local_rank % gpus)
+    algorithm: str = "library"       # the buckets' all-reduce: the backend's, or ddlcomm's own
 
     def label(self) -> str:
         if self.peer == "ddp":
             how = f"ddp bucket {format_size(self.fusion)}"
         else:
-            how = (f"{self.arch}{' overlap' if self.overlap else ''}"
+            how = (f"{self.arch}{'' if self.algorithm == 'library' else ' ' + self.algorithm}"
+                   f"{' overlap' if self.overlap else ''}"
                    f"{' wait-sleep' if self.wait == 'sleep' else ''} fusion {format_size(self.fusion)}")
         return f"{self.model} batch {self.batch} {how}{' on cuda' if self.device == 'cuda' else ''}"
 
@@ -121,6 +123,7 @@ class TrainOptions:
     timeout: str
     oversubscribe: bool = False
     device: Optional[str] = None
+    algorithm: str = "library"
 
 
 def base_config(o: TrainOptions) -> TrainConfig:
@@ -169,6 +172,7 @@ def plan_jobs(o: TrainOptions, launcher_size: Optional[int]) -> list[TrainJob]:
                                "use --backend nccl or gloo, or drop --overlap")
     if "sleep" in waits and archs == ["ps"]:
         raise UsageError("--wait applies to --arch allreduce", "drop --wait for ps")
+    _check_algorithm(o, archs, overlaps, waits, base.device)
     batches = _batches(o, base)
     ranks = _ranks(o, launcher_size)
     if launcher_size is None:             # this command starts the ranks: they must fit here
@@ -186,13 +190,33 @@ def plan_jobs(o: TrainOptions, launcher_size: Optional[int]) -> list[TrainJob]:
             continue
         if "ps" in archs and n < 2:
             raise UsageError("--arch ps needs a server and at least one worker", "use --ranks 2 or more")
-        configs = [base.with_(arch=arch, overlap=overlap, wait=wait, batch=batch)
+        configs = [base.with_(arch=arch, overlap=overlap, wait=wait, batch=batch, algorithm=o.algorithm)
                    for arch, overlap, wait, batch in itertools.product(archs, overlaps, waits, batches)
                    if not (arch == "ps" and (overlap or wait != "spin"))]
         if o.peer == "ddp":
             configs += [base.with_(peer="ddp", batch=b) for b in batches]
         jobs.append(TrainJob(o.backend, n, configs, timeout))
     return jobs
+
+
+def _check_algorithm(o: TrainOptions, archs: list[str], overlaps: tuple, waits: tuple,
+                     device: str) -> None:
+    """Refuse an ``--algorithm`` that cannot aggregate these configurations' buckets."""
+    algorithms.check("allreduce", o.algorithm)
+    if o.algorithm == "library":
+        return
+    if "ps" in archs:
+        raise UsageError("--algorithm applies to --arch allreduce", "drop ps from --arch")
+    if True in overlaps or "sleep" in waits:
+        raise UnsupportedError("ddlcomm's own all-reduces are blocking calls: --overlap and --wait "
+                               "sleep start the backend's non-blocking all-reduce",
+                               "drop --overlap and --wait, or use --algorithm library")
+    if device != "cpu" and "host" not in registry.get_spec(o.backend).memories:
+        raise UnsupportedError(f"ddlcomm's own all-reduces on the GPU hand the backend host messages "
+                               f"only (ipc's ready/done headers, staged blocks); backend {o.backend} "
+                               "moves device memory only",
+                               f"use --backend mpi or gloo with --algorithm {o.algorithm}, or "
+                               f"--algorithm library with --backend {o.backend}")
 
 
 def _device(o: TrainOptions) -> str:

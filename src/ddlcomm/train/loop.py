@@ -211,7 +211,7 @@ def run_config(comm, cfg: TrainConfig, place: Optional[Placed] = None,
         # Backends that hold an MPI handle run MPI at THREAD_FUNNELED: main thread only.
         any_thread = not registry.get_spec(comm.name).mpi_handle
         agg = make_aggregator(cfg.arch, comm, bk, cfg.overlap, optimizer, cfg.wait, place,
-                              any_thread)
+                              any_thread, cfg.algorithm)
         opt = optimizer() if cfg.arch == "allreduce" else None
         return _train(Training(comm, cfg, model, data, criterion, bk, agg, opt, place))
     finally:
@@ -343,4 +343,4 @@ class ConfigRecords:
             self.comm, collective="train", form="buffer", dtype=self.params.dtype, op="avg",
             nbytes=self.params.nbytes, count=self.params.count, root=0, in_place=True,
             iterations=cfg.iters, warmup=cfg.warmup, times=times, algbw_bytes=0, busbw_factor=1.0,
-            check=self.check, extra={**base_extra(cfg, self.workers, phase), **self.facts, **more})
+            check=self.check, algorithm=cfg.algorithm, extra={**base_extra(cfg, self.workers, phase), **self.facts, **more})

@@ -41,6 +41,9 @@ class Machine:
     #: (held-out, fitted) median |relative error| at most: one pair for every
     #: family, or per (library, collective)
     bounds: object
+    #: whether the model prices memory contention from the machine's measured copy
+    #: bandwidth by copies at once (its info.json's, where it has one)
+    contention: bool = True
 
     def bound(self, library: str, collective: str) -> tuple[float, float]:
         return self.bounds[library, collective] if isinstance(self.bounds, dict) else self.bounds
@@ -62,8 +65,13 @@ TODAY_2CORE = {
     ("gloo", "allreduce"): (0.41, 0.30),
 }
 
+#: The 2-core machine without the contention term: its info.json predates the copy-bandwidth
+#: probe, and with the curve measured later on a machine of its kind (2026-11-25: one copy
+#: 15.0 GB/s, two at once 15.7 GB/s together) 4 of its 9 families predicted worse (Gloo
+#: allreduce held out 40% -> 52%), 2 better (Open MPI broadcast 38% -> 29%, but fitted 14% ->
+#: 21%): docs/benchmarks.md.
 MACHINES = (
-    Machine("epyc-2core", "ranks=4", TODAY_2CORE),
+    Machine("epyc-2core", "ranks=4", TODAY_2CORE, contention=False),
     Machine("h100-16core", "ranks=12:16", (0.15, 0.10)),      # issue 17's targets
 )
 
@@ -97,7 +105,8 @@ def test_the_model_predicts_the_larger_rank_counts(machine, library, collective,
     info = info_of(machine)
     fit = calibrate(points, holdout=[parse_holdout(machine.holdout)], summary_bytes=FROM_BYTES,
                     cache=float(info["cpus"]["last_level_cache_bytes"]),
-                    bandwidth=bandwidth_of(info["memory"].get("copy_bandwidth")))
+                    bandwidth=bandwidth_of(info["memory"].get("copy_bandwidth"))
+                    if machine.contention else None)
     (family,) = family_summary(fit).values()        # the figures `ddlcomm model calibrate` prints
     held, fitted = family["heldout"], family["fitted"]
     assert held["points"] and fitted["points"], family

@@ -108,6 +108,11 @@ def test_own_allreduce_on_the_gpu_refuses_a_device_only_backend():
     args = build_parser().parse_args(["train", "--algorithm", "ring", "--backend", "nccl"])
     with pytest.raises(UnsupportedError, match="backend nccl moves device memory only"):
         _check_algorithm(args, ["allreduce"], (False,), ("spin",), "cuda")
+    for algorithm, message in (("hierarchical", "allreduce by hierarchical does not run on --device cuda"),
+                               ("ring+c", "the c kernel reduces host arrays, not --device cuda")):
+        args = build_parser().parse_args(["train", "--algorithm", algorithm, "--backend", "mpi"])
+        with pytest.raises(UsageError, match=message):
+            _check_algorithm(args, ["allreduce"], (False,), ("spin",), "cuda")
 
 
 def test_the_command_says_one_line(tmp_path):

@@ -424,16 +424,22 @@ def check_device_algorithms(plan: BenchPlan) -> None:
     """On device buffers, ddlcomm's algorithms that run there, with a device kernel."""
     for name in plan.collectives:
         for algorithm in plan.algorithms:
-            base, kernel = algorithms.split(algorithm)
-            if base in ("library", "auto"):
-                continue
-            if base not in device.algorithms_for(name):
-                raise UsageError(f"{name} by {base} does not run on --memory {plan.memory}",
-                                 f"on device buffers {name} has: library, "
-                                 f"{', '.join(device.algorithms_for(name)) or 'nothing else'}")
-            if kernel in kernels_device.HOST_KERNELS:
-                raise UsageError(f"{algorithm}: the {kernel} kernel reduces host arrays, not "
-                                 f"--memory {plan.memory}", f"use {base}, {base}+torch or {base}+cupy")
+            check_device_algorithm(name, algorithm, f"--memory {plan.memory}")
+
+
+def check_device_algorithm(name: str, algorithm: str, where: str) -> None:
+    """Refuse ``algorithm`` for collective ``name`` on device buffers (``where`` says which,
+    e.g. "--memory device") unless it runs there with a device kernel."""
+    base, kernel = algorithms.split(algorithm)
+    if base in ("library", "auto"):
+        return
+    if base not in device.algorithms_for(name):
+        raise UsageError(f"{name} by {base} does not run on {where}",
+                         f"on device buffers {name} has: library, "
+                         f"{', '.join(device.algorithms_for(name)) or 'nothing else'}")
+    if kernel in kernels_device.HOST_KERNELS:
+        raise UsageError(f"{algorithm}: the {kernel} kernel reduces host arrays, not {where}",
+                         f"use {base}, {base}+torch or {base}+cupy")
 
 
 def check_collective_paths(plan: BenchPlan) -> None:

@@ -84,8 +84,8 @@ def calibrate(comm: Any, timed: Timed, budget_s: float, iterations: Optional[int
     return timed(iterations, max(0, warmup - PROBE_CALLS)), iterations, max(warmup, PROBE_CALLS)
 
 
-def pass_us(comm: Any, reduce: Callable, a: Any, b: Any, budget_s: float) -> float:
-    """Median microseconds of one ``reduce(a, b, a)`` pass, every rank at once; the fastest rank's.
+def pass_us(comm: Any, one_pass: Callable, a: Any, b: Any, budget_s: float) -> float:
+    """Median microseconds of one ``one_pass(a, b, a)``, every rank at once; the fastest rank's.
 
     A floor a reduction of these bytes is held to: one NumPy reduction pass
     (one read of two inputs, one write) on host arrays, one device-to-device
@@ -97,9 +97,9 @@ def pass_us(comm: Any, reduce: Callable, a: Any, b: Any, budget_s: float) -> flo
     a[...] = 1
     b[...] = 1                                  # pages faulted in before timing
     t0 = clock()
-    reduce(a, b, a)
+    one_pass(a, b, a)
     t_one = agree_max(comm, clock() - t0)
-    times = timing_loop(comm, lambda: reduce(a, b, a),
+    times = timing_loop(comm, lambda: one_pass(a, b, a),
                         int(min(20, max(3, budget_s // max(t_one, 1e-9)))))
     buf = np.array([np.median(times)], np.float64)
     comm.allreduce(buf, buf, op="min")

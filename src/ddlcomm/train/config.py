@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
-from ..bench.plan import MAX_RANKS_PER_CORE, check_start, mem_available, usable_cores
+from ..bench.plan import (MAX_RANKS_PER_CORE, check_device_algorithm, check_start, mem_available,
+                          usable_cores)
 from ..comm import algorithms, registry
 from ..errors import UnsupportedError, UsageError
 from ..units import (MAX_ITERS, MAX_SEED, format_size, parse_list, parse_positive_int,
@@ -211,6 +212,8 @@ def _check_algorithm(o: TrainOptions, archs: list[str], overlaps: tuple, waits: 
         raise UnsupportedError("ddlcomm's own all-reduces are blocking calls: --overlap and --wait "
                                "sleep start the backend's non-blocking all-reduce",
                                "drop --overlap and --wait, or use --algorithm library")
+    if device != "cpu":
+        check_device_algorithm("allreduce", o.algorithm, f"--device {device}")
     if device != "cpu" and "host" not in registry.get_spec(o.backend).memories:
         raise UnsupportedError(f"ddlcomm's own all-reduces on the GPU hand the backend host messages "
                                f"only (ipc's ready/done headers, staged blocks); backend {o.backend} "

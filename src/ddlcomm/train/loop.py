@@ -343,4 +343,5 @@ class ConfigRecords:
             self.comm, collective="train", form="buffer", dtype=self.params.dtype, op="avg",
             nbytes=self.params.nbytes, count=self.params.count, root=0, in_place=True,
             iterations=cfg.iters, warmup=cfg.warmup, times=times, algbw_bytes=0, busbw_factor=1.0,
-            check=self.check, algorithm=cfg.algorithm, extra={**base_extra(cfg, self.workers, phase), **self.facts, **more})
+            check=self.check, algorithm=cfg.algorithm,
+            extra={**base_extra(cfg, self.workers, phase), **self.facts, **more})

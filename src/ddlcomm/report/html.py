@@ -131,7 +131,8 @@ def _td_class(numeric: bool, text: str) -> str:
 
 
 #: Headers of the points table that hold numbers (right-aligned).
-_NUMERIC = {"size", "count", "iters", "ranks", *(h for h, _ in RATIO_COLUMNS), *(h for h, _, _ in EXTRA_COLUMNS)}
+_NUMERIC = {"size", "count", "iters", "ranks", *(h for h, _ in RATIO_COLUMNS),
+            *(h for h, _, _ in EXTRA_COLUMNS)}
 
 
 def _data_table(points: Sequence[Point]) -> str:

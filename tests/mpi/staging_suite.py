@@ -51,7 +51,9 @@ def check_records(workload: str, nbytes: int, records: list, failures: list) -> 
     for r in records:
         if r["check"] != "passed":
             failures.append(f"{workload} {nbytes} B {r['extra']['phase']}: check {r['check']}")
-        if r["extra"]["path"] != "host-staged" or "copy_alone_d2h_GBps" not in r["extra"]:
+        bars = [r["extra"].get(f"copy_{how}_{way}_GBps") for how in ("alone", "at_once")
+                for way in ("d2h", "h2d")]
+        if r["extra"]["path"] != "host-staged" or not all(b and b > 0 for b in bars):
             failures.append(f"{workload} {nbytes} B: extra {r['extra']}")
     whole = {r["extra"]["phase"]: r["t_avg_us"] for r in records}
     parts = [v for k, v in whole.items() if k.startswith(want[0] + ".")]

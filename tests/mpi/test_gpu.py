@@ -70,7 +70,8 @@ def test_mpi_host_staged_and_nccl_chief(mpi, tmp_path):
     for part in ("mpi", "h2d", "nccl"):
         assert ("ps-sync", "nccl-chief", f"broadcast.{part}") in phases
     staged = [p for p in points if p["path"] == "host-staged"]
-    assert all(p["copy_alone_d2h_GBps"] > 0 and p["copy_alone_h2d_GBps"] > 0 for p in staged)
+    assert all(p[f"copy_{how}_{way}_GBps"] > 0 for p in staged
+               for how in ("alone", "at_once") for way in ("d2h", "h2d"))
 
 
 def test_direct_path_is_refused_with_the_evidence(mpi, tmp_path):

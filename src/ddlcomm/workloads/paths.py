@@ -97,7 +97,7 @@ class HostStaged(DataPath):
     def open(self, comm, plan, alloc, server: bool) -> PathRun:
         side = TorchSide(self.device)
         run = _StagedRun(side, pinned_alloc(side))
-        run.facts = side.copy_alone_GBps(max_bytes(plan))
+        run.facts = side.copy_GBps(comm, max_bytes(plan))
         return run
 
 

@@ -17,7 +17,7 @@ from ..dtypes import DType, dtype_of
 from ..measure.timing import clock
 from ..memory.gpu import copy_in, copy_out
 
-#: Copies timed alone per direction (the median is kept).
+#: Copies timed per direction, alone and at once (the median is kept).
 COPY_REPS = 5
 
 
@@ -106,8 +106,11 @@ class TorchSide:
         raw = self.torch.zeros(count * dtype.itemsize, dtype=self.torch.uint8, pin_memory=True)
         return raw.numpy().view(dtype.numpy)       # the view holds the pinned tensor
 
-    def copy_alone_GBps(self, nbytes: int) -> dict:
-        """Pinned copies of ``nbytes`` timed alone, each way (the bar the staged copies meet)."""
+    def copy_GBps(self, comm, nbytes: int) -> dict:
+        """Pinned copies of ``nbytes`` each way, the bars the staged copies are held to (GB/s):
+        ``copy_alone_*``, each rank in turn while the others wait (the fastest rank's), and
+        ``copy_at_once_*``, every rank at once as the staged phases copy, sharing the link and
+        the GPU where they share one (the slowest rank's)."""
         if nbytes <= 0:
             return {}
         dev = self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.device)
@@ -116,13 +119,28 @@ class TorchSide:
         for name, copy in (("d2h", lambda: self.to_host(dev, host)),
                            ("h2d", lambda: self.to_device(host, dev))):
             copy()
-            times = []
-            for _ in range(COPY_REPS):
-                t0 = clock()
-                copy()
-                times.append(clock() - t0)
-            out[f"copy_alone_{name}_GBps"] = nbytes / float(np.median(times)) / 1e9
+            alone = 0.0
+            for turn in range(comm.size):
+                comm.barrier()
+                if comm.rank == turn:
+                    alone = _median_GBps(copy, nbytes)
+            comm.barrier()
+            at_once = _median_GBps(copy, nbytes)
+            bars = np.array([alone, -at_once])
+            comm.allreduce(bars, bars, op="max")
+            out[f"copy_alone_{name}_GBps"] = float(bars[0])
+            out[f"copy_at_once_{name}_GBps"] = float(-bars[1])
         return out
+
+
+def _median_GBps(copy: Callable[[], None], nbytes: int) -> float:
+    """GB/s of the median of :data:`COPY_REPS` timed ``copy()`` calls of ``nbytes``."""
+    times = []
+    for _ in range(COPY_REPS):
+        t0 = clock()
+        copy()
+        times.append(clock() - t0)
+    return nbytes / float(np.median(times)) / 1e9
 
 
 def _no_sync() -> None:

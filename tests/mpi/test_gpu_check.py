@@ -61,3 +61,12 @@ def test_info_and_a_small_sweep_come_back_packed(tmp_path):
         tags = {(json.loads(config).get("extra") or {}).get("tag")
                 for (config,) in db.execute("SELECT config FROM runs")}
     assert {"manycores:openmpi:rep1", "manycores:openmpi:own:rep1"} <= tags, tags
+    assert "by_copiers" in json.loads((got / "manycores-openmpi-info.json").read_text())["memory"]["copy_bandwidth"]
+    # what came back becomes a measured machine's test data
+    dest = tmp_path / "machines" / "here"
+    packed = next((tmp_path / "out").iterdir())
+    imported = subprocess.run([str(ROOT / "scripts" / "import-machine"), str(dest), str(packed)],
+                              capture_output=True, text=True, timeout=60)
+    assert imported.returncode == 0, imported.stderr
+    assert sorted(p.name for p in dest.iterdir()) == ["info.json", "manycores-openmpi.db.gz"]
+    assert json.loads((dest / "info.json").read_text())["memory"]["copy_bandwidth"]["by_copiers"]

@@ -54,13 +54,19 @@ def test_choi2021_gpu_half(monkeypatch):
     monkeypatch.setattr(choi2021, "cuda_aware_mpis", lambda: {"openmpi": False})
     steps = choi2021.gpu_steps(False)
     args = [" ".join(s.args) for s in steps]
-    assert len(steps) == 4 * 2 * 4                     # workers x workloads x (2 MPIs, NCCL, Gloo)
+    # workers x workloads x (2 MPIs, NCCL, Gloo) on the host, and at 4 workers one container per rank
+    assert len(steps) == 4 * 2 * 4 + 2 * 4
     assert all("--memory device" in a for a in args)
-    assert sum("--path host-staged,nccl-chief" in a for a in args) == 16
-    assert sum("--backend nccl" in a for a in args) == 8 and sum("--backend gloo" in a for a in args) == 8
+    assert sum("--path host-staged,nccl-chief" in a for a in args) == 16 + 4
+    assert sum("--backend nccl" in a for a in args) == 10 and sum("--backend gloo" in a for a in args) == 10
     assert "--ranks 5" in args[-1] or any("--ranks 5" in a for a in args)   # 4 workers + server
-    full = " ".join(" ".join(s.args) for s in choi2021.gpu_steps(True))
+    apart = [a for a in args if "--containers" in a]
+    assert len(apart) == 8 and all(f"--ranks {n} " in a and a.endswith(f"--containers {n}")
+                                   for a in apart for n in [a.split()[-1]])
+    full_steps = choi2021.gpu_steps(True)
+    full = " ".join(" ".join(s.args) for s in full_steps)
     assert f"--sizes {1 << 30}B" in full and "--steps 1000" in full
+    assert len(full_steps) == 32 + 4 * (1 + 2 + 2 + 2)      # every run of 2+ ranks apart too
     monkeypatch.setattr(choi2021, "cuda_aware_mpis", lambda: {"openmpi": True})
     assert any("--path direct" in " ".join(s.args) for s in choi2021.gpu_steps(False))
 
@@ -68,11 +74,12 @@ def test_choi2021_gpu_half(monkeypatch):
 def test_choi2021_gpu_panels():
     from ddlcomm.recipes import choi2021
     cpu = dict(library="MPICH", memory="numpy", containers=0, ranks=3)
-    gpu = dict(library="Open MPI", memory="device", path="host-staged", ranks_per_gpu=[3, 3, 3])
+    gpu = dict(library="Open MPI", memory="device", path="host-staged", ranks=3, ranks_per_gpu=[3, 3, 3])
     assert choi2021._panel(cpu) == "MPICH" and choi2021._panel(gpu) == "GPU: Open MPI host-staged"
     assert choi2021._panel(dict(gpu, library="NCCL", path="host")) == "GPU: NCCL"
-    assert choi2021._line(gpu) == "all ranks on one GPU"
-    assert choi2021._line(dict(gpu, ranks_per_gpu=[1, 1])) == "one rank per GPU"
+    assert choi2021._line(gpu) == "all on the host"
+    assert choi2021._line(dict(gpu, containers=3)) == "one container per rank"
+    assert choi2021._line(dict(cpu, containers=1)) == "all in one container"
 
 
 def test_training_recipes():

@@ -9,13 +9,15 @@ The GPU half (where torch sees a GPU): the workers' data on the GPU (``--memory
 device``), 1 to 4 workers (all ranks on GPU ``local_rank % gpus``: 4 ranks
 share the one GPU of a one-GPU machine), along every path and library that
 can run here: MPI (both) host-staged and NCCL-via-chief, NCCL itself and
-Gloo on CUDA tensors; the direct path where the MPI is CUDA-aware.  What
-cannot run is listed with the reason (:func:`unavailable`).
+Gloo on CUDA tensors; the direct path where the MPI is CUDA-aware.  All
+ranks on the host, and at 4 workers also one container per rank (each a host
+of its own to MPI and NCCL, the GPU shared all the same).  What cannot run is
+listed with the reason (:func:`unavailable`).
 
 Scaled default: 16 MiB instead of 1 GiB, 3 timed steps (MPICH oversubscribed
-on 2 cores takes seconds per large broadcast; the GPU half's 32 runs fit in
-about 10 minutes, an estimate to confirm there). ``--full``: 1 GiB and 1000
-repetitions.
+on 2 cores takes seconds per large broadcast; the GPU half's 40 runs are
+meant to fit in about 10 minutes, an estimate to confirm there). ``--full``:
+1 GiB, 1000 repetitions, containers at every worker count.
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ FULL_BYTES = 1 << 30
 SCALED_BYTES = 16 << 20
 MPIS = (("openmpi", "Open MPI"), ("mpich", "MPICH"))
 PLACEMENTS = ("one container per rank", "all in one container")
+#: The GPU half's runs beside one container per rank: every rank on the host.
+ON_HOST = "all on the host"
 
 
 def steps(full: bool) -> list[Step]:
@@ -62,15 +66,24 @@ GPU_RUNS = (
     + [("NCCL", "openmpi", ("--backend", "nccl")), ("Gloo on CUDA", "openmpi", ("--backend", "gloo"))])
 
 
+#: Worker counts whose GPU runs are also made with one container per rank (scaled default;
+#: ``--full``: every count), beside all ranks on the host.
+GPU_CONTAINER_WORKERS = (4,)
+
+
 def gpu_steps(full: bool) -> list[Step]:
     size, iters = _sized(full)
     out = []
     for workers in range(1, 5):
+        apart = full or workers in GPU_CONTAINER_WORKERS
         for workload, ranks in (("ps-sync", workers + 1), ("allreduce", workers)):
             for label, env, how in GPU_RUNS + _direct_runs():
                 args = ("--workload", workload, "--sizes", f"{size}B", "--ranks", str(ranks),
                         "--steps", str(iters), "--memory", "device", *how)
                 out.append(Step(f"GPU {label}: {workload} {workers} workers", args, env=env))
+                if apart and ranks > 1:
+                    out.append(Step(f"GPU {label}: {workload} {workers} workers, {PLACEMENTS[0]}",
+                                    (*args, "--containers", str(ranks)), env=env))
     return out
 
 
@@ -102,8 +115,8 @@ def unavailable() -> list[tuple[str, str]]:
         evidence = "; ".join(facts.get("evidence") or [])
         out.append((f"path direct ({facts.get('library', 'MPI')})",
                     f"not CUDA-aware (cuda_aware: {facts.get('cuda_aware')}): {evidence}"))
-    out.append(("one GPU per container", "this recipe runs every GPU rank in one container "
-                                         "(the machine's GPUs are shared by local rank)"))
+    out.append(("one GPU per container", "the containers' ranks take GPU local_rank % GPUs, so "
+                                         "on a machine with fewer GPUs than ranks they share them"))
     return out
 
 
@@ -116,8 +129,11 @@ def _workers(p: dict) -> int:
 
 
 def _placement(p: dict) -> str:
-    return PLACEMENTS[0] if (p.get("containers") or 0) == p["ranks"] and p["ranks"] > 1 \
-        else PLACEMENTS[1]
+    """One container per rank, all in one container, or (the GPU half's) all on the host."""
+    containers = p.get("containers") or 0
+    if containers == p["ranks"] and p["ranks"] > 1:
+        return PLACEMENTS[0]
+    return PLACEMENTS[1] if containers else ON_HOST
 
 
 def select(points):
@@ -133,10 +149,7 @@ def _panel(p: dict) -> str:
 
 
 def _line(p: dict) -> str:
-    if p.get("memory") != "device":
-        return _placement(p)
-    shared = max(p.get("ranks_per_gpu") or [1])
-    return "all ranks on one GPU" if shared > 1 else "one rank per GPU"
+    return _placement(p)
 
 
 def report(recipe, points, out_dir):
@@ -149,7 +162,10 @@ def report(recipe, points, out_dir):
                "With one worker, 'one container per rank' for all-reduce is a single rank.",
                "GPU panels: the workers' data on the GPU; every timed step ends with a CUDA "
                "stream synchronisation (OSU's -d cuda convention); host-staged and "
-               "nccl-chief copy phases are stored apart."],
+               "nccl-chief copy phases are stored apart. All ranks on the host, and at "
+               f"{', '.join(map(str, GPU_CONTAINER_WORKERS))} workers (every count with --full) "
+               "one container per rank; the ranks share the GPUs by local rank (each point "
+               "records ranks_per_gpu)."],
         unavailable=unavailable())
 
 

@@ -66,6 +66,7 @@ def test_slurm_conf():
     for want in ("SlurmctldHost=vm(10.231.5.1)", "SlurmctldPort=6999",
                  "AuthInfo=socket=/run/x/munge/sock", "ProctrackType=proctrack/linuxproc",
                  "TaskPlugin=task/none", "MpiDefault=pmi2", "SlurmdSpoolDir=/run/x/spool-%n",
+                 "KillOnBadExit=1",
                  "NodeName=ddlc-1-0-c1 NodeAddr=10.231.5.3 CPUs=2 RealMemory=1024 State=UNKNOWN"):
         assert want in lines, want
     assert sum(line.startswith("PartitionName=ddlc ") for line in lines) == 1

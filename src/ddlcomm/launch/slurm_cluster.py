@@ -311,6 +311,9 @@ def slurm_conf(state: Path, host: str, address: str, port: int, munge_socket: Pa
         "SchedulerType=sched/backfill", "ReturnToService=2",
         "SlurmdParameters=config_overrides", "KillWait=5", "MinJobAge=60",
         "InactiveLimit=0", "SlurmdTimeout=60", "Waittime=0",
+        # a task that dies ends its step (srun --kill-on-bad-exit=1 for every step): the
+        # others would otherwise wait for it until a timeout
+        "KillOnBadExit=1",
     ]
     lines += [f"NodeName={name} NodeAddr={addr} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN"
               for name, addr in nodes]

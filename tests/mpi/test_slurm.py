@@ -16,6 +16,7 @@ import re
 import signal
 import sqlite3
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -36,9 +37,12 @@ QUIET_WAIT = {"mpich": {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1",
               "openmpi": {"OMPI_MCA_mpi_yield_when_idle": "1"}}
 #: Slurm 22.05's pmi2 plugin, under load, now and then reads a long PMI request in two
 #: pieces and rejects it ("value not properly terminated in client request"): MPICH's
-#: UCX addresses are long. Seen in about one full `make test` in three; a step or job
-#: that fails with it is run once more.
+#: UCX addresses are long. Seen in about one full `make test` in three, the last two
+#: fresh-clone runs of 2026-11-25 included. The put is lost, so the step then aborts
+#: or, as often, hangs; a step or job that says it is ended at once and run again.
 PMI2_GARBLED = "mpi/pmi2: value not properly terminated"
+#: Runs of a step or job that Slurm's pmi2 may garble before the test gives up.
+PMI2_ATTEMPTS = 3
 BENCH = ["-m", "ddlcomm", "bench", "--collective", "allreduce", "--sizes", "1KiB:16KiB",
          "--form", "buffer", "--budget", "0.01"]
 
@@ -139,14 +143,57 @@ def test_srun_mpi_flat_and_hierarchical(cluster, mpi, tmp_path):
     db = tmp_path / "slurm.db"
     cmd = ["srun", "-N", "2", "-n", "4", *SRUN_MPI[mpi.name], mpi.python, *BENCH,
            "--algorithm", "library,hierarchical", "--db", db, "--no-report"]
-    res = run(cmd, _env(cluster, mpi), TIMEOUT_S)
-    if res.returncode and PMI2_GARBLED in res.stderr:
+    for _ in range(PMI2_ATTEMPTS):
         db.unlink(missing_ok=True)
-        res = run(cmd, _env(cluster, mpi), TIMEOUT_S)
+        res = _srun_unless_garbled(cmd, _env(cluster, mpi))
+        if res is not None:
+            break
+    else:
+        pytest.fail(f"Slurm's pmi2 garbled every one of {PMI2_ATTEMPTS} runs: {PMI2_GARBLED}")
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     points = _points(db)
     _assert_two_nodes(points, cluster)
     assert {p["algorithm"] for p in points} == {"library", "hierarchical"}
+
+
+def _srun_unless_garbled(cmd, env) -> "subprocess.CompletedProcess | None":
+    """``run(cmd)`` for an srun step over pmi2, or None as soon as its stderr says Slurm's
+    pmi2 garbled a request (the step is then cancelled: its tasks would hang or abort)."""
+    proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    err: list[str] = []
+    out: list[str] = []
+    garbled = threading.Event()
+
+    def read_err() -> None:
+        for line in proc.stderr:
+            err.append(line)
+            if PMI2_GARBLED in line:
+                garbled.set()
+    readers = [threading.Thread(target=read_err, daemon=True),
+               threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)]
+    for t in readers:
+        t.start()
+    deadline = time.monotonic() + TIMEOUT_S
+    while proc.poll() is None and not garbled.wait(0.2) and time.monotonic() < deadline:
+        pass
+    if proc.poll() is None:
+        for _ in range(2):                    # srun: a second SIGINT within a second cancels
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.3)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    for t in readers:
+        t.join(5)
+    if garbled.is_set():
+        return None
+    if time.monotonic() >= deadline:
+        pytest.fail(f"{' '.join(map(str, cmd))} did not end within {TIMEOUT_S} s\n"
+                    f"{''.join(out)[-2000:]}\n{''.join(err)[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, "".join(out), "".join(err))
 
 
 def _only(name: str):
@@ -188,15 +235,19 @@ def readme_batch_script() -> str:
     return scripts[0]
 
 
-def _wait_for_job(job: str, env: dict, timeout_s: float = TIMEOUT_S) -> str:
-    """The job's final state, or ``TIMEOUT`` (sbatch --wait polls too slowly: up to half a
-    minute more)."""
+def _wait_for_job(job: str, env: dict, output: Path, timeout_s: float = TIMEOUT_S) -> str:
+    """The job's final state; ``GARBLED`` (cancelled) as soon as its ``output`` says Slurm's
+    pmi2 garbled a request; ``TIMEOUT`` (cancelled) past ``timeout_s``.  (sbatch --wait
+    polls too slowly: up to half a minute more.)"""
     deadline, state = time.monotonic() + timeout_s, "?"
     while time.monotonic() < deadline:
         out = run(["scontrol", "-o", "show", "job", job], env, 30).stdout
         state = (re.findall(r"\bJobState=(\S+)", out) or ["?"])[0]
         if state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "?"):
             return state
+        if output.exists() and PMI2_GARBLED in output.read_text(errors="replace"):
+            run(["scancel", job], env, 30)
+            return "GARBLED"
         time.sleep(0.5)
     run(["scancel", job], env, 30)
     return "TIMEOUT"
@@ -207,7 +258,7 @@ def _sbatch(folder: Path, env: dict) -> tuple[str, str]:
     res = run(["sbatch", f"--chdir={folder}", folder / "job.sh"], env, 60)
     assert res.returncode == 0, res.stdout + res.stderr
     job = re.search(r"Submitted batch job (\d+)", res.stdout).group(1)
-    return job, _wait_for_job(job, env)
+    return job, _wait_for_job(job, env, folder / f"ddlcomm-{job}.out")
 
 
 def test_sbatch_readme_script(cluster, tmp_path):
@@ -218,10 +269,12 @@ def test_sbatch_readme_script(cluster, tmp_path):
     (tmp_path / "job.sh").write_text(script)
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
     env = _env(cluster, mpi)
-    job, state = _sbatch(tmp_path, env)
-    if state != "COMPLETED" and PMI2_GARBLED in (tmp_path / f"ddlcomm-{job}.out").read_text():
+    for _ in range(PMI2_ATTEMPTS):
         (tmp_path / "ddlcomm.db").unlink(missing_ok=True)
         job, state = _sbatch(tmp_path, env)
+        if state != "GARBLED" and not (state != "COMPLETED" and PMI2_GARBLED in
+                                       (tmp_path / f"ddlcomm-{job}.out").read_text()):
+            break
     assert state == "COMPLETED", state + "".join(p.read_text() for p in tmp_path.glob("*.out"))
     out = (tmp_path / f"ddlcomm-{job}.out").read_text()
     assert "status passed" in out and "status failed" not in out, out

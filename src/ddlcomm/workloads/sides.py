@@ -14,7 +14,7 @@ import numpy as np
 
 from ..comm.buffers import tensor_dtype
 from ..dtypes import DType, dtype_of
-from ..measure.timing import clock
+from ..measure.timing import agree_max, clock
 from ..memory.gpu import copy_in, copy_out
 
 #: Copies timed per direction, alone and at once (the median is kept).
@@ -126,10 +126,8 @@ class TorchSide:
                     alone = _median_GBps(copy, nbytes)
             comm.barrier()
             at_once = _median_GBps(copy, nbytes)
-            bars = np.array([alone, -at_once])
-            comm.allreduce(bars, bars, op="max")
-            out[f"copy_alone_{name}_GBps"] = float(bars[0])
-            out[f"copy_at_once_{name}_GBps"] = float(-bars[1])
+            out[f"copy_alone_{name}_GBps"] = agree_max(comm, alone)          # the fastest rank's
+            out[f"copy_at_once_{name}_GBps"] = -agree_max(comm, -at_once)    # the slowest rank's
         return out
 
 

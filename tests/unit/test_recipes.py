@@ -77,9 +77,9 @@ def test_choi2021_gpu_panels():
     gpu = dict(library="Open MPI", memory="device", path="host-staged", ranks=3, ranks_per_gpu=[3, 3, 3])
     assert choi2021._panel(cpu) == "MPICH" and choi2021._panel(gpu) == "GPU: Open MPI host-staged"
     assert choi2021._panel(dict(gpu, library="NCCL", path="host")) == "GPU: NCCL"
-    assert choi2021._line(gpu) == "all on the host"
-    assert choi2021._line(dict(gpu, containers=3)) == "one container per rank"
-    assert choi2021._line(dict(cpu, containers=1)) == "all in one container"
+    assert choi2021._placement(gpu) == "all on the host"
+    assert choi2021._placement(dict(gpu, containers=3)) == "one container per rank"
+    assert choi2021._placement(dict(cpu, containers=1)) == "all in one container"
 
 
 def test_training_recipes():

@@ -148,16 +148,12 @@ def _panel(p: dict) -> str:
     return f"GPU: {p['library']}" + ("" if path == "host" else f" {path}")
 
 
-def _line(p: dict) -> str:
-    return _placement(p)
-
-
 def report(recipe, points, out_dir):
     return write_recipe_report(
         recipe.title, select(points), out_dir,
         figure_of=lambda p: _PHASE[p["collective"], p["phase"]],
         panel_of=_panel, x_of=_workers,
-        line_of=_line, x_label="workers", panel_order=[name for _, name in MPIS],
+        line_of=_placement, x_label="workers", panel_order=[name for _, name in MPIS],
         notes=["float32 array; PS: rank 0 is the server, workers are the other ranks.",
                "With one worker, 'one container per rank' for all-reduce is a single rank.",
                "GPU panels: the workers' data on the GPU; every timed step ends with a CUDA "

@@ -3,7 +3,9 @@
 ``make test`` builds ``.venv/openmpi`` and ``.venv/mpich``; every multi-rank
 test runs once per environment.  ``DDLCOMM_TEST_MPIS`` narrows the list (e.g.
 ``openmpi``).  A listed environment that is missing fails the test (it does
-not skip): CI must prove both MPIs ran.
+not skip): CI must prove both MPIs ran.  A test of what does not depend on the
+MPI (Gloo, NCCL) runs in one environment only (:func:`once`): the first listed,
+or ``DDLCOMM_TEST_ONCE_IN`` (scripts/gpu-check runs each MPI's tests apart).
 """
 from __future__ import annotations
 
@@ -31,7 +33,14 @@ else:
                                HealthCheck.filter_too_much])
     settings.load_profile("ddlcomm")
 MPIS = [m for m in os.environ.get("DDLCOMM_TEST_MPIS", "openmpi,mpich").split(",") if m]
+ONCE_IN = os.environ.get("DDLCOMM_TEST_ONCE_IN", MPIS[0] if MPIS else "")
 _seen: dict[str, str] = {}
+
+
+def once(env: "MPIEnv", what: str = "what this checks") -> None:
+    """Skip unless ``env`` is the environment where MPI-independent tests run."""
+    if env.name != ONCE_IN:
+        pytest.skip(f"{what} does not depend on the MPI: run once, in .venv/{ONCE_IN}")
 
 
 class MPIEnv:

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from conftest import run
+from conftest import once, run
 
 
 def _cuda() -> tuple[bool, str]:
@@ -39,6 +39,7 @@ def bench(mpi, db, *args, timeout=400):
 
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_nccl_collectives_on_device_memory(mpi, tmp_path, ranks):
+    once(mpi, "nccl")
     _, points = bench(mpi, tmp_path / "n.db", "--backend", "nccl", "--collective", ALL_NCCL,
                       "--memory", "device", "--ranks", str(ranks), "--sizes", "4B:1MiBx16")
     assert {p["check"] for p in points} == {"passed"}
@@ -52,6 +53,7 @@ def test_nccl_collectives_on_device_memory(mpi, tmp_path, ranks):
 
 
 def test_gloo_on_cuda_tensors(mpi, tmp_path):
+    once(mpi, "gloo")
     _, points = bench(mpi, tmp_path / "g.db", "--backend", "gloo", "--memory", "device",
                       "--collective", "allreduce,broadcast,allgather", "--ranks", "2",
                       "--sizes", "4B:1MiBx16")

@@ -70,3 +70,13 @@ def test_info_and_a_small_sweep_come_back_packed(tmp_path):
     assert imported.returncode == 0, imported.stderr
     assert sorted(p.name for p in dest.iterdir()) == ["info.json", "manycores-openmpi.db.gz"]
     assert json.loads((dest / "info.json").read_text())["memory"]["copy_bandwidth"]["by_copiers"]
+
+
+def test_one_mpis_gpu_tests_run_alone(tmp_path):
+    # Here every GPU test skips with its reason; the part still runs and records its exit code.
+    res, got = _gpu_check(tmp_path, 3, "tests:mpich")
+    summary = (got / "summary.txt").read_text()
+    assert "rc=0" in summary and "tests-mpich.log" in summary, summary
+    assert not (got / "tests-openmpi.log").exists()
+    log = (got / "tests-mpich.log").read_text()
+    assert "DDLCOMM_TEST_MPIS=mpich" in log and "needs a GPU" in log, log

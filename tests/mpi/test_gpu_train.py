@@ -15,7 +15,7 @@ import math
 
 import pytest
 
-from conftest import MPIS, run
+from conftest import once, run
 from test_gpu import CUDA, WHY
 
 pytestmark = [pytest.mark.gpu, pytest.mark.mpi,
@@ -43,11 +43,6 @@ def check_on_gpu(its, backend: str, wire: str):
         if p["peer"] == "ddlcomm":
             assert p["wire"] == wire and p["t_iter_predicted_s"] > 0, what
             assert p["overlap_in_backward"] is p["overlap"], what   # hooks started the calls
-
-
-def once(mpi):
-    if mpi.name != MPIS[0]:
-        pytest.skip(f"what this checks does not depend on the MPI: run once, in .venv/{MPIS[0]}")
 
 
 def test_small_cnn_over_nccl_overlap_off_and_on_and_ddp(mpi, tmp_path):

@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import MPIS, run
+from conftest import MPIS, once, run
 from test_gloo import gloo  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.mpi
@@ -65,8 +65,7 @@ def test_every_arch_over_mpi(mpi, tmp_path):
 
 
 def test_every_arch_over_gloo_and_ddp(gloo, tmp_path):  # noqa: F811
-    if gloo.name != MPIS[0]:
-        pytest.skip(f"gloo does not depend on the MPI: run once, in .venv/{MPIS[0]}")
+    once(gloo, "gloo")
     _, points = train(gloo, tmp_path / "t.db", "--backend", "gloo", "--ranks", "2",
                       "--arch", "allreduce,ps", "--overlap", "both", "--peer", "ddp")
     check_trained(points, {("allreduce", False, "ddlcomm"), ("allreduce", True, "ddlcomm"),

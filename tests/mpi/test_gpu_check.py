@@ -80,3 +80,17 @@ def test_one_mpis_gpu_tests_run_alone(tmp_path):
     assert not (got / "tests-openmpi.log").exists()
     log = (got / "tests-mpich.log").read_text()
     assert "DDLCOMM_TEST_MPIS=mpich" in log and "needs a GPU" in log, log
+
+
+def test_a_pack_past_the_largest_file_comes_back_in_parts(tmp_path):
+    out = tmp_path / "out"
+    res = subprocess.run([str(SCRIPT), "info"], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OUT": str(out), "GPU_CHECK_MINUTES": "3",
+                              "GPU_CHECK_PART_BYTES": "1024"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    parts = sorted(p.name for p in out.iterdir())
+    assert len(parts) > 1 and parts == [f"gpu-check-info.tar.gz.{i}" for i in range(len(parts))]
+    joined = tmp_path / "joined.tar.gz"
+    joined.write_bytes(b"".join((out / name).read_bytes() for name in parts))
+    with tarfile.open(joined) as tar:
+        assert "./summary.txt" in tar.getnames()

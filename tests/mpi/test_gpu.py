@@ -61,6 +61,36 @@ def test_gloo_on_cuda_tensors(mpi, tmp_path):
     assert {p["memory"] for p in points} == {"device"}
 
 
+#: One rank of Gloo in a child: a CUDA tensor in a point-to-point call is refused at once
+#: (Gloo's send/recv would read its device pointer as host memory), collectives take it.
+GLOO_P2P = """
+import socket, torch, torch.distributed as dist
+from ddlcomm.comm.torchdist import GlooCommunicator
+from ddlcomm.errors import UnsupportedError
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+comm = GlooCommunicator()
+t = torch.ones(8, device="cuda")
+for call in (lambda: comm.send(t, 0), lambda: comm.recv(t, 0), lambda: comm.isend(t, 0),
+             lambda: comm.irecv(t, 0), lambda: comm.sendrecv(t, 0, t.clone(), 0)):
+    try:
+        call()
+        raise SystemExit("a CUDA tensor went to Gloo's point-to-point")
+    except UnsupportedError as exc:
+        assert "point-to-point" in str(exc), exc
+comm.allreduce(t, t)
+assert float(t.sum()) == 8.0
+dist.destroy_process_group()
+print("ok")
+"""
+
+
+def test_gloo_point_to_point_refuses_cuda_tensors(mpi):
+    res = run([mpi.python, "-c", GLOO_P2P], mpi.env(), 120)
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stdout + res.stderr
+
+
 def test_mpi_host_staged_and_nccl_chief(mpi, tmp_path):
     _, points = bench(mpi, tmp_path / "w.db", "--workload", "ps-sync,allreduce", "--backend", "mpi",
                       "--path", "host-staged,nccl-chief", "--memory", "device", "--ranks", "3",

@@ -100,3 +100,15 @@ def test_parse_transports_reads_every_pair():
 def test_parse_transports_of_nothing():
     assert ncclinfo.parse_transports(["NCCL INFO Bootstrap : Using lo:127.0.0.1<0>", ""]) == {}
     assert ncclinfo.transport_kinds({}) == []
+
+
+@pytest.mark.parametrize("template, want", [
+    ("/tmp/n.%%h.%p", "/tmp/n.%h.42"),             # %% is one %, not the start of %h
+    ("/tmp/100%%/%h", "/tmp/100%/box"),
+    ("/tmp/%x%h", "/tmp/%xbox"),                   # an unknown field is kept as written
+    ("/tmp/%p%p.log", "/tmp/4242.log"),
+    ("/tmp/end%", "/tmp/end%"),
+])
+def test_log_path_expands_in_one_pass_as_nccl_does(template, want):
+    # NCCL 2.28.9 src/debug.cc (ncclDebugInit): one scan; '%%' -> '%', 'h', 'p', else echoed.
+    assert ncclinfo.log_path({"NCCL_DEBUG_FILE": template}, "box", 42) == want

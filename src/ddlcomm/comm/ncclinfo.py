@@ -92,12 +92,16 @@ def log_host(host: str) -> str:
 
 
 def log_path(environ: Mapping[str, str], host: str, pid: int) -> Optional[str]:
-    """The file this process's NCCL writes to (``%h`` and ``%p`` expanded as NCCL does),
-    None for stdout."""
+    """The file this process's NCCL writes to, None for stdout.
+
+    Expanded in one pass as NCCL does (``ncclDebugInit``, src/debug.cc of 2.28.9): ``%h``
+    the host, ``%p`` the pid, ``%%`` one ``%``; ``%`` before any other character is kept
+    with it."""
     template = environ.get("NCCL_DEBUG_FILE")
     if not template:
         return None
-    return template.replace("%h", log_host(host)).replace("%p", str(pid))
+    fields = {"%": "%", "h": log_host(host), "p": str(pid)}
+    return re.sub(r"%(.)", lambda m: fields.get(m.group(1), m.group(0)), template, flags=re.S)
 
 
 def parse_transports(lines: Iterable[str]) -> dict[str, str]:

@@ -7,7 +7,8 @@ Gloo backend, ``nccl`` (:mod:`ddlcomm.comm.nccl`) with NCCL.
 Host buffers stay NumPy arrays at the interface; each call wraps them with
 ``torch.from_numpy`` (a view, no copy) and hands the tensor to
 ``torch.distributed``; CUDA tensors (``--memory device``) are handed over as
-they are: Gloo takes them too (it copies through host memory itself).  Every ddlcomm dtype is native to Gloo, float16
+they are: Gloo takes them too in collectives (it copies through host memory itself),
+not in point-to-point calls (:class:`GlooCommunicator`).  Every ddlcomm dtype is native to Gloo, float16
 included (Gloo reduces half floats itself), and so is every op but ``avg``,
 which is ``sum`` followed by the base class's division.
 
@@ -420,8 +421,12 @@ class TorchDistCommunicator(Communicator):
 
 
 class GlooCommunicator(TorchDistCommunicator):
-    """torch.distributed with Gloo: host arrays, and CUDA tensors (``--memory device``),
-    which Gloo copies through host memory itself."""
+    """torch.distributed with Gloo: host arrays, and CUDA tensors (``--memory device``) in
+    collectives, which Gloo copies through pinned host memory itself.
+
+    Gloo's point-to-point does not: ``ProcessGroupGloo::send``/``recv`` hand the tensor's
+    data pointer to the TCP transport as host memory, with no device check and no staging
+    (torch's backend table: Gloo send/recv on GPU ✘), so a CUDA tensor there is refused."""
 
     name = "gloo"
     backend = "gloo"
@@ -433,3 +438,30 @@ class GlooCommunicator(TorchDistCommunicator):
 
     def describe_dtype(self, dtype: DType) -> str:
         return "native Gloo type (torch.from_numpy view)"
+
+    def _send(self, buf, dest, tag):
+        super()._send(_host_p2p(buf), dest, tag)
+
+    def _recv(self, buf, source, tag):
+        super()._recv(_host_p2p(buf), source, tag)
+
+    def _sendrecv(self, sendbuf, dest, recvbuf, source, tag):
+        super()._sendrecv(_host_p2p(sendbuf), dest, _host_p2p(recvbuf), source, tag)
+
+    def _isend(self, buf, dest, tag):
+        return super()._isend(_host_p2p(buf), dest, tag)
+
+    def _irecv(self, buf, source, tag):
+        return super()._irecv(_host_p2p(buf), source, tag)
+
+    def _recv_any(self, buf, tag):
+        return super()._recv_any(_host_p2p(buf), tag)
+
+
+def _host_p2p(buf):
+    """``buf`` unless it is a CUDA tensor, which Gloo's point-to-point would read as host memory."""
+    if buf.__class__ is not np.ndarray and getattr(buf, "is_cuda", False):
+        raise UnsupportedError("backend gloo's point-to-point calls take host memory only: Gloo "
+                               "would read the CUDA tensor's device pointer as host memory",
+                               "copy the tensor to the host first, or use --backend nccl")
+    return buf

@@ -42,6 +42,10 @@ def test_before_2_30_each_rank_gets_its_own_host_id(version):
     ids = {ncclinfo.shared_gpu_env(version, 4, r, "gpubox", {}).env["NCCL_HOSTID"] for r in range(4)}
     assert len(ids) == 4 and all(i.startswith("gpubox-") for i in ids)
     assert "NCCL_HOSTID per rank" in ncclinfo.shared_gpu_env(version, 2, 0, "h", {}).how
+    # one host per rank to NCCL: its multi-node NVLink search is off, unless the user chose
+    assert ncclinfo.shared_gpu_env(version, 2, 0, "h", {}).env["NCCL_MNNVL_ENABLE"] == "0"
+    assert "NCCL_MNNVL_ENABLE" not in ncclinfo.shared_gpu_env(
+        version, 2, 0, "h", {"NCCL_MNNVL_ENABLE": "1"}).env
 
 
 def test_before_2_30_a_common_host_id_is_refused_with_the_reason():

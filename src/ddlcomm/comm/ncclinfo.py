@@ -70,9 +70,13 @@ def shared_gpu_env(version: Optional[tuple[int, int, int]], ranks_on_gpu: int, r
             f"{ranks_on_gpu} ranks share one GPU, which NCCL {shown} (before 2.30) refuses "
             f"unless each rank has its own NCCL_HOSTID, but NCCL_HOSTID={environ['NCCL_HOSTID']} "
             "is set for every rank", "unset NCCL_HOSTID, or use one rank per GPU")
-    return SharedGpu({"NCCL_HOSTID": f"{host}-ddlcomm-rank{rank}"},
-                     f"NCCL {shown} (before 2.30): NCCL_HOSTID per rank, so NCCL sees separate "
-                     "hosts and uses its network transport over loopback")
+    # NCCL then counts one host per rank, and on more than one host it looks for multi-node
+    # NVLink (MNNVL), which ranks on one GPU never have: it is turned off unless the user chose.
+    env = {"NCCL_HOSTID": f"{host}-ddlcomm-rank{rank}"}
+    if "NCCL_MNNVL_ENABLE" not in environ:
+        env["NCCL_MNNVL_ENABLE"] = "0"
+    return SharedGpu(env, f"NCCL {shown} (before 2.30): NCCL_HOSTID per rank, so NCCL sees "
+                     "separate hosts and uses its network transport over loopback")
 
 
 def debug_env(environ: Mapping[str, str]) -> dict:

@@ -135,7 +135,8 @@ def test_missing_plugin_is_one_line(db):
     ("results export 1 --all", ["run id or --all"]),
     ("results export 99", ["no run 99"]),
     ("results compare 1 2", ["no run 1"]),
-    ("results", ["list, show, export or compare"]),
+    ("results", ["list, show, export, compare or versus"]),
+    ("results versus --from 3x", ["3x"]),
     ("results frob", ["frob"]),
     ("report 99", ["no run 99"]),
 )
@@ -169,7 +170,7 @@ def _subparser(parser: argparse.ArgumentParser, *path: str) -> argparse.Argument
     return parser
 
 
-@pytest.mark.parametrize("path", [(), ("bench",), ("results",), ("results", "export"), ("report",),
+@pytest.mark.parametrize("path", [(), ("bench",), ("results",), ("results", "export"), ("results", "versus"), ("report",),
                                   ("info",)],
                          ids=lambda path: " ".join(path) or "ddlcomm")
 def test_help_mentions_every_option(db, path):

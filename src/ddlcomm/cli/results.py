@@ -9,7 +9,8 @@ from typing import Callable
 from ..errors import UsageError
 from ..outputs import writable_file
 from ..report import tables, train
-from ..results import Store, compare, export
+from ..results import Store, compare, export, versus
+from ..units import parse_size
 from . import common
 from .common import _Parser
 
@@ -32,12 +33,30 @@ def add_parser(sub) -> None:
     p.add_argument("run_a")
     p.add_argument("run_b")
     common.add_db(p)
+    p = rsub.add_parser(
+        "versus", help="the library against ddlcomm's own algorithms, measured side by side",
+        description="Every run of the database that measured the library beside ddlcomm's own "
+        "algorithms (bench --algorithm library,ring,rhd,shm,auto): per library, memory and rank "
+        "count, each size's p50 of every algorithm (median over the runs), the library's time "
+        "over the best own algorithm's, auto's over the library's, and the best own over the "
+        "floor measured in the same run (x_add: one np.add pass; x_floor: one device copy). "
+        "Ratios are taken within each run. Below each table: the lowest speed-up from "
+        "--speedup-from, the highest floor ratio from --floor-from, the highest auto/library "
+        "below --auto-below.")
+    p.add_argument("--collective", default="allreduce", help="default: allreduce")
+    p.add_argument("--from", dest="from_size", default="4B", metavar="SIZE",
+                   help="sizes from this one (default 4B)")
+    p.add_argument("--speedup-from", default="1MiB", metavar="SIZE", help="default 1MiB")
+    p.add_argument("--floor-from", default="16MiB", metavar="SIZE", help="default 16MiB")
+    p.add_argument("--auto-below", default="1MiB", metavar="SIZE", help="default 1MiB")
+    p.add_argument("--markdown", action="store_true", help="Markdown tables (docs/benchmarks.md)")
+    common.add_db(p)
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     action = args.results_command
     if action is None:
-        raise UsageError("ddlcomm results: say what to do", "list, show, export or compare")
+        raise UsageError("ddlcomm results: say what to do", "list, show, export, compare or versus")
     db = common.existing_db(args)
     with Store(db) as store:
         ACTIONS[action](store, args)
@@ -80,7 +99,16 @@ def compare_runs(store: Store, args: argparse.Namespace) -> None:
     print(tables.render_compare(rows, run_a, run_b))
 
 
+def versus_runs(store: Store, args: argparse.Namespace) -> None:
+    goals = {"speedup_from": parse_size(args.speedup_from), "floor_from": parse_size(args.floor_from),
+             "auto_below": parse_size(args.auto_below)}
+    found = versus.versus(map(export.point_record, store.points(None)), args.collective,
+                          parse_size(args.from_size))
+    print(tables.render_versus(found, goals, args.markdown))
+
+
 #: action -> its handler (the store open, the parsed options)
 ACTIONS: dict[str, Callable[[Store, argparse.Namespace], None]] = {
     "list": list_runs, "show": show, "export": export_points, "compare": compare_runs,
+    "versus": versus_runs,
 }

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from ..machine import load
 from ..measure import noise
+from ..results.versus import targets
 from ..units import format_size
 
 Point = Mapping[str, Any]
@@ -465,3 +466,56 @@ def render_kernels(rows: Iterable[Mapping[str, Any]], available: Mapping[str, st
     missing = [f"kernel {name}: {state}" for name, state in available.items()
                if state.startswith("missing")]
     return "\n".join([text, *missing])
+
+
+def format_markdown(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """``rows`` of strings under ``headers`` as a Markdown (pipe) table."""
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+    return "\n".join([line(headers), line(["---"] * len(headers))] + [line(r) for r in rows])
+
+
+def _spread_ratio(spread) -> str:
+    """A ratio over runs: its median, with the lowest-highest range where runs differ."""
+    if spread is None:
+        return "-"
+    text = format_ratio(spread.median)
+    return text if spread.n < 2 or spread.low == spread.high else \
+        f"{text} ({spread.low:.2f}-{spread.high:.2f})"
+
+
+def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: bool = False) -> str:
+    """``ddlcomm results versus``: per library, memory and rank count, each size's median
+    time (µs) of every algorithm, the library over the best own (speedup), ``auto`` over
+    the library (and what ``auto`` ran), the best own over the floor measured in the same
+    run; then the figures of :func:`ddlcomm.results.versus.targets` for ``goals``
+    (``speedup_from``, ``floor_from``, ``auto_below``, in bytes)."""
+    if not tables:
+        return ("(no run measured the library beside an own algorithm: "
+                "ddlcomm bench --algorithm library,ring,rhd,shm,auto)")
+    out = []
+    for t in tables:
+        floor = {"add_us": "x_add", "floor_us": "x_floor"}.get(t.floor or "", "x_floor")
+        headers = ["size", *t.algorithms, "best own", "lib / best", "auto / lib", f"{floor} (best)"]
+        rows = [[format_size(r.nbytes), *[format_us(r.times[a].median) if a in r.times else "-"
+                                          for a in t.algorithms],
+                 r.best or "-", _spread_ratio(r.speedup),
+                 _spread_ratio(r.auto) + (f" [{','.join(r.auto_ran)}]" if r.auto_ran else ""),
+                 _spread_ratio(r.x_floor)] for r in t.rows]
+        title = f"{t.library}, {t.ranks} ranks, {t.memory} memory ({t.runs} run{'s' * (t.runs > 1)})"
+        got = targets(t, **goals)
+        summary = [
+            f"lib / best from {format_size(goals['speedup_from'])}: lowest "
+            + (f"{got.min_speedup[0]:.2f}x at {format_size(got.min_speedup[1])}" if got.min_speedup else "-"),
+            f"{floor} (best) from {format_size(goals['floor_from'])}: highest "
+            + (f"{got.max_x_floor[0]:.2f}x at {format_size(got.max_x_floor[1])}" if got.max_x_floor else "-"),
+            f"auto / lib below {format_size(goals['auto_below'])}: highest "
+            + (f"{got.max_auto[0]:.2f}x at {format_size(got.max_auto[1])}" if got.max_auto else "-")]
+        if markdown:
+            out += [f"#### {title}", "", format_markdown(headers, rows), "",
+                    *[f"- {s}" for s in summary], ""]
+        else:
+            out += [f"# {title}", format_table(headers, rows), *summary, ""]
+    out.append("times: p50 in µs, the median over the runs; ratios: taken within each run, "
+               "median (lowest-highest) over the runs")
+    return "\n".join(out)

@@ -1,0 +1,100 @@
+"""``ddlcomm results versus``: the library against ddlcomm's own algorithms (pure; no MPI)."""
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ddlcomm.report.tables import render_versus
+from ddlcomm.results.export import point_record
+from ddlcomm.results.store import Store
+from ddlcomm.results.versus import targets, versus
+
+MIB = 1 << 20
+GOALS = {"speedup_from": MIB, "floor_from": 16 * MIB, "auto_below": MIB}
+
+
+def point(run, algorithm, nbytes, p50, ranks=8, ran=None, add=None, **extra):
+    return {"run_id": run, "collective": "allreduce", "check": "passed", "form": "buffer",
+            "library": "Open MPI", "memory": "numpy", "ranks": ranks, "bytes": nbytes,
+            "algorithm": algorithm, "t_p50_us": p50, "algorithm_run": ran, "add_us": add, **extra}
+
+
+def two_runs():
+    """Two runs at 64 KiB and 16 MiB: the library, ring and shm, auto running shm."""
+    pts = []
+    for run, slow in ((1, 1.0), (2, 1.2)):
+        pts += [point(run, "library", 64 << 10, 30 * slow), point(run, "ring", 64 << 10, 40),
+                point(run, "shm", 64 << 10, 15), point(run, "auto", 64 << 10, 16, ran="shm"),
+                point(run, "library", 16 * MIB, 6000 * slow, add=1000),
+                point(run, "ring", 16 * MIB, 3000, add=1000),
+                point(run, "shm", 16 * MIB, 2000, add=1000),
+                point(run, "auto", 16 * MIB, 2100, ran="shm", add=1000)]
+    return pts
+
+
+def test_ratios_are_taken_within_each_run_then_summarised():
+    (table,) = versus(two_runs())
+    assert (table.library, table.ranks, table.runs, table.floor) == ("Open MPI", 8, 2, "add_us")
+    assert table.algorithms == ["library", "ring", "shm", "auto"]
+    small, large = table.rows
+    assert small.best == "shm" and large.best == "shm"
+    assert small.times["library"].median == pytest.approx(33) and small.times["library"].n == 2
+    assert (large.speedup.low, large.speedup.high) == pytest.approx((3.0, 3.6))
+    assert large.speedup.median == pytest.approx(3.3)
+    assert large.x_floor.median == pytest.approx(2.0) and large.auto_ran == ("shm",)
+    assert small.auto.high == pytest.approx(16 / 30) and small.x_floor is None
+
+
+def test_the_targets_read_off_a_table():
+    (table,) = versus(two_runs())
+    got = targets(table, **GOALS)
+    assert got.min_speedup == (pytest.approx(3.3), 16 * MIB)
+    assert got.max_x_floor == (pytest.approx(2.0), 16 * MIB)
+    assert got.max_auto == (pytest.approx((16 / 30 + 16 / 36) / 2), 64 << 10)
+
+
+def test_only_runs_with_the_library_beside_an_own_algorithm_count():
+    pts = two_runs() + [point(3, "library", 16 * MIB, 1.0), point(4, "ring", 16 * MIB, 1.0),
+                        point(1, "ring", 16 * MIB, 1.0, ranks=4),          # no library at 4 ranks
+                        {**point(1, "shm", 4 * MIB, 1.0), "check": "failed"},
+                        {**point(1, "shm", 4 * MIB, 1.0), "collective": "broadcast"}]
+    (table,) = versus(pts)
+    assert table.runs == 2 and [r.nbytes for r in table.rows] == [64 << 10, 16 * MIB]
+    assert versus(pts, from_bytes=MIB)[0].rows[0].nbytes == 16 * MIB
+    assert versus([point(1, "library", 4, 1.0), point(1, "auto", 4, 1.0)]) == []
+
+
+def test_device_points_use_the_device_copy_floor():
+    pts = [point(1, "library", 16 * MIB, 900, memory="device", floor_us=100),
+           point(1, "shm", 16 * MIB, 300, memory="device", floor_us=100)]
+    (table,) = versus(pts)
+    assert table.memory == "device" and table.floor == "floor_us"
+    assert table.rows[0].x_floor.median == pytest.approx(3.0)
+    assert "x_floor (best)" in render_versus([table], GOALS)
+
+
+def test_the_rendering_names_every_algorithm_and_the_goals():
+    text = render_versus(versus(two_runs()), GOALS)
+    assert "Open MPI, 8 ranks, numpy memory (2 runs)" in text
+    assert "3.30x (3.00-3.60)" in text and "[shm]" in text
+    assert "lib / best from 1MiB: lowest 3.30x at 16MiB" in text
+    md = render_versus(versus(two_runs()), GOALS, markdown=True)
+    assert "| size | library | ring | shm | auto | best own |" in md
+    assert "no run measured" in render_versus([], GOALS)
+
+
+def test_the_committed_2core_runs(tmp_path):
+    packed = Path(__file__).resolve().parent.parent / "data" / "machines" / "epyc-2core" / \
+        "manycores-openmpi.db.gz"
+    db = tmp_path / "m.db"
+    with gzip.open(packed, "rb") as src, open(db, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    with Store(db) as store:
+        tables = versus(map(point_record, store.points()), from_bytes=64 << 10)
+    (table,) = tables
+    assert table.library == "Open MPI" and table.ranks == 2 and table.runs == 4
+    assert table.algorithms == ["library", "rhd", "ring", "shm", "auto"]
+    assert all(r.speedup and r.x_floor and r.auto_ran for r in table.rows)

@@ -62,6 +62,8 @@ def test_info_and_a_small_sweep_come_back_packed(tmp_path):
                 for (config,) in db.execute("SELECT config FROM runs")}
     assert {"manycores:openmpi:rep1", "manycores:openmpi:own:rep1"} <= tags, tags
     assert "by_copiers" in json.loads((got / "manycores-openmpi-info.json").read_text())["memory"]["copy_bandwidth"]
+    # the library against the own algorithms, read off the sweeps there
+    assert "Open MPI, 2 ranks" in (got / "manycores-openmpi-versus.txt").read_text()
     # what came back becomes a measured machine's test data
     dest = tmp_path / "machines" / "here"
     packed = next((tmp_path / "out").iterdir())

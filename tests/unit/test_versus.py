@@ -18,7 +18,7 @@ GOALS = {"speedup_from": MIB, "floor_from": 16 * MIB, "auto_below": MIB}
 
 def point(run, algorithm, nbytes, p50, ranks=8, ran=None, add=None, **extra):
     return {"run_id": run, "collective": "allreduce", "check": "passed", "form": "buffer",
-            "library": "Open MPI", "memory": "numpy", "ranks": ranks, "bytes": nbytes,
+            "library": "Open MPI", "memory": "numpy", "dtype": "float32", "ranks": ranks, "bytes": nbytes,
             "algorithm": algorithm, "t_p50_us": p50, "algorithm_run": ran, "add_us": add, **extra}
 
 
@@ -67,6 +67,11 @@ def test_only_runs_with_the_library_beside_an_own_algorithm_count():
     assert versus([point(1, "library", 4, 1.0), point(1, "auto", 4, 1.0)]) == []
 
 
+def test_each_dtype_has_its_own_table():
+    pts = two_runs() + [{**p, "dtype": "bfloat16", "run_id": 9} for p in two_runs()]
+    assert [(t.dtype, t.runs) for t in versus(pts)] == [("bfloat16", 1), ("float32", 2)]
+
+
 def test_device_points_use_the_device_copy_floor():
     pts = [point(1, "library", 16 * MIB, 900, memory="device", floor_us=100),
            point(1, "shm", 16 * MIB, 300, memory="device", floor_us=100)]
@@ -78,7 +83,7 @@ def test_device_points_use_the_device_copy_floor():
 
 def test_the_rendering_names_every_algorithm_and_the_goals():
     text = render_versus(versus(two_runs()), GOALS)
-    assert "Open MPI, 8 ranks, numpy memory (2 runs)" in text
+    assert "Open MPI, 8 ranks, float32, numpy memory (2 runs)" in text
     assert "3.30x (3.00-3.60)" in text and "[shm]" in text
     assert "lib / best from 1MiB: lowest 3.30x at 16MiB" in text
     md = render_versus(versus(two_runs()), GOALS, markdown=True)

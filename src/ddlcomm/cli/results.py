@@ -36,7 +36,7 @@ def add_parser(sub) -> None:
     p = rsub.add_parser(
         "versus", help="the library against ddlcomm's own algorithms, measured side by side",
         description="Every run of the database that measured the library beside ddlcomm's own "
-        "algorithms (bench --algorithm library,ring,rhd,shm,auto): per library, memory and rank "
+        "algorithms (bench --algorithm library,ring,rhd,shm,auto): per library, memory, dtype and rank "
         "count, each size's p50 of every algorithm (median over the runs), the library's time "
         "over the best own algorithm's, auto's over the library's, and the best own over the "
         "floor measured in the same run (x_add: one np.add pass; x_floor: one device copy). "

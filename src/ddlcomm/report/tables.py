@@ -485,7 +485,7 @@ def _spread_ratio(spread) -> str:
 
 
 def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: bool = False) -> str:
-    """``ddlcomm results versus``: per library, memory and rank count, each size's median
+    """``ddlcomm results versus``: per library, memory, dtype and rank count, each size's median
     time (µs) of every algorithm, the library over the best own (speedup), ``auto`` over
     the library (and what ``auto`` ran), the best own over the floor measured in the same
     run; then the figures of :func:`ddlcomm.results.versus.targets` for ``goals``
@@ -502,7 +502,8 @@ def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: boo
                  r.best or "-", _spread_ratio(r.speedup),
                  _spread_ratio(r.auto) + (f" [{','.join(r.auto_ran)}]" if r.auto_ran else ""),
                  _spread_ratio(r.x_floor)] for r in t.rows]
-        title = f"{t.library}, {t.ranks} ranks, {t.memory} memory ({t.runs} run{'s' * (t.runs > 1)})"
+        title = (f"{t.library}, {t.ranks} ranks, {t.dtype}, {t.memory} memory "
+                 f"({t.runs} run{'s' * (t.runs > 1)})")
         got = targets(t, **goals)
         summary = [
             f"lib / best from {format_size(goals['speedup_from'])}: lowest "

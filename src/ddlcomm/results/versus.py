@@ -2,7 +2,7 @@
 
 A run of ``ddlcomm bench --algorithm library,ring,rhd,shm,auto`` times each
 algorithm at each size in the same run.  :func:`versus` turns the points of
-such runs into one table per (library, memory, ranks): for each size, every
+such runs into one table per (library, memory, dtype, ranks): for each size, every
 algorithm's median time (the median over the runs of each point's p50) and
 ratios taken within each run, then summarised over the runs (median, lowest,
 highest):
@@ -63,10 +63,11 @@ class Row:
 
 @dataclass
 class Table:
-    """The rows of one library, memory kind and rank count."""
+    """The rows of one library, memory kind, dtype and rank count."""
 
     library: str
     memory: str
+    dtype: str
     ranks: int
     algorithms: list[str]
     rows: list[Row]
@@ -84,7 +85,7 @@ def versus(points: Iterable[Point], collective: str = "allreduce",
     """The side-by-side tables of ``collective``'s checked buffer points (flat records,
     :func:`ddlcomm.results.export.point_record`; sizes from ``from_bytes``), only where a
     run measured the library and at least one own algorithm."""
-    # (library, memory, ranks) -> run -> bytes -> algorithm -> point
+    # (library, memory, dtype, ranks) -> run -> bytes -> algorithm -> point
     by: dict[tuple, dict[Any, dict[int, dict[str, Point]]]] = \
         defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
     for p in points:
@@ -92,18 +93,19 @@ def versus(points: Iterable[Point], collective: str = "allreduce",
                 or p.get("form", "buffer") != "buffer" or p["bytes"] < from_bytes \
                 or _p50(p) is None:
             continue
-        key = (str(p.get("library")), str(p.get("memory") or "host"), int(p["ranks"]))
+        key = (str(p.get("library")), str(p.get("memory") or "host"), str(p.get("dtype")),
+               int(p["ranks"]))
         by[key][p.get("run_id")][int(p["bytes"])][str(p.get("algorithm") or "library")] = p
     tables = []
-    for (library, memory, ranks), runs in sorted(by.items()):
+    for (library, memory, dtype, ranks), runs in sorted(by.items()):
         runs = {r: sizes for r, sizes in runs.items()
                 if any("library" in algs and set(algs) - set(NOT_OWN) for algs in sizes.values())}
         if runs:
-            tables.append(_table(library, memory, ranks, runs))
+            tables.append(_table(library, memory, dtype, ranks, runs))
     return tables
 
 
-def _table(library: str, memory: str, ranks: int,
+def _table(library: str, memory: str, dtype: str, ranks: int,
            runs: Mapping[Any, Mapping[int, Mapping[str, Point]]]) -> Table:
     algorithms = sorted({a for sizes in runs.values() for algs in sizes.values() for a in algs},
                         key=lambda a: (a != "library", a == "auto", a))
@@ -132,7 +134,7 @@ def _table(library: str, memory: str, ranks: int,
         row.speedup, row.auto, row.x_floor = Spread.of(speedups), Spread.of(autos), Spread.of(floors)
         row.auto_ran = tuple(sorted(set(ran)))
         rows.append(row)
-    return Table(library, memory, ranks, algorithms, rows, len(runs), floor)
+    return Table(library, memory, dtype, ranks, algorithms, rows, len(runs), floor)
 
 
 @dataclass(frozen=True)

@@ -106,3 +106,10 @@ def test_backends_that_hold_one_thing_cannot_run_together():
         registry.check_together(["gloo", "mpi", "nccl"])
     assert "backends gloo and nccl cannot run in one run" in str(err.value)
     assert "default process group" in str(err.value)
+
+
+def test_an_option_called_name_is_refused_not_confused_with_the_backend():
+    """create's own parameter is positional-only: init("mpi", name=1) is the backend's
+    unknown option, one clear error (found by the bad-input suite: it was a TypeError)."""
+    with pytest.raises(UsageError, match="unexpected keyword argument 'name'"):
+        registry.create("mpi", name=1)

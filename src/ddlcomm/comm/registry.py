@@ -137,7 +137,7 @@ def start_order(names: list[str]) -> list[str]:
     return sorted(names, key=lambda n: get_spec(n).start_order)
 
 
-def create(name: str, **kwargs) -> Communicator:
+def create(name: str, /, **kwargs) -> Communicator:
     """Start backend ``name`` in this rank and return its communicator."""
     cls = load(check(name).target)
     try:

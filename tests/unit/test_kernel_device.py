@@ -113,3 +113,12 @@ def test_cudart_is_also_looked_up_by_its_sonames():
     from ddlcomm.kernels import kinds
     paths = kinds.cudart_paths()
     assert "libcudart.so.13" in paths and "libcudart.so.12" in paths
+
+
+def test_the_gpu_of_a_buffer_from_torch_or_cupy():
+    """CuPy's kernels run on the GPU that holds the buffers (a rank's GPU need not be
+    CuPy's current one); the index is read from a torch tensor or a CuPy array alike."""
+    from types import SimpleNamespace
+    from ddlcomm.kernels.device import _gpu_of
+    assert _gpu_of(SimpleNamespace(device=SimpleNamespace(index=3, type="cuda"))) == 3
+    assert _gpu_of(SimpleNamespace(device=SimpleNamespace(id=2))) == 2

@@ -94,8 +94,9 @@ def cupy_reducer(op: str, dtype, on_cuda: bool = True) -> Callable:
     fn = getattr(cupy, _CUPY_OPS[op][0])
 
     def reduce(a, b, out) -> None:
-        fn(cupy.from_dlpack(a), cupy.from_dlpack(b), out=cupy.from_dlpack(out))
-        cupy.cuda.get_current_stream().synchronize()
+        with cupy.cuda.Device(_gpu_of(out)):    # the buffers' GPU, not CuPy's current one
+            fn(cupy.from_dlpack(a), cupy.from_dlpack(b), out=cupy.from_dlpack(out))
+            cupy.cuda.get_current_stream().synchronize()
     reduce.label = "CuPy"
     reduce.__qualname__ = f"cupy_{_CUPY_OPS[op][0]}"
     return reduce
@@ -244,10 +245,17 @@ def _cupy_many(op: str) -> Callable:
 
     def reduce(inputs: Sequence, out) -> None:
         k = kernels.get(len(inputs)) or kernels.setdefault(len(inputs), build(len(inputs)))
-        k(*[cupy.from_dlpack(t) for t in inputs], cupy.from_dlpack(out))
-        cupy.cuda.get_current_stream().synchronize()
+        with cupy.cuda.Device(_gpu_of(out)):    # the buffers' GPU, not CuPy's current one
+            k(*[cupy.from_dlpack(t) for t in inputs], cupy.from_dlpack(out))
+            cupy.cuda.get_current_stream().synchronize()
     reduce.label = "CuPy"
     return reduce
+
+
+def _gpu_of(buf) -> int:
+    """The index of the GPU that holds ``buf``: a CUDA torch tensor or a CuPy array."""
+    device = buf.device
+    return device.index if hasattr(device, "index") else device.id
 
 
 def describe_reducer(reduce: Optional[Callable]) -> Optional[str]:

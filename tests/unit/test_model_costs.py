@@ -294,6 +294,59 @@ def test_library_defaults(lib, coll, p, n, alg):
     assert (alg, None) != (None, costs.COSTS.get((coll, alg)))   # every choice has a cost
 
 
+@pytest.mark.parametrize("lib, coll, p, n, alg", [
+    ("MPICH", "allreduce", 16, 8, "release_gather"),
+    ("MPICH", "allreduce", 16, 1 << 28, "release_gather"),
+    ("MPICH", "broadcast", 4, 1 << 28, "release_gather"),
+    ("MPICH", "broadcast", 12, 8192, "release_gather"),
+    ("MPICH", "broadcast", 12, 100_000, "scatter_ring_allgather"),
+    ("MPICH", "broadcast", 16, 100_000, "release_gather"),
+    ("MPICH", "broadcast", 16, 1 << 20, "scatter_ring_allgather"),
+    ("MPICH", "gather", 16, 1 << 20, "binomial"),
+    ("MPICH", "allreduce", 1, 1 << 20, "rhd"),
+    ("Open MPI", "allreduce", 4, 1 << 20, "rhd"),            # Open MPI's rules: the same
+])
+def test_one_node_defaults(lib, coll, p, n, alg):
+    """On one node MPICH's ch4 runs its shared-memory release_gather where it takes the
+    call (maint/tuning/coll/ch4/generic.json); elsewhere its point-to-point rules hold."""
+    assert library.choose(lib, coll, p, n, one_node=True)[0] == alg
+    assert costs.COSTS.get((coll, alg)) is not None
+
+
+def test_one_node_comes_from_the_setting():
+    """MPICH's one-node choice where the setting puts every rank on one node (ranks per
+    node, else cores); where it says nothing, its point-to-point rules."""
+    one = costs.resolve("allreduce", "library", 8, 1 << 20, Setting(library="MPICH", cores=16))
+    two = costs.resolve("allreduce", "library", 32, 1 << 20, Setting(library="MPICH", cores=16))
+    unknown = costs.resolve("allreduce", "library", 8, 1 << 20, Setting(library="MPICH"))
+    packed = costs.resolve("allreduce", "library", 4, 1 << 20,
+                           Setting(library="MPICH", ranks_per_node=4, cores=2))
+    assert (one[0], two[0], unknown[0], packed[0]) == ("release_gather", "rhd", "rhd",
+                                                       "release_gather")
+
+
+def test_release_gather_terms():
+    """Pipelined in 8 KiB cells: the trees' depths, then a wait per further cell; the root
+    reduces min(p-1, k) inputs (k = 4 up to 2 KiB, else 2) and copies twice per byte."""
+    assert costs.allreduce_release_gather(1, 1000) == Schedule(0, 1000.0, 0.0)
+    assert costs.allreduce_release_gather(2, 1024) == Schedule(1 + 1, 2048.0, 1024.0)
+    # 16 ranks: a binary tree of depth 4 up, one level of the radix-64 release down
+    assert costs.allreduce_release_gather(16, 1 << 20) == Schedule(4 + 1 + 127, 2.0 * (1 << 20),
+                                                                   2.0 * (1 << 20))
+    assert costs.allreduce_release_gather(16, 2048).rounds == 2 + 1        # radix 4: depth 2
+    assert costs.bcast_release_gather(16, 1 << 20) == Schedule(1 + 127, float(1 << 20), 0.0)
+    assert costs.bcast_release_gather(1, 1 << 20) == Schedule(0, 0.0, 0.0)
+    assert [costs._kary_depth(p, 2) for p in (1, 2, 3, 4, 7, 8, 15, 16)] == [0, 1, 1, 2, 2, 3, 3, 4]
+
+
+def test_release_gather_waits_as_a_poller():
+    """MPICH's release_gather spins on its flags: oversubscribed, a cell waits a turn of the
+    scheduler however many share a core ("yield"), its point-to-point algorithms "sleep"."""
+    assert library.waiting("MPICH 5.0.2", "release_gather") == "yield"
+    assert library.waiting("MPICH", "rhd") == library.waiting("MPICH") == "sleep"
+    assert library.waiting("Open MPI", "release_gather") == "yield"
+
+
 def test_library_errors():
     with pytest.raises(UsageError, match="library"):
         library.choose(None, "allreduce", 4, 8)

@@ -53,6 +53,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
@@ -114,6 +115,14 @@ def placement_of(point: Mapping[str, Any]) -> str:
     if point.get("bind") not in (None, "none"):
         parts.append(f"bind={point['bind']}")
     return ",".join(parts)
+
+
+def ranks_per_host(point: Mapping[str, Any]) -> Optional[int]:
+    """The most ranks of a point on one host (each container is a host of its own: MPICH
+    then runs no shared-memory collectives across them); None where not recorded (a
+    point then counts as one node's, as its load does)."""
+    hosts = point.get("hosts") or []
+    return max(Counter(hosts).values()) if hosts else None
 
 
 def algorithm_of(point: Mapping[str, Any]) -> str:
@@ -228,7 +237,8 @@ def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "avg", shared: 
         alg = algorithm_of(p)
         lib = library_of(p)
         try:
-            name, kw = costs.resolve(coll, alg, ranks, nbytes, Setting(library=lib))
+            name, kw = costs.resolve(coll, alg, ranks, nbytes,
+                                     Setting(library=lib, ranks_per_node=ranks_per_host(p) or ranks))
             terms = costs.terms(coll, name, ranks, nbytes, **kw)
         except UsageError:
             continue                                   # an algorithm the model cannot price

@@ -26,6 +26,9 @@ allreduce  nonoverlapping          binomial reduce + binomial broadcast
 allreduce  shm                     pipelined: 3 waits; (2p-1)/p·n copied; (p-1)/p·n
 allreduce  hierarchical            shm reduce + fan-out in each node (intra-node
                                    parameters) + the leaders' all-reduce (inter-node)
+allreduce  release_gather          MPICH's one-node shm: reduce up a k-ary tree and
+                                   release down, pipelined in 8 KiB cells: depth + 1
+                                   + one per further cell; 2n; min(p-1, k)·n
 broadcast  binomial, pipelined     native: ⌈log2 p⌉ rounds of n; (p-2+m) rounds of n/m
 broadcast  linear                  the root posts p-1 sends at once: p-1; n (*)
 broadcast  chain                   f chains from the root, no segments; Open MPI's
@@ -35,6 +38,9 @@ broadcast  split_binary            two binary trees of n/2 each, then one exchan
 broadcast  knomial                 radix k = 4 tree (*)
 broadcast  scatter_rd_allgather    binomial scatter + recursive-doubling allgather
 broadcast  scatter_ring_allgather  binomial scatter + ring allgather
+broadcast  release_gather          MPICH's one-node shm: the root copies each 8 KiB
+                                   cell in, every other rank copies it out: 1 + one
+                                   per further cell; n
 gather     linear, binomial        native: (p-1) messages of n; ⌈log2 p⌉ rounds, (p-1)n in
 gather     linear_sync             linear, each sender first waits for a 0-byte go-ahead
 ps         <bcast>+<gather>        PS step: broadcast, then gather, both through
@@ -309,6 +315,59 @@ def allreduce_shm_phases(p: int, nbytes: float) -> tuple[Schedule, Schedule]:
             Schedule(_log2c(p), float(nbytes), 0.0))
 
 
+#: MPICH's release_gather (``src/mpid/ch4/shm/posix/release_gather``): the bytes of one
+#: shared-memory cell (``MPIR_CVAR_{BCAST,REDUCE}_INTRANODE_BUFFER_TOTAL_SIZE`` 32768 over
+#: ``..._NUM_CELLS`` 4); a call is pipelined cell by cell.
+RELEASE_GATHER_CELL = 8192
+#: Its reduce tree's radix: ``MPIR_CVAR_REDUCE_INTRANODE_TREE_KVAL`` (4) up to
+#: ``MPIR_CVAR_REDUCE_INTRANODE_MSG_SIZE_THRESHOLD`` (2048 bytes), ``..._KVAL_LARGE`` (2)
+#: above; the release (broadcast) tree's is ``MPIR_CVAR_BCAST_INTRANODE_TREE_KVAL`` (64).
+RELEASE_GATHER_REDUCE_KVAL = ((2048, 4), (math.inf, 2))
+RELEASE_GATHER_BCAST_KVAL = 64
+
+
+def _kary_depth(p: int, k: int) -> int:
+    """Levels below the root of a k-ary tree of ``p`` ranks (heap order)."""
+    depth, last, width = 0, 1, 1
+    while last < p:
+        width *= k
+        last += width
+        depth += 1
+    return depth
+
+
+def _cells(nbytes: float) -> int:
+    return max(1, math.ceil(nbytes / RELEASE_GATHER_CELL))
+
+
+def allreduce_release_gather(p: int, nbytes: float) -> Schedule:
+    """MPICH's all-reduce when every rank is on one node (``MPIDI_Allreduce_intra_
+    composition_gamma`` -> ``MPIDI_POSIX_mpi_allreduce_release_gather``): cell by cell,
+    each rank reduces its children's cells into its own up a k-ary tree (k = 4 up to
+    2 KiB, else 2), then the root's result is released to every rank (a flat tree) and
+    copied out.  The cells pipeline: the tree's depth up and one level down, then one
+    wait per further cell; the root, the busiest rank, reduces min(p-1, k) inputs and
+    copies twice (into the release cell and out) per byte."""
+    p = _p(p)
+    if p == 1:
+        return Schedule(0, float(nbytes), 0.0)
+    k = next(k for below, k in RELEASE_GATHER_REDUCE_KVAL if nbytes <= below)
+    rounds = _kary_depth(p, k) + _kary_depth(p, RELEASE_GATHER_BCAST_KVAL) + _cells(nbytes) - 1
+    return Schedule(rounds, 2.0 * nbytes, min(p - 1, k) * float(nbytes))
+
+
+def bcast_release_gather(p: int, nbytes: float) -> Schedule:
+    """MPICH's broadcast inside a node (``MPIDI_POSIX_mpi_bcast_release_gather``): the
+    root copies each cell into shared memory and the others (a flat tree, radix 64)
+    copy it out, cell after cell: the copies in and out overlap, so n on the critical
+    path, one wait per level and per further cell."""
+    p = _p(p)
+    if p == 1:
+        return Schedule(0, 0.0)
+    return Schedule(_kary_depth(p, RELEASE_GATHER_BCAST_KVAL) + _cells(nbytes) - 1,
+                    float(nbytes))
+
+
 # ------------------------------------------------------------------ broadcast
 # Open MPI's tree broadcasts (coll/base ``bcast_intra_generic``, unsegmented as
 # the tuned defaults run them, and ``basic_linear``) post a send to every child at
@@ -459,6 +518,7 @@ COSTS: dict[tuple[str, str], Callable[..., Schedule]] = {
     ("allreduce", "linear"): allreduce_linear,
     ("allreduce", "nonoverlapping"): allreduce_nonoverlapping,
     ("allreduce", "shm"): allreduce_shm,
+    ("allreduce", "release_gather"): allreduce_release_gather,
     ("reduce", "binomial"): _native("reduce", "binomial"),
     ("broadcast", "binomial"): _native("broadcast", "binomial"),
     ("broadcast", "pipelined"): _native("broadcast", "pipelined"),
@@ -469,6 +529,7 @@ COSTS: dict[tuple[str, str], Callable[..., Schedule]] = {
     ("broadcast", "knomial"): bcast_knomial,
     ("broadcast", "scatter_rd_allgather"): bcast_scatter_rd_allgather,
     ("broadcast", "scatter_ring_allgather"): bcast_scatter_ring_allgather,
+    ("broadcast", "release_gather"): bcast_release_gather,
     ("gather", "linear"): _native("gather", "linear"),
     ("gather", "binomial"): _native("gather", "binomial"),
     ("gather", "linear_sync"): gather_linear_sync,
@@ -499,6 +560,8 @@ ACTIVE: dict[tuple[str, str], Callable[[int], int]] = {
     ("broadcast", "knomial"): lambda p: knomial_shape(p)[2],
     ("broadcast", "scatter_rd_allgather"): lambda p: p,
     ("broadcast", "scatter_ring_allgather"): lambda p: p,
+    ("allreduce", "release_gather"): lambda p: p,
+    ("broadcast", "release_gather"): lambda p: p,
     ("gather", "linear"): lambda p: 1, ("gather", "linear_sync"): lambda p: 1,
     ("gather", "binomial"): _pairs,
 }
@@ -529,7 +592,7 @@ def node_load(collective: str, algorithm: str, p: int, nbytes: float, ranks_on_n
               setting: "Setting") -> Load:
     """The :class:`Load` of a call of ``algorithm`` (resolved, not ``library``) on
     ``p`` ranks, ``ranks_on_node`` of them on one node, in ``setting``."""
-    over = oversubscription(ranks_on_node, setting.cores, waiting_of(setting.library))
+    over = oversubscription(ranks_on_node, setting.cores, waiting(setting.library, algorithm))
     copiers = min(busy_ranks(collective, algorithm, p), ranks_on_node, setting.cores or ranks_on_node)
     return Load(over,
                 share(collective, algorithm, p, ranks_on_node, setting.cores) if over > 0 else 1.0,
@@ -593,17 +656,15 @@ class Setting:
     bandwidth: Optional[Bandwidth] = None
 
 
-def waiting_of(library: Optional[str]) -> str:
-    """How ``library``'s ranks wait (``sleep`` when it is unknown)."""
-    return waiting(library)
-
-
 def resolve(collective: str, algorithm: str, p: int, nbytes: float,
             setting: Setting = Setting()) -> tuple[str, dict]:
-    """``algorithm`` made concrete: ``library`` becomes the library's choice."""
+    """``algorithm`` made concrete: ``library`` becomes the library's choice, that of one
+    node where ``setting`` puts every rank on one (its ranks per node, else its cores, at
+    least ``p``; not where neither is known)."""
     if algorithm != "library":
         return algorithm, {}
-    return choose(setting.library, collective, p, nbytes)
+    per_node = setting.ranks_per_node or setting.cores
+    return choose(setting.library, collective, p, nbytes, one_node=bool(per_node) and per_node >= p)
 
 
 def time(collective: str, algorithm: str, p: int, nbytes: float, params: Params,

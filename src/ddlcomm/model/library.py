@@ -33,10 +33,11 @@ broadcast runs the POSIX ``release_gather`` broadcast below 8 ranks, below 12288
 bytes, and on powers of two below 524288 bytes (compositions alpha and beta), the
 generic point-to-point one otherwise (gamma).  release_gather steps aside for a
 communicator's first ``MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD`` - 1 (4) such calls, which
-a measured point's warm-up covers.  Checked on the 2-core machine by forcing the
-generic algorithms (``MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM=mpir``, likewise
-BCAST): 2 ranks, 16 MiB, all-reduce 10.4 ms forced against 4.2 ms by default,
-broadcast 2.3 against 1.1 ms.
+a measured point's warm-up covers.  Checked on the 2-core machine with ``ddlcomm
+bench``, forcing ``MPIR_CVAR_{ALLREDUCE,BCAST}_POSIX_INTRA_ALGORITHM`` to
+``release_gather`` or to ``mpir`` (the point-to-point algorithms): by default each
+point took the time of release_gather, not of mpir (docs/benchmarks.md, "What MPICH
+runs on one node").
 
 **Gloo** (torch.distributed's ``gloo`` backend, CPU tensors): ``gloo/allreduce.cc``
 runs the ring unless another algorithm is asked for (``AllreduceOptions``),

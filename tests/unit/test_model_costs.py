@@ -420,3 +420,14 @@ def test_contention_slows_the_bytes_from_memory_of_the_copies_at_once():
     assert costs.node_load("allreduce", "ring", 8, 64 << 20, 8,
                            Setting(cores=2, cache=1 << 20, bandwidth=bw)).contention == \
         pytest.approx(costs.contention(bw, 2))
+
+
+def test_the_leaders_of_a_hierarchical_all_reduce_are_not_one_node():
+    """The leaders' all-reduce crosses nodes: MPICH's point-to-point choice, not its
+    one-node release_gather, whatever the ranks per node."""
+    q = Params(1e-6, 1e-10, 1e-10)
+    setting = Setting(library="MPICH", ranks_per_node=16, cores=16, leaders_algorithm="library")
+    inside = costs.hierarchical_time(16, 1 << 20, q, setting)            # one node: no leaders
+    two = costs.hierarchical_time(32, 1 << 20, q, setting)
+    leaders = q.time(costs.terms("allreduce", "rhd", 2, 1 << 20), Load())
+    assert two == pytest.approx(inside + leaders)

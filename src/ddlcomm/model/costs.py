@@ -89,7 +89,7 @@ the copies, or where B is not known.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 import numpy as np
@@ -702,7 +702,8 @@ def hierarchical_time(p: int, nbytes: float, intra: Params, setting: Setting) ->
         leaders = setting.leaders_algorithm
         if leaders == "auto":                     # comm/hierarchical.py's rule
             leaders = leaders_algorithm(nbytes)
-        name, kw = resolve("allreduce", leaders, nodes, nbytes, setting)
+        # one leader per node: the library's inter-node choice, never a one-node one
+        name, kw = resolve("allreduce", leaders, nodes, nbytes, replace(setting, ranks_per_node=1))
         t += inter.time(terms("allreduce", name, nodes, nbytes, **kw),
                         Load(spill=spill("allreduce", 1, nbytes, setting.cache)))
     return t

@@ -212,16 +212,21 @@ WAITING_BY_ALGORITHM = {("mpich", "release_gather"): "yield"}
 def waiting(library: Optional[str], algorithm: Optional[str] = None) -> str:
     """How ``library``'s ranks wait in ``algorithm`` (:data:`WAITING_BY_ALGORITHM`, else
     :data:`WAITING`; ``sleep`` when the library is unknown or not given)."""
+    key = _key(WAITING, library)
+    return WAITING_BY_ALGORITHM.get((key, algorithm)) or WAITING.get(key, "sleep")
+
+
+def _key(table: Mapping[str, object], library: Optional[str]) -> Optional[str]:
+    """``table``'s key for a recorded library name (a prefix of the name in lower case:
+    "Open MPI 5.0.11" -> "open mpi"), None when none or not given."""
     low = (library or "").lower()
-    key = next((k for k in WAITING if low.startswith(k)), None)
-    return WAITING_BY_ALGORITHM.get((key, algorithm)) or _per_library(WAITING, library, "sleep")
+    return next((key for key in table if low.startswith(key)), None)
 
 
 def _per_library(table: Mapping[str, T], library: Optional[str], default: T) -> T:
-    """``table``'s entry for a recorded library name (its key a prefix of the name in
-    lower case: "Open MPI 5.0.11" -> "open mpi"), ``default`` when none or not given."""
-    low = (library or "").lower()
-    return next((v for key, v in table.items() if low.startswith(key)), default)
+    """``table``'s entry for a recorded library name (:func:`_key`), ``default`` when none
+    or not given."""
+    return table.get(_key(table, library), default)
 
 
 #: Whether a rank that copies by itself, while the others wait, runs at full speed

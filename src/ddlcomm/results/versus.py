@@ -111,30 +111,35 @@ def _table(library: str, memory: str, dtype: str, ranks: int,
                         key=lambda a: (a != "library", a == "auto", a))
     floor = next((k for k in FLOORS if any(p.get(k) for sizes in runs.values()
                                           for algs in sizes.values() for p in algs.values())), None)
-    rows = []
-    for nbytes in sorted({n for sizes in runs.values() for n in sizes}):
-        at = [sizes[nbytes] for sizes in runs.values() if nbytes in sizes]
-        row = Row(nbytes)
-        for a in algorithms:
-            spread = Spread.of([_p50(algs[a]) for algs in at if a in algs])
-            if spread is not None:
-                row.times[a] = spread
-        own = {a: s for a, s in row.times.items() if a not in NOT_OWN}
-        row.best = min(own, key=lambda a: own[a].median) if own else None
-        speedups, autos, floors, ran = [], [], [], []
-        for algs in at:
-            lib, best, auto = algs.get("library"), algs.get(row.best), algs.get("auto")
-            if lib is not None and best is not None and _p50(best):
-                speedups.append(_p50(lib) / _p50(best))
-            if lib is not None and auto is not None and _p50(lib):
-                autos.append(_p50(auto) / _p50(lib))
-                ran.append(str(auto.get("algorithm_run") or "?"))
-            if best is not None and floor is not None and best.get(floor):
-                floors.append(_p50(best) / best[floor])
-        row.speedup, row.auto, row.x_floor = Spread.of(speedups), Spread.of(autos), Spread.of(floors)
-        row.auto_ran = tuple(sorted(set(ran)))
-        rows.append(row)
+    rows = [_row(nbytes, [sizes[nbytes] for sizes in runs.values() if nbytes in sizes],
+                 algorithms, floor)
+            for nbytes in sorted({n for sizes in runs.values() for n in sizes})]
     return Table(library, memory, dtype, ranks, algorithms, rows, len(runs), floor)
+
+
+def _row(nbytes: int, at: list[Mapping[str, Point]], algorithms: list[str],
+         floor: Optional[str]) -> Row:
+    """One size: ``at`` holds each run's points at it by algorithm."""
+    row = Row(nbytes)
+    for a in algorithms:
+        spread = Spread.of([_p50(algs[a]) for algs in at if a in algs])
+        if spread is not None:
+            row.times[a] = spread
+    own = {a: s for a, s in row.times.items() if a not in NOT_OWN}
+    row.best = min(own, key=lambda a: own[a].median) if own else None
+    speedups, autos, floors, ran = [], [], [], []
+    for algs in at:
+        lib, best, auto = algs.get("library"), algs.get(row.best), algs.get("auto")
+        if lib is not None and best is not None and _p50(best):
+            speedups.append(_p50(lib) / _p50(best))
+        if lib is not None and auto is not None and _p50(lib):
+            autos.append(_p50(auto) / _p50(lib))
+            ran.append(str(auto.get("algorithm_run") or "?"))
+        if best is not None and floor is not None and best.get(floor):
+            floors.append(_p50(best) / best[floor])
+    row.speedup, row.auto, row.x_floor = Spread.of(speedups), Spread.of(autos), Spread.of(floors)
+    row.auto_ran = tuple(sorted(set(ran)))
+    return row
 
 
 @dataclass(frozen=True)

@@ -484,6 +484,11 @@ def _spread_ratio(spread) -> str:
         f"{text} ({spread.low:.2f}-{spread.high:.2f})"
 
 
+def _ratio_at(found: Optional[tuple[float, int]]) -> str:
+    """A target's (ratio, size) as ``1.23x at 16MiB``, ``-`` where no size qualified."""
+    return "-" if found is None else f"{found[0]:.2f}x at {format_size(found[1])}"
+
+
 def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: bool = False) -> str:
     """``ddlcomm results versus``: per library, memory, dtype and rank count, each size's median
     time (µs) of every algorithm, the library over the best own (speedup), ``auto`` over
@@ -495,7 +500,7 @@ def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: boo
                 "ddlcomm bench --algorithm library,ring,rhd,shm,auto)")
     out = []
     for t in tables:
-        floor = {"add_us": "x_add", "floor_us": "x_floor"}.get(t.floor or "", "x_floor")
+        floor = {key: header for header, key in RATIO_COLUMNS}.get(t.floor, "x_floor")
         headers = ["size", *t.algorithms, "best own", "lib / best", "auto / lib", f"{floor} (best)"]
         rows = [[format_size(r.nbytes), *[format_us(r.times[a].median) if a in r.times else "-"
                                           for a in t.algorithms],
@@ -506,12 +511,10 @@ def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: boo
                  f"({t.runs} run{'s' * (t.runs > 1)})")
         got = targets(t, **goals)
         summary = [
-            f"lib / best from {format_size(goals['speedup_from'])}: lowest "
-            + (f"{got.min_speedup[0]:.2f}x at {format_size(got.min_speedup[1])}" if got.min_speedup else "-"),
+            f"lib / best from {format_size(goals['speedup_from'])}: lowest {_ratio_at(got.min_speedup)}",
             f"{floor} (best) from {format_size(goals['floor_from'])}: highest "
-            + (f"{got.max_x_floor[0]:.2f}x at {format_size(got.max_x_floor[1])}" if got.max_x_floor else "-"),
-            f"auto / lib below {format_size(goals['auto_below'])}: highest "
-            + (f"{got.max_auto[0]:.2f}x at {format_size(got.max_auto[1])}" if got.max_auto else "-")]
+            f"{_ratio_at(got.max_x_floor)}",
+            f"auto / lib below {format_size(goals['auto_below'])}: highest {_ratio_at(got.max_auto)}"]
         if markdown:
             out += [f"#### {title}", "", format_markdown(headers, rows), "",
                     *[f"- {s}" for s in summary], ""]

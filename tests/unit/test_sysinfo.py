@@ -25,8 +25,14 @@ def test_collect_keeps_the_machine_facts():
     assert machine["cpus"]["logical"] == info["cores"]
 
 
-def test_git_commit(tmp_path):
+def test_git_commit(tmp_path, monkeypatch):
+    monkeypatch.delenv(sysinfo.COMMIT_ENV, raising=False)
     assert sysinfo.git_commit(tmp_path) is None                  # not a checkout
+    # a copy of a checkout without its .git (the device tool's): the commit its caller names
+    monkeypatch.setenv(sysinfo.COMMIT_ENV, "075de2c")
+    assert sysinfo.git_commit(tmp_path) == "075de2c"
+    assert sysinfo.git_commit(tmp_path / "lib" / "site-packages") is None
+    monkeypatch.delenv(sysinfo.COMMIT_ENV)
     repo = tmp_path / "repo"
     repo.mkdir()
     try:

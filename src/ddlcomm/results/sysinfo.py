@@ -21,6 +21,9 @@ import ddlcomm
 
 #: Seconds each git command may take before it is given up.
 GIT_TIMEOUT_S = 5.0
+#: The commit of a copy of a checkout without its .git (the device tool copies the working
+#: tree alone): scripts/gpu-check's caller passes it, else runs there would name none.
+COMMIT_ENV = "DDLCOMM_GIT_COMMIT"
 
 # The ddlcomm package folder (this file is ddlcomm/results/sysinfo.py).
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -49,15 +52,16 @@ def git_commit(directory: str | os.PathLike[str] | None = None) -> str | None:
     """HEAD of the git checkout holding ``directory`` (default: the ddlcomm package).
 
     ``'-dirty'`` is appended when ``git status --porcelain`` lists changes.
-    None when it is not a checkout (an installed package is never taken for
-    one, even inside another repository's tree) or git is missing.
+    Outside a checkout (or without git) it is ``$DDLCOMM_GIT_COMMIT`` where that
+    is set (a copy of a checkout without its .git), else None; an installed
+    package is never taken for a checkout, even inside another repository's tree.
     """
     where = Path(directory) if directory is not None else _PACKAGE_DIR
     if {"site-packages", "dist-packages"} & set(where.parts):
         return None
     commit = _git(["rev-parse", "HEAD"], where)
     if not commit:
-        return None
+        return os.environ.get(COMMIT_ENV) or None
     status = _git(["status", "--porcelain"], where)
     return commit + "-dirty" if status else commit
 

@@ -106,8 +106,13 @@ def info_of(machine: Machine) -> dict:
 @pytest.mark.parametrize("machine", MACHINES, ids=[m.name for m in MACHINES])
 def test_the_model_predicts_the_larger_rank_counts(machine, library, collective, tmp_path):
     points = [p for p in points_of(machine, library, tmp_path) if p["collective"] == collective]
+    holdout = parse_holdout(machine.holdout)
+    if not any(holdout.matches(p) for p in points):
+        # e.g. a GPU call's deadline ended the sweeps before the largest rank counts
+        pytest.skip(f"{machine.name}'s {library} data has no {collective} point at "
+                    f"{machine.holdout}: measure the rest (tests/data/machines/README.md)")
     info = info_of(machine)
-    fit = calibrate(points, holdout=[parse_holdout(machine.holdout)], summary_bytes=FROM_BYTES,
+    fit = calibrate(points, holdout=[holdout], summary_bytes=FROM_BYTES,
                     cache=float(info["cpus"]["last_level_cache_bytes"]),
                     bandwidth=bandwidth_of(info["memory"].get("copy_bandwidth"))
                     if machine.contention else None)

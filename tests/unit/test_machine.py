@@ -14,6 +14,7 @@ from ddlcomm import machine
 from ddlcomm.bench import runs
 from ddlcomm.machine import cpus, features, gpus, mpi, probe, ram
 from ddlcomm.memory import vm
+from ddlcomm.memory.gpu import gpu_of
 from ddlcomm.report.machine import render_info
 from ddlcomm.results import Store
 
@@ -189,13 +190,13 @@ def test_ranks_per_gpu(ranks, ngpus, want):
     if ngpus:
         counts = [0] * ngpus
         for r in range(ranks):
-            counts[gpus.gpu_of(r, ngpus)] += 1
+            counts[gpu_of(r, ngpus)] += 1
         assert counts == want
 
 
 def test_gpu_of_needs_a_gpu():
     with pytest.raises(ValueError):
-        gpus.gpu_of(0, 0)
+        gpu_of(0, 0)
 
 
 def test_parse_nvidia_smi():

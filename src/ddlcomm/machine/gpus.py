@@ -8,8 +8,8 @@ about to start ranks, or a rank) must not pay for or hold.  ``nvidia-smi``,
 when present, answers without torch.  On a machine with no NVIDIA device at
 all (no ``/dev/nvidia*``, no ``nvidia-smi``) torch is not imported: its
 version and CUDA build are read from its ``torch/version.py``, and no GPU is
-what it would have said.  Ranks go to GPUs by :func:`gpu_of`:
-local rank r on GPU ``r % gpus``.
+what it would have said.  Ranks go to GPUs by
+:func:`ddlcomm.memory.gpu.gpu_of`: local rank r on GPU ``r % gpus``.
 """
 from __future__ import annotations
 
@@ -29,15 +29,9 @@ MPS_PIPE_DIR = "/tmp/nvidia-mps"
 DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
 
 
-def gpu_of(local_rank: int, gpus: int) -> int:
-    """The GPU local rank ``local_rank`` uses among ``gpus`` (round robin; pure)."""
-    if gpus < 1:
-        raise ValueError("no GPU to place a rank on")
-    return local_rank % gpus
-
-
 def ranks_per_gpu(ranks: int, gpus: int) -> list[int]:
-    """How many of ``ranks`` local ranks share each of ``gpus`` GPUs under :func:`gpu_of` (pure)."""
+    """How many of ``ranks`` local ranks share each of ``gpus`` GPUs under
+    :func:`ddlcomm.memory.gpu.gpu_of` (pure)."""
     if gpus < 1:
         return []
     return [ranks // gpus + (1 if g < ranks % gpus else 0) for g in range(gpus)]

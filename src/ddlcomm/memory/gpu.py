@@ -14,10 +14,16 @@ import importlib.util
 from typing import Any
 
 from ..errors import UnsupportedError
-from ..machine.gpus import gpu_of
 from .base import Buffer
 
 _HOST_KINDS = "pageable, hugepage, numa:N, shared"
+
+
+def gpu_of(local_rank: int, gpus: int) -> int:
+    """The GPU local rank ``local_rank`` uses among ``gpus`` (round robin; pure)."""
+    if gpus < 1:
+        raise ValueError("no GPU to place a rank on")
+    return local_rank % gpus
 
 
 def cuda_torch(kind: str) -> Any:

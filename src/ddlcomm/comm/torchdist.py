@@ -336,14 +336,19 @@ class TorchDistCommunicator(Communicator):
     def _barrier(self) -> None:
         dist.barrier()
 
+    def _p2p_tensor(self, buf):
+        """``buf`` as the tensor a point-to-point call hands over (:func:`_tensor`); a
+        backend refuses here the buffers its point-to-point cannot take."""
+        return _tensor(buf)
+
     def _send(self, buf, dest, tag):
-        dist.send(_tensor(buf), dest, tag=tag)
+        dist.send(self._p2p_tensor(buf), dest, tag=tag)
 
     def _recv(self, buf, source, tag):
-        dist.recv(_tensor(buf), source, tag=tag)
+        dist.recv(self._p2p_tensor(buf), source, tag=tag)
 
     def _sendrecv(self, sendbuf, dest, recvbuf, source, tag):
-        s, r = _tensor(sendbuf), _tensor(recvbuf)
+        s, r = self._p2p_tensor(sendbuf), self._p2p_tensor(recvbuf)
         if dest == source == self.rank:       # no pair to itself: a local copy
             if s.numel() != r.numel():
                 raise UsageError(f"sendrecv with itself: {s.numel()} elements sent, "
@@ -357,13 +362,15 @@ class TorchDistCommunicator(Communicator):
             work.wait()
 
     def _isend(self, buf, dest, tag):
+        t = self._p2p_tensor(buf)
         self._not_self(dest)
         # The returned Work holds the tensor (a view of buf) until it completes.
-        return dist.isend(_tensor(buf), dest, tag=tag)
+        return dist.isend(t, dest, tag=tag)
 
     def _irecv(self, buf, source, tag):
+        t = self._p2p_tensor(buf)
         self._not_self(source)
-        return dist.irecv(_tensor(buf), source, tag=tag)
+        return dist.irecv(t, source, tag=tag)
 
     def _not_self(self, peer: int) -> None:
         if peer == self.rank:
@@ -373,7 +380,7 @@ class TorchDistCommunicator(Communicator):
 
     def _recv_any(self, buf, tag):
         # Gloo's any-source receive sleeps on a condition variable: no core spins.
-        return dist.recv(_tensor(buf), None, tag=tag)
+        return dist.recv(self._p2p_tensor(buf), None, tag=tag)
 
     def _broadcast(self, buf, root):
         dist.broadcast(_tensor(buf), root)
@@ -439,29 +446,10 @@ class GlooCommunicator(TorchDistCommunicator):
     def describe_dtype(self, dtype: DType) -> str:
         return "native Gloo type (torch.from_numpy view)"
 
-    def _send(self, buf, dest, tag):
-        super()._send(_host_p2p(buf), dest, tag)
-
-    def _recv(self, buf, source, tag):
-        super()._recv(_host_p2p(buf), source, tag)
-
-    def _sendrecv(self, sendbuf, dest, recvbuf, source, tag):
-        super()._sendrecv(_host_p2p(sendbuf), dest, _host_p2p(recvbuf), source, tag)
-
-    def _isend(self, buf, dest, tag):
-        return super()._isend(_host_p2p(buf), dest, tag)
-
-    def _irecv(self, buf, source, tag):
-        return super()._irecv(_host_p2p(buf), source, tag)
-
-    def _recv_any(self, buf, tag):
-        return super()._recv_any(_host_p2p(buf), tag)
-
-
-def _host_p2p(buf):
-    """``buf`` unless it is a CUDA tensor, which Gloo's point-to-point would read as host memory."""
-    if buf.__class__ is not np.ndarray and getattr(buf, "is_cuda", False):
-        raise UnsupportedError("backend gloo's point-to-point calls take host memory only: Gloo "
-                               "would read the CUDA tensor's device pointer as host memory",
-                               "copy the tensor to the host first, or use --backend nccl")
-    return buf
+    def _p2p_tensor(self, buf):
+        """Refuses a CUDA tensor, which Gloo's point-to-point would read as host memory."""
+        if buf.__class__ is not np.ndarray and getattr(buf, "is_cuda", False):
+            raise UnsupportedError("backend gloo's point-to-point calls take host memory only: Gloo "
+                                   "would read the CUDA tensor's device pointer as host memory",
+                                   "copy the tensor to the host first, or use --backend nccl")
+        return super()._p2p_tensor(buf)

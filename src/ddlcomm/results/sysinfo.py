@@ -21,8 +21,8 @@ import ddlcomm
 
 #: Seconds each git command may take before it is given up.
 GIT_TIMEOUT_S = 5.0
-#: The commit of a copy of a checkout without its .git (the device tool copies the working
-#: tree alone): scripts/gpu-check's caller passes it, else runs there would name none.
+#: The commit of a copy of a checkout without its .git (as the device tool's copy of the
+#: working tree may be): scripts/gpu-check's caller passes it, else runs there name none.
 COMMIT_ENV = "DDLCOMM_GIT_COMMIT"
 
 # The ddlcomm package folder (this file is ddlcomm/results/sysinfo.py).

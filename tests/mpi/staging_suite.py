@@ -41,13 +41,19 @@ def plan_for(workload: str, backend: str, nranks: int) -> BenchPlan:
 
 
 def check_records(workload: str, nbytes: int, records: list, failures: list) -> None:
-    want = {"ps-sync": ("broadcast", "broadcast.d2h", "broadcast.broadcast", "broadcast.h2d",
-                        "gather", "gather.d2h", "gather.gather", "gather.h2d", "apply", "step"),
-            "allreduce": ("allreduce", "allreduce.d2h", "allreduce.allreduce", "allreduce.h2d",
+    want = {"ps-sync": ("broadcast.d2h", "broadcast.broadcast", "broadcast.h2d", "broadcast",
+                        "gather.d2h", "gather.gather", "gather.h2d", "gather", "apply", "step"),
+            "allreduce": ("allreduce.d2h", "allreduce.allreduce", "allreduce.h2d", "allreduce",
                           "apply", "step")}[workload]
     got = tuple(r["extra"]["phase"] for r in records)
     if got != want:
         failures.append(f"{workload} {nbytes} B: phases {got}, expected {want}")
+    ranks = records[0]["ranks"]
+    copies = {r["extra"]["phase"]: r["extra"].get("copy_bytes") for r in records
+              if r["extra"]["phase"].endswith(("d2h", "h2d"))}
+    expected = {phase: ranks * nbytes if phase == "gather.h2d" else nbytes for phase in copies}
+    if copies != expected:          # the gather's root copies the whole table back
+        failures.append(f"{workload} {nbytes} B: bytes copied {copies}, expected {expected}")
     for r in records:
         if r["check"] != "passed":
             failures.append(f"{workload} {nbytes} B {r['extra']['phase']}: check {r['check']}")
@@ -55,10 +61,10 @@ def check_records(workload: str, nbytes: int, records: list, failures: list) -> 
                 for way in ("d2h", "h2d")]
         if r["extra"]["path"] != "host-staged" or not all(b and b > 0 for b in bars):
             failures.append(f"{workload} {nbytes} B: extra {r['extra']}")
-    whole = {r["extra"]["phase"]: r["t_avg_us"] for r in records}
-    parts = [v for k, v in whole.items() if k.startswith(want[0] + ".")]
-    if not np.isclose(whole[want[0]], sum(parts), rtol=0.05, atol=5.0):
-        failures.append(f"{workload} {nbytes} B: {want[0]} {whole[want[0]]} us is not the sum "
+    whole, first = {r["extra"]["phase"]: r["t_avg_us"] for r in records}, want[3]
+    parts = [v for k, v in whole.items() if k.startswith(first + ".")]
+    if not np.isclose(whole[first], sum(parts), rtol=0.05, atol=5.0):
+        failures.append(f"{workload} {nbytes} B: {first} {whole[first]} us is not the sum "
                         f"of its parts {parts}")
 
 
@@ -111,12 +117,17 @@ def staged_collectives(comm, backend: str, failures: list) -> None:
         if comm.rank != 0:
             continue
         got = [r["extra"]["phase"] for r in records]
-        want = [spec.name] + [f"{spec.name}.{p}" for p in ("d2h", spec.name, "h2d")]
+        want = [f"{spec.name}.{p}" for p in ("d2h", spec.name, "h2d")] + [spec.name]
         if spec.kind != "staged" or got != want or {r["check"] for r in records} != {"passed"}:
             failures.append(f"staged {spec.name}: kind {spec.kind}, phases {got}, checks "
                             f"{[r['check'] for r in records]}")
-        if records[0]["root"] != comm.size - 1 or records[0]["extra"]["path"] != "host-staged":
-            failures.append(f"staged {spec.name}: record {records[0]}")
+        copies = {r["extra"]["phase"].rpartition(".")[2]: r["extra"].get("copy_bytes")
+                  for r in records[:-1]}
+        table = spec.name in ("gather", "allgather")         # h2d brings the whole table back
+        if copies["d2h"] != records[-1]["bytes"] or table and copies["h2d"] != comm.size * copies["d2h"]:
+            failures.append(f"staged {spec.name}: bytes copied {copies} for {records[-1]['bytes']} B")
+        if records[-1]["root"] != comm.size - 1 or records[-1]["extra"]["path"] != "host-staged":
+            failures.append(f"staged {spec.name}: record {records[-1]}")
 
 
 def main() -> int:

@@ -2,11 +2,14 @@
 times, the GPU fields of a point, and the plan's refusals of memory a backend cannot take."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ddlcomm.bench.plan import BenchPlan, check_backend_memory
 from ddlcomm.bench.runner import gpu_fields
 from ddlcomm.errors import UnsupportedError
+from ddlcomm.measure import timing
 from ddlcomm.workloads import paths
 from ddlcomm.workloads.stages import Stage, run_stages
 
@@ -19,8 +22,8 @@ def test_a_stage_of_one_part_is_the_collective():
 def test_a_staged_collective_times_its_parts_and_their_sum():
     stage = Stage("broadcast", (("d2h", lambda: None), ("broadcast", lambda: None),
                                 ("h2d", lambda: None)))
-    assert stage.phases() == ("broadcast", "broadcast.d2h", "broadcast.broadcast", "broadcast.h2d")
-    whole, *parts = run_stages([stage, stage])
+    assert stage.phases() == ("broadcast.d2h", "broadcast.broadcast", "broadcast.h2d", "broadcast")
+    *parts, whole = run_stages([stage, stage])
     assert len(parts) == 3 and whole == pytest.approx(sum(parts))
 
 
@@ -104,3 +107,28 @@ def test_backend_facts_of_every_rank_are_merged():
     assert merge_facts(said) == {"nccl_transport": {"0->1": "P2P/IPC", "1->0": "SHM/direct/direct"},
                                  "nccl_transports": ["P2P/IPC", "SHM/direct/direct"], "sync": "a"}
     assert merge_facts([{}, {}]) == {}
+
+
+class OneRank:
+    """A job of one rank: the protocol's barriers and agreements have no one to wait for."""
+
+    rank, size = 0, 1
+
+    def barrier(self) -> None:
+        pass
+
+    def allreduce(self, buf, out, op) -> None:
+        out[...] = buf
+
+
+def test_a_staged_call_is_calibrated_by_its_whole_time_not_a_part():
+    """The budget buys iterations of the whole staged call (the last phase), so a short
+    copy part cannot make the loop run many times the budget."""
+    def sleep(seconds):
+        return lambda: time.sleep(seconds)
+    stage = Stage("allreduce", (("d2h", sleep(0.0005)), ("allreduce", sleep(0.02)),
+                                ("h2d", sleep(0.0005))))
+    comm = OneRank()
+    times, iterations, _ = timing.calibrate(comm, timing.phases(comm, stage.run, 4), budget_s=0.2)
+    assert stage.phases()[-1] == "allreduce" and iterations <= 10, iterations
+    assert times[:, -1] == pytest.approx(times[:, :3].sum(axis=1))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from ..measure import timing
 from ..measure.checks import verdict
 from ..measure.records import backend_facts, make_record
+from ..workloads.base import copy_bytes
 from ..workloads.paths import get_path
 from .buffers import PointBuffers
 from .plan import BenchPlan, CollectivePoint, PointSpec
@@ -23,7 +24,8 @@ def measure_staged(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     """Check and time one collective along ``spec.path``; rank 0 returns a record per phase."""
     coll, dtype, op, count, in_place = CollectivePoint.of(plan, spec, comm.size)
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs, \
-            get_path(spec.path).open(comm, plan, bufs.alloc, server=False) as path:
+            get_path(spec.path).open(comm, plan, bufs.alloc, server=False,
+                                     nbytes=count * dtype.itemsize) as path:
         side = path.side
         send, recv = coll.buffers(dtype, count, comm.rank, comm.size, op, plan.root, in_place)
         dsend = side.alloc(dtype, send.size)
@@ -51,23 +53,30 @@ def measure_staged(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
             plan.warmup)
     facts = backend_facts(comm)
     return _records(comm, coll, dtype, op, count, times, phases, plan.root, in_place,
-                    iterations, warmup, check, {**path.facts, **facts, "path": spec.path})
+                    iterations, warmup, check, copy_bytes(comm, stage.copied()),
+                    {**path.facts, **facts, "path": spec.path})
 
 
 def _records(comm, coll, dtype, op, count, times, phases, root, in_place, iterations, warmup,
-             check, extra) -> list[dict]:
+             check, copied, extra) -> list[dict]:
     """Every rank's (iterations x phases) times gathered to rank 0: one record per phase
-    (the whole collective counts its algbw bytes and bus factor, a part its bytes)."""
+    (the whole collective counts its algbw bytes and bus factor, a copy part the most bytes
+    a rank copies in it (``copied``), the collective part the message)."""
     gathered = comm.gather(times.reshape(-1), root=0)
     if comm.rank != 0:
         return []
     table = gathered.reshape(comm.size, iterations, len(phases))
     moved = count * dtype.itemsize
-    return [make_record(
-        comm, collective=coll.name, form="buffer", dtype=dtype.name,
-        op=op.name if op else None, nbytes=moved, count=count, root=root,
-        in_place=in_place, iterations=iterations, warmup=warmup,
-        times=table[:, :, k],
-        algbw_bytes=coll.algbw_bytes(moved, comm.size) if k == 0 else moved,
-        busbw_factor=coll.busbw_factor(comm.size) if k == 0 else 1.0, check=check,
-        extra={**extra, "phase": phase}) for k, phase in enumerate(phases)]
+
+    def record(k: int, phase: str) -> dict:
+        whole, part_bytes = phase == coll.name, copied.get(phase)
+        return make_record(
+            comm, collective=coll.name, form="buffer", dtype=dtype.name,
+            op=op.name if op else None, nbytes=moved, count=count, root=root,
+            in_place=in_place, iterations=iterations, warmup=warmup, times=table[:, :, k],
+            algbw_bytes=coll.algbw_bytes(moved, comm.size) if whole else
+            moved if part_bytes is None else part_bytes,
+            busbw_factor=coll.busbw_factor(comm.size) if whole else 1.0, check=check,
+            extra={**extra, "phase": phase,
+                   **({} if part_bytes is None else {"copy_bytes": part_bytes})})
+    return [record(k, phase) for k, phase in enumerate(phases)]

@@ -16,7 +16,7 @@ from ..measure.checks import close, verdict
 from ..measure.timing import clock
 from . import base
 from .paths import get_path
-from .stages import run_stages
+from .stages import copied, run_stages
 
 PHASES = ("allreduce", "apply", "step")
 
@@ -30,7 +30,7 @@ class AllreduceWorkload:
 
     def measure(self, comm, plan, spec, alloc) -> list[dict]:
         dtype, counts = base.counts(plan, spec.nbytes)
-        with get_path(spec.path).open(comm, plan, alloc, server=False) as path:
+        with get_path(spec.path).open(comm, plan, alloc, server=False, nbytes=spec.nbytes) as path:
             return self._measure(comm, plan, spec, path, dtype, counts)
 
     def _measure(self, comm, plan, spec, path, dtype, counts) -> list[dict]:
@@ -61,7 +61,8 @@ class AllreduceWorkload:
                 ok = ok and close(side.read(g), mean) and close(side.read(p), -mean)
             check = verdict(comm, ok)
         return base.timed_steps(comm, plan, spec, step, (*stages[0].phases(), "apply", "step"),
-                                check=check, nmessages=len(counts), op="avg", **path.facts)
+                                check=check, nmessages=len(counts), op="avg",
+                                copies=copied(stages), **path.facts)
 
 
 ALLREDUCE = AllreduceWorkload()

@@ -7,7 +7,7 @@ collectives' protocol (barrier before each step) with a time per phase.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -67,16 +67,20 @@ def mean_input(dtype: DType, count: int, ranks) -> np.ndarray:
 
 
 def timed_steps(comm, plan, spec, step, phases: Sequence[str], *, check: str, nmessages: int,
-                op: Optional[str], server_phases: Sequence[str] = (), **more) -> list[dict]:
+                op: Optional[str], server_phases: Sequence[str] = (),
+                copies: Optional[Mapping[str, int]] = None, **more) -> list[dict]:
     """Time ``step`` (returning the durations of ``phases``, the whole step last) under the
     protocol (``--steps``/``--iters``/budget, warm-up); rank 0 returns one record per phase.
 
     A phase named after a collective counts that collective's algbw bytes and bus
-    factor; ``server_phases`` are the server's (rank 0's) time alone.
+    factor; a copy phase of ``copies`` (this rank's bytes per phase, see
+    :func:`copy_bytes`) the most bytes a rank copies; ``server_phases`` are the
+    server's (rank 0's) time alone.
     """
     times, iterations, warmup = timing.calibrate(comm, timing.phases(comm, step, len(phases)),
                                                  plan.budget_s, plan.steps or plan.iters,
                                                  plan.warmup)
+    copied = copy_bytes(comm, copies or {})
     gathered = comm.gather(times.reshape(-1), root=0)
     if comm.rank != 0:
         return []
@@ -85,12 +89,23 @@ def timed_steps(comm, plan, spec, step, phases: Sequence[str], *, check: str, nm
     records = []
     for k, phase in enumerate(phases):
         coll = COLLECTIVES.get(phase)
+        if phase in copied:
+            nbytes, factor, extra = copied[phase], 1.0, {**more, "copy_bytes": copied[phase]}
+        else:
+            nbytes = coll.algbw_bytes(spec.nbytes, p) if coll else spec.nbytes
+            factor, extra = coll.busbw_factor(p) if coll else 1.0, more
         records.append(phase_record(
             comm, plan, spec, phase, table[:1 if phase in server_phases else p, :, k], op=op,
             iterations=iterations, warmup=warmup, check=check, nmessages=nmessages,
-            algbw_bytes=coll.algbw_bytes(spec.nbytes, p) if coll else spec.nbytes,
-            busbw_factor=coll.busbw_factor(p) if coll else 1.0, **more))
+            algbw_bytes=nbytes, busbw_factor=factor, **extra))
     return records
+
+
+def copy_bytes(comm, copies: Mapping[str, int]) -> dict[str, int]:
+    """Per copy phase, the most bytes a rank copies in it (``copies``: this rank's; every
+    rank has the same phases). A copy phase's time is its slowest copier's, and a
+    gather's root copies the whole table back: its record counts those bytes."""
+    return {phase: int(timing.agree_max(comm, float(n))) for phase, n in copies.items()}
 
 
 def extra_fields(plan, spec, phase: str, nmessages: int, **more) -> dict:

@@ -53,7 +53,7 @@ class Host(DataPath):
     description = "data in host memory, collectives on host buffers"
     backend_memory = None
 
-    def open(self, comm, plan, alloc, server: bool) -> PathRun:
+    def open(self, comm, plan, alloc, server: bool, nbytes: int) -> PathRun:
         if plan.memory is not None and memory_kind(plan.memory).on_device:
             return _DirectRun(TorchSide("cuda"))       # the backend takes device tensors
         return _HostRun(HostSide(alloc))
@@ -82,7 +82,9 @@ class _StagedRun(PathRun):
         def h2d() -> None:
             side.to_device(hout, out)
         return Stage(collective, (("d2h", d2h if sends else nothing), (collective, coll),
-                                  ("h2d", h2d if receives else nothing)))
+                                  ("h2d", h2d if receives else nothing)),
+                     copies={"d2h": hsend.nbytes if sends else 0,
+                             "h2d": hout.nbytes if receives else 0})
 
 
 class HostStaged(DataPath):
@@ -94,10 +96,10 @@ class HostStaged(DataPath):
         #: the torch device the data lives on ("cpu" stands in for a GPU in tests)
         self.device = device
 
-    def open(self, comm, plan, alloc, server: bool) -> PathRun:
+    def open(self, comm, plan, alloc, server: bool, nbytes: int) -> PathRun:
         side = TorchSide(self.device)
         run = _StagedRun(side, pinned_alloc(side))
-        run.facts = side.copy_GBps(comm, max_bytes(plan))
+        run.facts = side.copy_GBps(comm, nbytes)        # the point's size: its copies' peer
         return run
 
 
@@ -122,7 +124,7 @@ class Direct(DataPath):
         """Only MPI backends, and only an MPI that says at run time it is CUDA-aware."""
         refuse_cuda_unaware(plan.backends)
 
-    def open(self, comm, plan, alloc, server: bool) -> PathRun:
+    def open(self, comm, plan, alloc, server: bool, nbytes: int) -> PathRun:
         return _DirectRun(TorchSide("cuda"))
 
 
@@ -135,7 +137,7 @@ class NCCLChief(DataPath):
     def check(self, plan) -> None:
         chief.check_plan(plan)
 
-    def open(self, comm, plan, alloc, server: bool) -> PathRun:
+    def open(self, comm, plan, alloc, server: bool, nbytes: int) -> PathRun:
         return chief.open_chief(comm, plan, server)
 
 
@@ -154,11 +156,6 @@ def refuse_cuda_unaware(backends: Sequence[str]) -> None:
                                f"({facts.get('library_version') or facts.get('reason')}) is "
                                f"not (cuda_aware: {facts.get('cuda_aware')}): {evidence}",
                                "use --path host-staged, or an MPI built with CUDA")
-
-
-def max_bytes(plan) -> int:
-    """The largest message of the run (the pinned copy is timed alone at that size)."""
-    return max(plan.sizes) if plan.sizes else 0
 
 
 PATHS: dict[str, DataPath] = {p.name: p for p in (Host(), HostStaged(), Direct(), NCCLChief())}

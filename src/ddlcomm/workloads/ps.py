@@ -27,7 +27,7 @@ from ..measure.checks import close, verdict
 from ..measure.timing import clock
 from . import base
 from .paths import get_path
-from .stages import run_stages
+from .stages import copied, run_stages
 
 SYNC_PHASES = ("broadcast", "gather", "apply", "step")
 PUSH, PULL = 11, 12
@@ -50,7 +50,7 @@ class PSSync:
 
     def measure(self, comm, plan, spec, alloc) -> list[dict]:
         dtype, counts = _prepare(self.name, comm, plan, spec)
-        with get_path(spec.path).open(comm, plan, alloc, server=True) as path:
+        with get_path(spec.path).open(comm, plan, alloc, server=True, nbytes=spec.nbytes) as path:
             return self._measure(comm, plan, spec, path, dtype, counts)
 
     def _measure(self, comm, plan, spec, path, dtype, counts) -> list[dict]:
@@ -80,7 +80,7 @@ class PSSync:
             check = verdict(comm, _check_sync(comm, dtype, counts, params, grads, step, side))
         return base.timed_steps(comm, plan, spec, step, phases, check=check,
                                 nmessages=len(counts), op=None, server_phases=("apply",),
-                                **path.facts)
+                                copies={**copied(bcasts), **copied(gathers)}, **path.facts)
 
 
 def _check_sync(comm, dtype, counts, params, grads, step, side) -> bool:

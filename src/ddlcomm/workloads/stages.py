@@ -6,8 +6,8 @@ opened in one rank; :class:`DataPath` the base of the paths' registry.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -31,21 +31,38 @@ class Stage:
 
     collective: str
     parts: Sequence[Part]
+    #: bytes this rank copies in each copy part (``{"d2h": n, "h2d": p * n}``): a gather's root
+    #: copies the whole table back, other ranks nothing. Parts not named move the message.
+    copies: Mapping[str, int] = field(default_factory=dict)
 
     def phases(self) -> tuple[str, ...]:
-        """The stage's phase names: the collective, then its parts when there are several."""
+        """The stage's phase names: its parts when there are several, then the whole
+        collective (last, where :func:`ddlcomm.measure.timing.calibrate` reads a call's time)."""
         if len(self.parts) == 1:
             return (self.collective,)
-        return (self.collective, *(f"{self.collective}.{name}" for name, _ in self.parts))
+        return (*(f"{self.collective}.{name}" for name, _ in self.parts), self.collective)
 
     def run(self) -> list[float]:
-        """Run every part; the durations of :meth:`phases` (the whole first)."""
+        """Run every part; the durations of :meth:`phases` (the whole last)."""
         times = []
         for _, call in self.parts:
             t0 = clock()
             call()
             times.append(clock() - t0)
-        return [sum(times), *times] if len(times) > 1 else times
+        return [*times, sum(times)] if len(times) > 1 else times
+
+    def copied(self) -> dict[str, int]:
+        """Bytes this rank copies per copy phase (``{"broadcast.d2h": n, ...}``)."""
+        return {f"{self.collective}.{name}": n for name, n in self.copies.items()}
+
+
+def copied(stages: Sequence[Stage]) -> dict[str, int]:
+    """Bytes this rank copies per copy phase over the stages (one per message)."""
+    total: dict[str, int] = {}
+    for stage in stages:
+        for phase, n in stage.copied().items():
+            total[phase] = total.get(phase, 0) + n
+    return total
 
 
 def run_stages(stages: Sequence[Stage]) -> list[float]:
@@ -96,7 +113,8 @@ class DataPath:
     def check(self, plan) -> None:
         """Refuse, before any rank starts, what this path cannot run here (with the reason)."""
 
-    def open(self, comm, plan, alloc, server: bool) -> PathRun:
+    def open(self, comm, plan, alloc, server: bool, nbytes: int) -> PathRun:
         """This path in one rank, for one point (``alloc``: the run's host allocator;
-        ``server``: the workload's rank 0 is a PS server)."""
+        ``server``: the workload's rank 0 is a PS server; ``nbytes``: the point's bytes,
+        the size the path's reference copies are timed at)."""
         raise NotImplementedError

@@ -113,6 +113,8 @@ class Suite(Checks):
         if count and self.comm.size > 1:
             self.check(f"{label}: transport {facts.get('device_transport')}",
                        facts.get("device_transport") == transport)
+        self.check(f"{label}: kind_cache {facts.get('kind_cache')}",
+                   facts.get("kind_cache") == ("on" if cache else "off"))
         if cache and "kind_lookups" in facts:
             # Each (address, bytes) the reducer saw was asked once, whatever the calls.
             self.check(f"{label}: lookups {facts['kind_lookups']}", facts["kind_lookups"] <= 4 * self.comm.size + 4)

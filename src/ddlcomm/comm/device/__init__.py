@@ -81,7 +81,7 @@ def bind(comm: Any, collective: str, algorithm: str, sendbuf: Any, recvbuf: Opti
     """``collective`` by ddlcomm's ``algorithm`` on device tensors (collective: every rank binds)."""
     if (collective, algorithm) in OWN:
         return load(OWN[collective, algorithm])(comm, sendbuf, recvbuf, op, kernel=kernel,
-                                                mapper=mapper)
+                                                mapper=mapper, kind_cache=kind_cache)
     target = ALGORITHMS.get((collective, algorithm))
     if target is None:
         raise UsageError(f"{collective} by {algorithm} does not run on device buffers",

@@ -30,7 +30,8 @@ from ...errors import UnsupportedError, UsageError
 from ...kernels.device import many_reducer
 from ..nodes import node_name
 from ..shm import slices
-from . import DeviceCall, check_tensors, tail_sync
+from ...kernels.kinds import KindCache
+from . import DeviceCall, check_tensors, kind_lookup, tail_sync
 from .peers import mapper_for, offset_bytes, whole
 
 
@@ -64,8 +65,10 @@ def check_one_device(comm: Any, send: Any) -> None:
 
 
 def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp], *,
-         kernel: str = "auto", mapper: str = "auto") -> DeviceCall:
-    """The device shm all-reduce bound to these tensors (collective: every rank binds)."""
+         kernel: str = "auto", mapper: str = "auto", kind_cache: bool = True) -> DeviceCall:
+    """The device shm all-reduce bound to these tensors (collective: every rank binds);
+    each call looks its buffer's kind up (``kind_cache``: once per buffer, else the driver
+    every call), as ring and rhd do before they reduce."""
     send, recv = check_tensors(comm, sendbuf, recvbuf)
     if recv is None:
         raise UsageError("a device all-reduce needs its receive buffer",
@@ -83,8 +86,10 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
     outputs = map_peers(comm, peers, recv) if p > 1 else [recv]
     parts = slices(len(send), p) if p > 1 else [(0, len(send))]
     settle = tail_sync(send, p, op)
+    lookup = kind_lookup(kind_cache)
 
     def call() -> None:
+        lookup(recv)
         if p == 1:
             if recv is not send:
                 recv.copy_(send)
@@ -106,5 +111,9 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
         settle()
 
     def facts() -> dict:
-        return {"device_transport": "ipc" if p > 1 else "none", "kernel": reduce.label}
+        out = {"device_transport": "ipc" if p > 1 else "none", "kernel": reduce.label,
+               "kind_cache": "on" if kind_cache else "off"}
+        if isinstance(lookup, KindCache):
+            out["kind_lookups"] = lookup.misses
+        return out
     return DeviceCall(call, facts)

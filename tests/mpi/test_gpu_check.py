@@ -7,8 +7,10 @@ GPU_CHECK_MINUTES.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import tarfile
@@ -67,10 +69,19 @@ def test_info_and_a_small_sweep_come_back_packed(tmp_path):
     # what came back becomes a measured machine's test data
     dest = tmp_path / "machines" / "here"
     packed = next((tmp_path / "out").iterdir())
-    imported = subprocess.run([str(ROOT / "scripts" / "import-machine"), str(dest), str(packed)],
-                              capture_output=True, text=True, timeout=60)
+    again = tmp_path / f"again-{packed.name}"         # a second call's pack: its runs merged,
+    shutil.copy(packed, again)                        # none of them twice
+    imported = subprocess.run([str(ROOT / "scripts" / "import-machine"), str(dest), str(packed),
+                               str(again)], capture_output=True, text=True, timeout=120)
     assert imported.returncode == 0, imported.stderr
     assert sorted(p.name for p in dest.iterdir()) == ["info.json", "manycores-openmpi.db.gz"]
+    with sqlite3.connect(got / "manycores-openmpi.db") as db:
+        runs = db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+    assert f"0 runs (0 points) merged, {runs} already here" in imported.stdout, imported.stdout
+    merged = tmp_path / "merged.db"
+    merged.write_bytes(gzip.decompress((dest / "manycores-openmpi.db.gz").read_bytes()))
+    with sqlite3.connect(merged) as db:
+        assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == runs
     assert json.loads((dest / "info.json").read_text())["memory"]["copy_bandwidth"]["by_copiers"]
 
 

@@ -214,7 +214,9 @@ RESULTS = st.one_of(
     st.builds(lambda r: ["export", r], RUN_ID),
     st.builds(lambda a, b: ["compare", a, b], RUN_ID, RUN_ID),
     st.builds(lambda f: ["export", "--all", opt("--format", f)], NAME),
-    st.sampled_from([["export"], ["export", "1", "--all"], [], ["frob"], ["list", "extra"]]),
+    st.sampled_from([["export"], ["export", "1", "--all"], [], ["frob"], ["list", "extra"],
+                     ["merge"], ["merge", "/etc"], ["merge", "/etc/hostname"]]),
+    st.builds(lambda f: ["merge", f], NAME),
     st.builds(lambda a: [a], NAME),
 )
 

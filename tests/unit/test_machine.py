@@ -369,3 +369,20 @@ def test_info_text_command_and_bad_ranks():
     assert proc.returncode == 0 and proc.stdout.splitlines()[-1].startswith("verdict")
     bad = _info("--ranks", "0")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--ranks" in bad.stderr
+
+
+def test_torchs_answer_is_asked_once_for_a_series_of_runs(monkeypatch, tmp_path):
+    """With DDLCOMM_TORCH_FACTS (scripts/gpu-check), the first run's owner asks torch in a
+    child and keeps the answer; the next ones read it. A failed probe is not kept."""
+    asked = []
+
+    def child(target, timeout_s):
+        asked.append(target)
+        return {"torch": "2.11.0", "cuda_available": True, "devices": [{"index": 0}]} \
+            if len(asked) > 1 else {"error": "timed out"}
+    monkeypatch.setattr(gpus, "nvidia_device", lambda: "/dev/nvidiactl")
+    monkeypatch.setattr(gpus.probe, "child", child)
+    monkeypatch.setenv(gpus.TORCH_FACTS_ENV, str(tmp_path / "torch.json"))
+    assert gpus.torch_facts()["error"] == "timed out"
+    assert gpus.torch_facts()["torch"] == gpus.torch_facts()["torch"] == "2.11.0"
+    assert len(asked) == 2 and "kept in" in gpus.torch_facts()["how"]

@@ -1,4 +1,4 @@
-"""``ddlcomm results list|show|export|compare``: stored runs, one handler per action."""
+"""``ddlcomm results list|show|export|compare|versus|merge``: stored runs, one handler per action."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +9,7 @@ from typing import Callable
 from ..errors import UsageError
 from ..outputs import writable_file
 from ..report import tables, train
-from ..results import Store, compare, export, versus
+from ..results import Store, compare, export, merge, versus
 from ..units import parse_size
 from . import common
 from .common import _Parser
@@ -51,13 +51,26 @@ def add_parser(sub) -> None:
     p.add_argument("--auto-below", default="1MiB", metavar="SIZE", help="default 1MiB")
     p.add_argument("--markdown", action="store_true", help="Markdown tables (docs/benchmarks.md)")
     common.add_db(p)
+    p = rsub.add_parser(
+        "merge", help="copy every run of other databases into this one",
+        description="Copy every run of each SOURCE database, with its points, into the database "
+        "(--db; made if there is none), under new run ids. A run the database holds already "
+        "(the same start, host, owner and command) is not taken twice, so merging again is "
+        "harmless. A source's runs killed mid-way keep every point they stored.")
+    p.add_argument("sources", nargs="+", metavar="SOURCE", help="a database to copy from")
+    p.add_argument("--one-machine", action="store_true",
+                   help="refuse, writing nothing, unless every run (the database's own "
+                        "included) has the same CPU model and core count")
+    common.add_db(p)
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     action = args.results_command
     if action is None:
-        raise UsageError("ddlcomm results: say what to do", "list, show, export, compare or versus")
-    db = common.existing_db(args)
+        raise UsageError("ddlcomm results: say what to do", "list, show, export, compare, versus or merge")
+    db = common.db_path(args) if action == "merge" else common.existing_db(args)
+    if action == "merge":
+        args.sources = merge_sources(args.sources, db)      # before the database is made
     with Store(db) as store:
         ACTIONS[action](store, args)
     return 0
@@ -99,6 +112,26 @@ def compare_runs(store: Store, args: argparse.Namespace) -> None:
     print(tables.render_compare(rows, run_a, run_b))
 
 
+def merge_sources(names: list[str], db: Path) -> list[Path]:
+    """The databases to merge from, each checked readable as a results database."""
+    sources = []
+    for name in names:
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise UsageError(f"no database at {path}", "name SQLite files that ddlcomm wrote")
+        if path.resolve() == db.resolve():
+            raise UsageError(f"{path} is the database merged into (--db)", "name other databases")
+        Store(path).close()                  # StoreError (one line) if it is not one
+        sources.append(path)
+    return sources
+
+
+def merge_runs(store: Store, args: argparse.Namespace) -> None:
+    for done in merge.merge(store, args.sources, args.one_machine):
+        print(f"{done.source}: {done.runs} runs ({done.points} points) merged"
+              + (f", {done.already} already here" if done.already else ""))
+
+
 def versus_runs(store: Store, args: argparse.Namespace) -> None:
     goals = {"speedup_from": parse_size(args.speedup_from), "floor_from": parse_size(args.floor_from),
              "auto_below": parse_size(args.auto_below)}
@@ -110,5 +143,5 @@ def versus_runs(store: Store, args: argparse.Namespace) -> None:
 #: action -> its handler (the store open, the parsed options)
 ACTIONS: dict[str, Callable[[Store, argparse.Namespace], None]] = {
     "list": list_runs, "show": show, "export": export_points, "compare": compare_runs,
-    "versus": versus_runs,
+    "versus": versus_runs, "merge": merge_runs,
 }

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import importlib.util
+import json
 import os
 from pathlib import Path
 from typing import Any, Optional
@@ -27,6 +28,12 @@ NVIDIA_SMI_QUERY = "index,name,memory.total,pci.bus_id,driver_version"
 MPS_PIPE_DIR = "/tmp/nvidia-mps"
 #: Files whose presence means an NVIDIA driver exposes a device here (WSL: /dev/dxg).
 DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
+#: A file keeping torch's answer for a series of runs (scripts/gpu-check sets it): the first
+#: probe writes it, the next ones read it instead of importing torch and starting CUDA again.
+TORCH_FACTS_ENV = "DDLCOMM_TORCH_FACTS"
+#: Seconds the torch child may take: a cold import of torch with its CUDA libraries and
+#: the first CUDA context on a fresh machine can pass the default 20 s.
+TORCH_CHILD_TIMEOUT_S = 60.0
 
 
 def ranks_per_gpu(ranks: int, gpus: int) -> list[int]:
@@ -161,7 +168,20 @@ def torch_facts() -> dict[str, Any]:
         return dict(build, cuda_available=False, devices=[],
                     reason=f"no NVIDIA device ({', '.join(DEVICE_FILES)} absent, no nvidia-smi)",
                     how=f"not imported (no NVIDIA device); its build read from {version_file}")
-    return dict(probe.child("ddlcomm.machine.gpus:in_this_process"), how="asked in a child interpreter")
+    cache = os.environ.get(TORCH_FACTS_ENV)
+    if cache:
+        try:
+            return json.loads(Path(cache).read_text())
+        except (OSError, ValueError):
+            pass
+    answer = dict(probe.child("ddlcomm.machine.gpus:in_this_process", timeout_s=TORCH_CHILD_TIMEOUT_S),
+                  how="asked in a child interpreter")
+    if cache and "error" not in answer:
+        try:
+            Path(cache).write_text(json.dumps(dict(answer, how=f"asked in a child interpreter once, kept in {cache}")))
+        except OSError:
+            pass
+    return answer
 
 
 def facts(ranks: Optional[int] = None) -> dict[str, Any]:
@@ -179,6 +199,8 @@ def facts(ranks: Optional[int] = None) -> dict[str, Any]:
         "devices": devices, "count": len(devices), "nvidia_smi": smi, "mps": mps(),
         "torch_probe": child.get("how"),
     }
+    if child.get("error"):           # the torch child timed out or died: say so, even with nvidia-smi's devices
+        out["torch_error"] = child["error"]
     if not devices:
         out["reason"] = (child.get("error") or child.get("reason") or
                          ("torch sees no CUDA device" if child.get("torch") else smi.get("reason")))

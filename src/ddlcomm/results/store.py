@@ -423,6 +423,15 @@ class Store:
         Missing fields are stored as NULL; ``check`` must be one of
         :data:`CHECK_VALUES`; fields outside the contract belong in ``extra``.
         """
+        cols = self._point_columns(point)
+        with self._write() as db:
+            if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+                raise self._no_run(run_id)
+            return self._insert_point(db, run_id, cols)
+
+    @staticmethod
+    def _point_columns(point: dict[str, Any]) -> dict[str, Any]:
+        """Check a point's fields and convert them to column values."""
         unknown = sorted(set(point) - set(POINT_FIELDS) - set(_POINT_READ_ONLY))
         if unknown:
             raise StoreError(f"unknown point field(s): {', '.join(unknown)}",
@@ -434,16 +443,36 @@ class Store:
                 for name, kind in POINT_FIELDS.items()}
         if cols["extra"] is None:
             cols["extra"] = "{}"
+        return cols
+
+    @staticmethod
+    def _insert_point(db: sqlite3.Connection, run_id: int, cols: dict[str, Any]) -> int:
+        """Insert one point's columns as run ``run_id``'s next (inside a write)."""
         names = ", ".join(f'"{n}"' for n in cols)
         marks = ", ".join("?" * len(cols))
+        seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM points WHERE run_id = ?",
+                         (run_id,)).fetchone()[0]
+        cur = db.execute(f"INSERT INTO points (run_id, seq, {names}) VALUES (?, ?, {marks})",
+                         (run_id, seq, *cols.values()))
+        return int(cur.lastrowid)
+
+    def import_run(self, run: dict[str, Any], points: list[dict[str, Any]]) -> int | None:
+        """Add a run read from another store (:meth:`run`) with its points (:meth:`points`),
+        in one transaction, under a new id; None where this store holds it already (the
+        same start, host, owner and command)."""
+        cols = self._run_columns({name: run.get(name) for name in RUN_FIELDS})
+        rows = [self._point_columns(p) for p in points]
         with self._write() as db:
-            if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
-                raise self._no_run(run_id)
-            seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM points WHERE run_id = ?",
-                             (run_id,)).fetchone()[0]
-            cur = db.execute(f"INSERT INTO points (run_id, seq, {names}) VALUES (?, ?, {marks})",
-                             (run_id, seq, *cols.values()))
-            return int(cur.lastrowid)
+            same = db.execute("SELECT 1 FROM runs WHERE started_at = ? AND host IS ? AND owner IS ?"
+                              " AND command IS ?", (cols["started_at"], cols["host"], cols["owner"],
+                                                    cols["command"])).fetchone()
+            if same is not None:
+                return None
+            run_id = int(db.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES "
+                                    f"({', '.join('?' * len(cols))})", tuple(cols.values())).lastrowid)
+            for row in rows:
+                self._insert_point(db, run_id, row)
+            return run_id
 
     def points(self, run_id: int | None = None) -> list[dict[str, Any]]:
         """Points of one run (or of every run, by run id), in insertion order.

@@ -1,0 +1,61 @@
+"""Merging databases: runs measured apart (one per job, per library, per GPU call) into one.
+
+Every run of each source is copied with its points under a new id; a run the
+destination holds already (the same start, host, owner and command) is not
+taken twice, so merging again is harmless.  With ``one_machine`` every run,
+those already in the destination included, must come from one machine (CPU
+model and core count): a dataset that describes one machine (the model's
+fidelity data) must not mix two; nothing is written otherwise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import UsageError
+from .store import Store
+
+
+@dataclass
+class Merged:
+    """What one source gave: runs added (with their points) and runs already there."""
+
+    source: str
+    runs: int = 0
+    points: int = 0
+    already: int = 0
+
+
+def machine_of(run: dict) -> tuple:
+    """A run's machine, as far as its row tells: (CPU model, cores)."""
+    return run.get("cpu_model"), run.get("cores")
+
+
+def merge(dest: Store, sources: Sequence[Path], one_machine: bool = False) -> list[Merged]:
+    """Copy every run of ``sources`` (in order) into ``dest``; what each gave."""
+    stores = [Store(path) for path in sources]
+    try:
+        if one_machine:
+            machines = {machine_of(r): path for path, store in zip([dest.path, *sources], [dest, *stores])
+                        for r in store.runs()}
+            if len(machines) > 1:
+                seen = "; ".join(f"{model} with {cores} cores ({path})"
+                                 for (model, cores), path in machines.items())
+                raise UsageError(f"the runs come from {len(machines)} machines: {seen}",
+                                 "merge each machine's runs into a database of its own, or drop "
+                                 "--one-machine")
+        out = []
+        for path, store in zip(sources, stores):
+            done = Merged(str(path))
+            for run in reversed(store.runs()):                  # oldest first
+                points = store.points(run["id"])
+                if dest.import_run(run, points) is None:
+                    done.already += 1
+                else:
+                    done.runs, done.points = done.runs + 1, done.points + len(points)
+            out.append(done)
+        return out
+    finally:
+        for store in stores:
+            store.close()

@@ -112,8 +112,9 @@ def test_the_model_predicts_the_larger_rank_counts(machine, library, collective,
         pytest.skip(f"{machine.name}'s {library} data has no {collective} point at "
                     f"{machine.holdout}: measure the rest (tests/data/machines/README.md)")
     info = info_of(machine)
+    llc = info["cpus"].get("last_level_cache_bytes")    # None where sysfs had none (a VM)
     fit = calibrate(points, holdout=[holdout], summary_bytes=FROM_BYTES,
-                    cache=float(info["cpus"]["last_level_cache_bytes"]),
+                    cache=float(llc) if llc else None,  # as `ddlcomm model calibrate` does
                     bandwidth=bandwidth_of(info["memory"].get("copy_bandwidth"))
                     if machine.contention else None)
     (family,) = family_summary(fit).values()        # the figures `ddlcomm model calibrate` prints

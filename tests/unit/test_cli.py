@@ -135,7 +135,7 @@ def test_missing_plugin_is_one_line(db):
     ("results export 1 --all", ["run id or --all"]),
     ("results export 99", ["no run 99"]),
     ("results compare 1 2", ["no run 1"]),
-    ("results", ["list, show, export, compare or versus"]),
+    ("results", ["list, show, export, compare, versus or merge"]),
     ("results versus --from 3x", ["3x"]),
     ("results frob", ["frob"]),
     ("report 99", ["no run 99"]),

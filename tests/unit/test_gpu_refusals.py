@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from ddlcomm.errors import UnsupportedError
 from ddlcomm.workloads.paths import gpu_available
 
 pytestmark = pytest.mark.skipif(gpu_available()[0], reason="this machine has a GPU")
@@ -42,3 +43,15 @@ def test_gpu_requests_without_a_gpu(tmp_path, argv, says):
     assert res.returncode == 2, res.stdout + res.stderr
     assert says in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert not (tmp_path / "x.db").exists()
+
+
+def test_ps_async_is_refused_before_any_rank_on_a_backend_without_any_source_receive():
+    """On a GPU machine the backend's own check passes; the workload's refuses NCCL there,
+    before ranks start (rather than a server failing at its first receive)."""
+    from ddlcomm.bench.plan import BenchPlan
+    from ddlcomm.workloads.base import check_request
+    plan = BenchPlan(backends=["mpi", "nccl"], collectives=[], sizes=[1024], dtype="float32",
+                     op="sum", forms=["buffer"], workloads=["ps-async"], ranks=3)
+    with pytest.raises(UnsupportedError, match="which backend nccl cannot"):
+        check_request(plan)
+    check_request(BenchPlan(**{**plan.__dict__, "backends": ["mpi", "gloo"]}))

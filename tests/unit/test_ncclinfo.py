@@ -38,10 +38,14 @@ def test_nccl_2_30_refuses_when_the_user_turned_sharing_off():
 
 
 @pytest.mark.parametrize("version", [(2, 28, 9), (2, 29, 9), (2, 18, 1)])
-def test_before_2_30_each_rank_gets_its_own_host_id(version):
-    ids = {ncclinfo.shared_gpu_env(version, 4, r, "gpubox", {}).env["NCCL_HOSTID"] for r in range(4)}
+def test_before_2_30_each_rank_of_a_gpu_gets_its_own_host_id(version):
+    ids = {ncclinfo.shared_gpu_env(version, 4, slot, "gpubox", {}).env["NCCL_HOSTID"]
+           for slot in range(4)}
     assert len(ids) == 4 and all(i.startswith("gpubox-") for i in ids)
-    assert "NCCL_HOSTID per rank" in ncclinfo.shared_gpu_env(version, 2, 0, "h", {}).how
+    # the k-th rank of every GPU shares a host id: ranks of different GPUs keep P2P
+    assert ncclinfo.shared_gpu_env(version, 2, 1, "gpubox", {}).env["NCCL_HOSTID"] == \
+        ncclinfo.shared_gpu_env(version, 3, 1, "gpubox", {}).env["NCCL_HOSTID"]
+    assert "NCCL_HOSTID per rank of a GPU" in ncclinfo.shared_gpu_env(version, 2, 0, "h", {}).how
     # one host per rank to NCCL: its multi-node NVLink search is off, unless the user chose
     assert ncclinfo.shared_gpu_env(version, 2, 0, "h", {}).env["NCCL_MNNVL_ENABLE"] == "0"
     assert "NCCL_MNNVL_ENABLE" not in ncclinfo.shared_gpu_env(
@@ -88,6 +92,7 @@ gpubox:1235:1302 [0] NCCL INFO Channel 01/0 : 1[0] -> 0[0] via P2P/CUMEM/read
 gpubox:1236:1303 [0] NCCL INFO Channel 00/0 : 2[0] -> 3[0] [send] via NET/Socket/0
 gpubox:1236:1303 [0] NCCL INFO Channel 00/0 : 3[0] -> 2[0] [receive] via NET/Socket/0
 gpubox:1237:1304 [0] NCCL INFO Channel 00 : 4[65000] -> 5[66000] via P2P/direct pointer
+gpubox:1238:1305 [0] NCCL INFO Channel 00/0 : 6[0] -> 7[0] via P2P/direct pointer/read \n
 gpubox:1237:1304 [0] NCCL INFO Connected all rings
 """
 
@@ -96,9 +101,10 @@ def test_parse_transports_reads_every_pair():
     pairs = ncclinfo.parse_transports(SAMPLE.splitlines())
     assert pairs == {"0->1": "P2P/IPC", "1->0": "SHM/direct/direct+P2P/CUMEM/read",
                      "2->3": "NET/Socket/0", "3->2": "NET/Socket/0",
-                     "4->5": "P2P/direct pointer"}
+                     "4->5": "P2P/direct pointer", "6->7": "P2P/direct pointer/read"}
     assert ncclinfo.transport_kinds(pairs) == ["NET/Socket/0", "P2P/CUMEM/read", "P2P/IPC",
-                                               "P2P/direct pointer", "SHM/direct/direct"]
+                                               "P2P/direct pointer", "P2P/direct pointer/read",
+                                               "SHM/direct/direct"]
 
 
 def test_parse_transports_of_nothing():

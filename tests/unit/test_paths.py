@@ -37,13 +37,13 @@ def test_paths_are_a_registry_of_classes():
         paths.get_path("nope")
 
 
-@pytest.mark.parametrize("hosts, gpus, want", [
-    (["a"] * 4, [0, 0, 0, 0], [4, 4, 4, 4]),
-    (["a"] * 4, [0, 1, 0, 1], [2, 2, 2, 2]),
-    (["a", "a", "b"], [0, 0, 0], [2, 2, 1]),
+@pytest.mark.parametrize("uuids, gpus, want", [
+    (["GPU-a"] * 4, [0, 0, 0, 0], [4, 4, 4, 4]),
+    (["GPU-a", "GPU-b"] * 2, [0, 1, 0, 1], [2, 2, 2, 2]),
+    (["GPU-a", "GPU-a", "GPU-b"], [0, 0, 0], [2, 2, 1]),   # index 0 of another node or container
 ])
-def test_gpu_fields_count_the_ranks_on_each_gpu(hosts, gpus, want):
-    assert gpu_fields(hosts, gpus) == {"gpu": gpus, "ranks_per_gpu": want}
+def test_gpu_fields_count_the_ranks_on_each_physical_gpu(uuids, gpus, want):
+    assert gpu_fields(uuids, gpus) == {"gpu": gpus, "ranks_per_gpu": want}
 
 
 def plan(**over) -> BenchPlan:

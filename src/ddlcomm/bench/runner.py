@@ -146,10 +146,11 @@ def needs_gpu(plan: BenchPlan) -> bool:
         any(PATHS[p].needs_gpu for p in plan.paths)
 
 
-def gpu_fields(hosts: list[str], gpus: list[int]) -> dict:
-    """Each rank's GPU (``local_rank % gpus``) and how many ranks shared it (pure)."""
-    places = list(zip(hosts, gpus))
-    return {"gpu": gpus, "ranks_per_gpu": [places.count(p) for p in places]}
+def gpu_fields(uuids: list[str], gpus: list[int]) -> dict:
+    """Each rank's GPU (``local_rank % gpus``) and how many ranks shared that physical GPU
+    (its uuid: ranks in containers have host names of their own, and a rank given its own
+    ``CUDA_VISIBLE_DEVICES`` calls any GPU index 0) (pure)."""
+    return {"gpu": gpus, "ranks_per_gpu": [uuids.count(u) for u in uuids]}
 
 
 def check_plan(comms: dict, plan: BenchPlan) -> None:
@@ -192,12 +193,13 @@ def run_sweep(comms: dict, plan: BenchPlan, watchdog: Watchdog, store: Any,
                         desc=f"{','.join(plan.backends)} {first.size} ranks", dynamic_ncols=not plain,
                         mininterval=5.0 if plain else 0.1, ncols=100 if plain else None)
     failed = 0
-    gpu = use_gpu(first.local_rank)["gpu"] if needs_gpu(plan) else None
+    place = use_gpu(first.local_rank) if needs_gpu(plan) else None
+    gpu = None if place is None else (place["gpu"], place["gpu_uuid"])
     where = first.allgather_object((format_cpulist(sorted(os.sched_getaffinity(0))),
                                     socket.gethostname(), gpu))
     common = placement_fields(plan, first.size, [w[0] for w in where], [w[1] for w in where])
     if gpu is not None:
-        common.update(gpu_fields([w[1] for w in where], [w[2] for w in where]))
+        common.update(gpu_fields([w[2][1] for w in where], [w[2][0] for w in where]))
     try:
         for spec in points:
             label = spec.label(len(plan.backends) > 1)

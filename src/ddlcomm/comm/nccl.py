@@ -6,9 +6,9 @@ What is NCCL's own:
 * Each rank uses GPU ``local_rank % gpus`` (:func:`ddlcomm.memory.gpu.use_gpu`).
 * Ranks that share a GPU are let in as :func:`ddlcomm.comm.ncclinfo.shared_gpu_env`
   says (NCCL >= 2.30: ``NCCL_MULTI_RANK_GPU_ENABLE=1``; else one ``NCCL_HOSTID``
-  per rank; else refused).  The ranks learn who shares their GPU through the
-  process group's store, before NCCL's communicator exists: torch creates it
-  at the first collective (no ``device_id`` at ``init_process_group``), here a
+  per rank of a GPU; else refused).  The ranks learn who shares their GPU (by
+  its uuid) through the process group's store, before NCCL's communicator
+  exists: torch creates it at the first collective (no ``device_id`` at ``init_process_group``), here a
   barrier at start-up, so that a refusal by NCCL is one clear error.
 * Timing: NCCL returns once the work is queued on a CUDA stream; :meth:`sync`
   waits for the current stream (OSU's ``-d cuda`` convention) and the timing
@@ -78,7 +78,7 @@ class NCCLCommunicator(TorchDistCommunicator):
 
     def _before_init(self, info: LaunchInfo) -> dict:
         torch = torchdist.torch
-        self.place = use_gpu(info.local_rank)
+        self.place = use_gpu(self.local_rank)      # the argument, else the launcher's
         self.device = torch.device("cuda", self.place["gpu"])
         self._stream_sync = torch.cuda.current_stream(self.device).synchronize
         logging = ncclinfo.debug_env(os.environ)
@@ -106,7 +106,8 @@ class NCCLCommunicator(TorchDistCommunicator):
         except Exception as exc:          # noqa: BLE001 - NCCL's refusal, said in one line
             raise BackendUnavailable(f"NCCL refused to start on GPU {self.place['gpu']} "
                                      f"({self.sharing.how}): {type(exc).__name__}: {exc}",
-                                     "use one rank per GPU") from None
+                                     "use one rank per GPU" if self.sharing.env else
+                                     "see NCCL's log (NCCL_DEBUG=INFO, NCCL_DEBUG_FILE)") from None
 
     def _let_in_sharers(self) -> ncclinfo.SharedGpu:
         """Count the ranks on this GPU (through the process group's store) and set NCCL's
@@ -115,13 +116,14 @@ class NCCLCommunicator(TorchDistCommunicator):
         # The default group's store is torch-private API, but the only channel the ranks
         # share before NCCL exists (stable since torch 1.x).
         store = dist.distributed_c10d._get_default_store()
-        host = socket.gethostname()
-        store.set(f"ddlcomm/gpu/{self.rank}", f"{host} {self.place['gpu']}")
+        mine = self.place["gpu_uuid"]       # the physical GPU, as NCCL's duplicate test sees it
+        store.set(f"ddlcomm/gpu/{self.rank}", mine)
         places = [store.get(f"ddlcomm/gpu/{r}").decode() for r in range(self.size)]
-        self.place["ranks_per_gpu"] = places.count(f"{host} {self.place['gpu']}")
+        self.place["ranks_per_gpu"] = places.count(mine)
+        slot = places[:self.rank].count(mine)         # this rank's place among its GPU's ranks
         version = ncclinfo.parse_version(self.library_version)
-        sharing = ncclinfo.shared_gpu_env(version, self.place["ranks_per_gpu"], self.rank, host,
-                                          os.environ)
+        sharing = ncclinfo.shared_gpu_env(version, self.place["ranks_per_gpu"], slot,
+                                          socket.gethostname(), os.environ)
         os.environ.update(sharing.env)
         return sharing
 

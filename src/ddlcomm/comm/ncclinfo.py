@@ -27,7 +27,7 @@ DEFAULT_LOG = "/tmp/ddlcomm-nccl.%h.%p.log"
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 # "host:pid:tid [dev] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0"
 _CHANNEL = re.compile(r"NCCL INFO Channel \S+ ?: (\d+)\[[^\]]*\] -> (\d+)\[[^\]]*\]"
-                      r"(?: \[(?:send|receive)\])? via (\S+(?: pointer)?)")
+                      r"(?: \[(?:send|receive)\])? via (.*\S)")     # the rest of the line
 
 
 def parse_version(text: Optional[str]) -> Optional[tuple[int, int, int]]:
@@ -44,9 +44,10 @@ class SharedGpu:
     how: str
 
 
-def shared_gpu_env(version: Optional[tuple[int, int, int]], ranks_on_gpu: int, rank: int,
+def shared_gpu_env(version: Optional[tuple[int, int, int]], ranks_on_gpu: int, slot: int,
                    host: str, environ: Mapping[str, str]) -> SharedGpu:
-    """The NCCL variables rank ``rank`` needs when ``ranks_on_gpu`` ranks share its GPU.
+    """The NCCL variables a rank needs when ``ranks_on_gpu`` ranks share its GPU (``slot``:
+    its place among them, 0 to ``ranks_on_gpu - 1``).
 
     One rank per GPU needs none.  Raises :class:`UnsupportedError` saying why and
     what would make it run when neither way applies.
@@ -70,13 +71,15 @@ def shared_gpu_env(version: Optional[tuple[int, int, int]], ranks_on_gpu: int, r
             f"{ranks_on_gpu} ranks share one GPU, which NCCL {shown} (before 2.30) refuses "
             f"unless each rank has its own NCCL_HOSTID, but NCCL_HOSTID={environ['NCCL_HOSTID']} "
             "is set for every rank", "unset NCCL_HOSTID, or use one rank per GPU")
-    # NCCL then counts one host per rank, and on more than one host it looks for multi-node
-    # NVLink (MNNVL), which ranks on one GPU never have: it is turned off unless the user chose.
-    env = {"NCCL_HOSTID": f"{host}-ddlcomm-rank{rank}"}
+    # One NCCL "host" per slot: the k-th rank of every GPU is in host k, so no two ranks of
+    # one GPU are on one host (NCCL refuses a GPU twice on a host, init.cc) and ranks of
+    # different GPUs of the node keep P2P/NVLink among them. On more than one host NCCL looks
+    # for multi-node NVLink (MNNVL), which these never have: off unless the user chose.
+    env = {"NCCL_HOSTID": f"{host}-ddlcomm-slot{slot}"}
     if "NCCL_MNNVL_ENABLE" not in environ:
         env["NCCL_MNNVL_ENABLE"] = "0"
-    return SharedGpu(env, f"NCCL {shown} (before 2.30): NCCL_HOSTID per rank, so NCCL sees "
-                     "separate hosts and uses its network transport over loopback")
+    return SharedGpu(env, f"NCCL {shown} (before 2.30): NCCL_HOSTID per rank of a GPU, so NCCL "
+                     "sees separate hosts and uses its network transport between ranks of a GPU")
 
 
 def debug_env(environ: Mapping[str, str]) -> dict:

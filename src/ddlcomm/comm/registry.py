@@ -47,6 +47,8 @@ class BackendSpec:
     #: A process-wide thing it holds that no other backend of the same run may hold too
     #: (torch.distributed's one default process group: gloo or nccl, not both).
     holds: Optional[str] = None
+    #: It can receive from whichever rank sends first (ps-async's server needs it).
+    any_source: bool = True
 
 
 BACKENDS: dict[str, BackendSpec] = {}
@@ -69,7 +71,7 @@ register(BackendSpec("nccl", "ddlcomm.comm.nccl:NCCLCommunicator", ("torch",),
                      "pip install torch (a CUDA build) on a machine with an NVIDIA GPU",
                      ("spawn", "mpirun"), rank_bytes=768 << 20,
                      check="ddlcomm.comm.nccl:check_here", memories=("device",),
-                     holds="torch.distributed's default process group"))
+                     holds="torch.distributed's default process group", any_source=False))
 
 
 _plugins_loaded = False

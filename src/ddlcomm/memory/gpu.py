@@ -43,12 +43,15 @@ def cuda_torch(kind: str) -> Any:
 
 def use_gpu(local_rank: int) -> dict[str, Any]:
     """Make GPU ``local_rank % gpus`` this rank's current CUDA device (every later
-    ``device`` buffer and NCCL call goes there); returns ``{"gpu", "gpus", "gpu_name"}``."""
+    ``device`` buffer and NCCL call goes there); returns ``{"gpu", "gpus", "gpu_name",
+    "gpu_uuid"}``: the uuid names the physical GPU, whatever this rank's
+    ``CUDA_VISIBLE_DEVICES`` or its container's host name."""
     torch = cuda_torch("device")
     gpus = torch.cuda.device_count()
     index = gpu_of(local_rank, gpus)
     torch.cuda.set_device(index)
-    return {"gpu": index, "gpus": gpus, "gpu_name": torch.cuda.get_device_name(index)}
+    props = torch.cuda.get_device_properties(index)
+    return {"gpu": index, "gpus": gpus, "gpu_name": props.name, "gpu_uuid": str(props.uuid)}
 
 
 def _torch() -> Any:

@@ -193,9 +193,13 @@ class AllreduceAggregator:
             if self.overlap:
                 self._pending[bucket] -= 1
                 self._start_ready()
-                for req in self._reqs:                 # progress what is in flight
-                    if not req.test():
-                        break
+                # Progress what is in flight: MPI moves data only inside its calls. Not on a
+                # GPU (NCCL, Gloo: their own streams and threads move it), where a finished
+                # request's wait would hold this autograd thread on the whole CUDA stream.
+                if not self.place.on_gpu:
+                    for req in self._reqs:
+                        if not req.test():
+                            break
         return on_ready
 
     def _start_ready(self) -> None:

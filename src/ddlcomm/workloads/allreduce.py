@@ -25,6 +25,8 @@ PHASES = ("allreduce", "apply", "step")
 class AllreduceWorkload:
     name: str = "allreduce"
     min_ranks: int = 1
+    #: it needs a receive from whichever rank sends first (any source)
+    any_source: bool = False
     #: the data paths it runs along (every one)
     paths: tuple = ()
 

@@ -13,7 +13,8 @@ import numpy as np
 
 from ..collectives import COLLECTIVES, fill
 from ..dtypes import DType, get_dtype
-from ..errors import UsageError
+from ..comm import registry
+from ..errors import UnsupportedError, UsageError
 from ..measure import timing
 from ..measure.records import make_record
 from . import get_workload, models
@@ -47,6 +48,12 @@ def check_request(plan) -> None:
         if refused:
             raise UsageError(f"{name} runs along --path {', '.join(workload.paths)} only, "
                              f"not {', '.join(refused)}", f"measure {name} in a run of its own")
+        lacking = [b for b in plan.backends
+                   if workload.any_source and not registry.get_spec(b).any_source]
+        if lacking:
+            raise UnsupportedError(f"{name}'s server receives from whichever worker sends first, "
+                                   f"which backend {', '.join(lacking)} cannot",
+                                   "use --backend mpi or gloo")
         if plan.ranks is not None and plan.ranks < workload.min_ranks:
             raise UsageError(f"{name} needs at least {workload.min_ranks} ranks "
                              "(a server and a worker)", f"use --ranks {workload.min_ranks} or more")

@@ -68,32 +68,35 @@ class ChiefRun(PathRun):
 
     def _broadcast(self, params, recv, op, root) -> Stage:
         rank, world = self.world.rank, self.world
+        # every rank names the same copy parts: their bytes are agreed on over the ranks
         if self.is_server:
             return Stage("broadcast", (("mpi", lambda: world.send(params, CHIEF, TAG)),
-                                       ("h2d", nothing), ("nccl", nothing)))
+                                       ("h2d", nothing), ("nccl", nothing)), copies={"h2d": 0})
         if rank == CHIEF:
             host = self._gpu.pinned(*_dtype_count(params))
             return Stage("broadcast", (("mpi", lambda: world.recv(host, 0, TAG)),
                                        ("h2d", lambda: self._gpu.to_device(host, params)),
-                                       ("nccl", lambda: self.workers.broadcast(params, CHIEF))))
+                                       ("nccl", lambda: self.workers.broadcast(params, CHIEF))),
+                         copies={"h2d": host.nbytes})
         return Stage("broadcast", (("mpi", nothing), ("h2d", nothing),
-                                   ("nccl", lambda: self.workers.broadcast(params, CHIEF))))
+                                   ("nccl", lambda: self.workers.broadcast(params, CHIEF))),
+                     copies={"h2d": 0})
 
     def _gather(self, grads, table, op, root) -> Stage:
         world, nworkers = self.world, world_workers(self.world)
         if self.is_server:
             rows = table[table.size // world.size:]            # rows 1..p-1: the workers'
             return Stage("gather", (("nccl", nothing), ("d2h", nothing),
-                                    ("mpi", lambda: world.recv(rows, CHIEF, TAG))))
+                                    ("mpi", lambda: world.recv(rows, CHIEF, TAG))), copies={"d2h": 0})
         dtype, n = _dtype_count(grads)
         gathered = self._gpu.alloc(dtype, n * nworkers)
         if world.rank != CHIEF:
             return Stage("gather", (("nccl", lambda: self.workers.allgather(gathered, grads)),
-                                    ("d2h", nothing), ("mpi", nothing)))
+                                    ("d2h", nothing), ("mpi", nothing)), copies={"d2h": 0})
         host = self._gpu.pinned(dtype, n * nworkers)
         return Stage("gather", (("nccl", lambda: self.workers.allgather(gathered, grads)),
                                 ("d2h", lambda: self._gpu.to_host(gathered, host)),
-                                ("mpi", lambda: world.send(host, 0, TAG))))
+                                ("mpi", lambda: world.send(host, 0, TAG))), copies={"d2h": host.nbytes})
 
     def _allreduce(self, grads, recv, op, root) -> Stage:
         call = self.nccl.bind("allreduce", grads, recv, op=op or "sum")

@@ -45,6 +45,8 @@ def _prepare(name: str, comm, plan, spec):
 class PSSync:
     name: str = "ps-sync"
     min_ranks: int = 2
+    #: it needs a receive from whichever rank sends first (any source)
+    any_source: bool = False
     #: the data paths it runs along (every one)
     paths: tuple = ()
 
@@ -104,6 +106,8 @@ def _check_sync(comm, dtype, counts, params, grads, step, side) -> bool:
 class PSAsync:
     name: str = "ps-async"
     min_ranks: int = 2
+    #: it needs a receive from whichever rank sends first (any source)
+    any_source: bool = True
     #: the data paths it runs along: host memory only (point-to-point, any-source receive)
     paths: tuple = ("host",)
 

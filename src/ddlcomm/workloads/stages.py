@@ -33,6 +33,7 @@ class Stage:
     parts: Sequence[Part]
     #: bytes this rank copies in each copy part (``{"d2h": n, "h2d": p * n}``): a gather's root
     #: copies the whole table back, other ranks nothing. Parts not named move the message.
+    #: Every rank names the same parts (their bytes are agreed on over the ranks).
     copies: Mapping[str, int] = field(default_factory=dict)
 
     def phases(self) -> tuple[str, ...]:

@@ -94,6 +94,8 @@ def test_device_algorithms_and_tensor_checks():
     assert algorithms_for("gather") == []
     with pytest.raises(UsageError, match="must match"):
         check_tensors(None, torch.ones(3), torch.ones(3, dtype=torch.float16))
+    with pytest.raises(UsageError, match="receive buffer has 2 elements, the send buffer 3"):
+        check_tensors(None, torch.ones(3), torch.ones(2))
     send = torch.ones(2, 3)
     flat, same = check_tensors(None, send, send)
     assert flat is same and flat.shape == (6,)

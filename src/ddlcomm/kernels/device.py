@@ -23,7 +23,7 @@ adds one after another.
 from __future__ import annotations
 
 import functools
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -89,13 +89,18 @@ def cupy_reducer(op: str, dtype, on_cuda: bool = True) -> Callable:
         raise UnsupportedError("the cupy kernel reduces device buffers only", "use torch or c")
     if name not in CUPY_DTYPES:
         raise UnsupportedError(f"CuPy cannot reduce {name}", "use the torch kernel (ring+torch)")
+    why = _cupy_unusable(op, name)         # CuPy compiles its kernels when first called
+    if why is not None:
+        raise UnsupportedError(f"the cupy kernel cannot reduce {name} here: {why}",
+                               "use the torch kernel (ring+torch)")
     # CuPy is optional: only on GPU machines
     import cupy
     fn = getattr(cupy, _CUPY_OPS[op][0])
 
     def reduce(a, b, out) -> None:
         with cupy.cuda.Device(_gpu_of(out)):    # the buffers' GPU, not CuPy's current one
-            fn(cupy.from_dlpack(a), cupy.from_dlpack(b), out=cupy.from_dlpack(out))
+            (x, z), y = _cupy_views((a, b), out)
+            fn(x, z, out=y)
             cupy.cuda.get_current_stream().synchronize()
     reduce.label = "CuPy"
     reduce.__qualname__ = f"cupy_{_CUPY_OPS[op][0]}"
@@ -246,10 +251,21 @@ def _cupy_many(op: str) -> Callable:
     def reduce(inputs: Sequence, out) -> None:
         k = kernels.get(len(inputs)) or kernels.setdefault(len(inputs), build(len(inputs)))
         with cupy.cuda.Device(_gpu_of(out)):    # the buffers' GPU, not CuPy's current one
-            k(*[cupy.from_dlpack(t) for t in inputs], cupy.from_dlpack(out))
+            views, y = _cupy_views(inputs, out)
+            k(*views, y)
             cupy.cuda.get_current_stream().synchronize()
     reduce.label = "CuPy"
     return reduce
+
+
+def _cupy_views(inputs: Sequence, out) -> tuple[list, Any]:
+    """CuPy views (DLPack, no copy) of ``inputs`` and of ``out``; an input that is ``out``
+    (in place) becomes ``out``'s very view: CuPy copies an input that shares memory with an
+    output before every launch, unless it is the same array object."""
+    # CuPy is optional: only on GPU machines
+    import cupy
+    y, mine = cupy.from_dlpack(out), address(out)
+    return [y if address(t) == mine else cupy.from_dlpack(t) for t in inputs], y
 
 
 def _gpu_of(buf) -> int:

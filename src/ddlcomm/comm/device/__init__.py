@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 from ...collectives import get_collective
 from ...dtypes import ReduceOp
 from ...errors import UsageError
-from ...kernels.device import dispatching_reducer
+from ...kernels.device import DEVICE_KERNELS, device_reducer, dispatching_reducer
 from ...kernels.kinds import KindCache, kind_of
 from ...lazy import load
 from .. import buffers
@@ -65,6 +65,9 @@ def check_tensors(comm: Any, sendbuf: Any, recvbuf: Optional[Any]) -> tuple[Any,
     if recvbuf is not None and (recvbuf.dtype != sendbuf.dtype or recvbuf.device != sendbuf.device):
         raise UsageError(f"the receive buffer is {recvbuf.dtype} on {recvbuf.device}, the send "
                          f"buffer {sendbuf.dtype} on {sendbuf.device}: they must match")
+    if recvbuf is not None and recvbuf.numel() != sendbuf.numel():
+        raise UsageError(f"the receive buffer has {recvbuf.numel()} elements, the send buffer "
+                         f"{sendbuf.numel()}: they must match")
     send = sendbuf.view(-1)
     recv = None if recvbuf is None else send if recvbuf is sendbuf else recvbuf.view(-1)
     return send, recv
@@ -95,6 +98,10 @@ def bind(comm: Any, collective: str, algorithm: str, sendbuf: Any, recvbuf: Opti
     lookup = kind_lookup(kind_cache)
     coll = get_collective(collective)
     reduce = dispatching_reducer(_op_name(op), send.dtype, lookup, kernel) if coll.reduces else None
+    if reduce is not None and kernel in DEVICE_KERNELS and getattr(send, "is_cuda", False):
+        # the reducer picks its kernel at the first reduction, on the ranks that reduce: a
+        # kernel that cannot run is refused here instead, on every rank alike
+        device_reducer(_op_name(op), send.dtype, kernel)
     args = _run_args(coll.name, send, recv, root, reduce)
     run = load(target)
 

@@ -75,9 +75,13 @@ def dotted(node: ast.AST, names: dict[str, str], calls: dict[str, str]) -> str |
 
 def chains(tree: ast.AST, calls: dict[str, str] | None = None) -> set[str]:
     """Every dotted name of a library the module uses: its imports, names assigned from
-    them (``dist = _dist``, ``torch = _torch()``), and the attribute chains rooted in
+    them (``dist = _dist``, ``torch = _torch()``: ``calls`` maps getters' names to their
+    library, also where imported as another name), and the attribute chains rooted in
     either (only the longest chain of each expression)."""
-    calls = calls or {}
+    calls = dict(calls or {})
+    for node in ast.walk(tree):            # a getter imported under another name
+        if isinstance(node, ast.ImportFrom):
+            calls.update({a.asname: calls[a.name] for a in node.names if a.asname and a.name in calls})
     names = imports(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -135,13 +139,15 @@ def test_the_reader_finds_chains_through_aliases_assignments_and_getters():
                      "def _np():\n    import numpy\n    return numpy\n"
                      "def g():\n    global d\n    d = dist\n    d.barrier\n"
                      "    np = _np()\n    np.linalg.norm\n    _np().add\n")
-    calls = getters([tree])
-    assert calls == {"_np": "numpy"}
+    calls = getters([tree, ast.parse("def torch_module():\n    import torch\n    return torch\n")])
+    assert calls == {"_np": "numpy", "torch_module": "torch"}
     assert chains(tree, calls) == {
         "torch", "torch.distributed", "cupy.cuda.runtime", "numpy",
         "torch.cuda.current_stream", "torch.distributed.all_reduce",
         "cupy.cuda.runtime.pointerGetAttributes", "torch.distributed.barrier",
         "numpy.linalg.norm", "numpy.add"}
+    other = ast.parse("from ..lazy import torch_module as _t\nx = _t().cuda.synchronize\n")
+    assert chains(other, calls) == {"torch.cuda.synchronize"}
 
 
 def test_a_missing_name_is_named():

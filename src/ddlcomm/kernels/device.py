@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from ..errors import UnsupportedError, UsageError
+from ..lazy import torch_module as _torch
 from . import describe, reducer
 from .kinds import DEVICE, HOST, KindCache, address, kind_of  # noqa: F401 (re-exported)
 
@@ -51,12 +52,6 @@ def cuda_available() -> tuple[bool, str]:
     if not torch.cuda.is_available():
         return False, "no CUDA device (torch.cuda.is_available() is False)"
     return True, torch.cuda.get_device_name()
-
-
-def _torch():
-    # torch is optional: imported only when a tensor is reduced
-    import torch
-    return torch
 
 
 def _dtype_name(dtype) -> str:

@@ -14,6 +14,7 @@ import importlib.util
 from typing import Any
 
 from ..errors import UnsupportedError
+from ..lazy import torch_module as _torch
 from .base import Buffer
 
 _HOST_KINDS = "pageable, hugepage, numa:N, shared"
@@ -52,12 +53,6 @@ def use_gpu(local_rank: int) -> dict[str, Any]:
     torch.cuda.set_device(index)
     props = torch.cuda.get_device_properties(index)
     return {"gpu": index, "gpus": gpus, "gpu_name": props.name, "gpu_uuid": str(props.uuid)}
-
-
-def _torch() -> Any:
-    # torch is optional: imported only to copy between host arrays and tensors
-    import torch
-    return torch
 
 
 def copy_in(tensor: Any, host: Any) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..comm.buffers import tensor_dtype
 from ..dtypes import DType, dtype_of
+from ..lazy import torch_module as _torch
 from ..measure.timing import agree_max, clock
 from ..memory.gpu import copy_in, copy_out
 
@@ -49,12 +50,6 @@ class HostSide:
         np.sum(table.reshape(p, n)[1:], axis=0, out=acc)
         np.multiply(acc, acc.dtype.type(scale), out=acc)
         np.subtract(x, acc, out=x)
-
-
-def _torch():
-    # torch is optional: only the device paths hold tensors
-    import torch
-    return torch
 
 
 class TorchSide:

@@ -34,12 +34,7 @@ import weakref
 from typing import Any, Callable
 
 from ...errors import UnsupportedError
-
-
-def _torch():
-    # torch is optional: device algorithms run on torch tensors only
-    import torch
-    return torch
+from ...lazy import torch_module as _torch
 
 
 def whole(part: Any) -> Any:

@@ -27,18 +27,13 @@ from typing import Any, Optional
 import numpy as np
 
 from ...errors import UsageError
+from ...lazy import torch_module as _torch
 from .peers import offset_bytes, whole
 
 #: Tags of the device transports' messages (the native algorithms' TAG is 0x6464).
 DATA_TAG, READY_TAG, DONE_TAG = 0x6465, 0x6466, 0x6467
 #: A "ready" header: buffer id, byte offset, bytes, length of the handle that follows (0: known).
 HEADER = 4
-
-
-def _torch():
-    # torch is optional: device algorithms run on torch tensors only
-    import torch
-    return torch
 
 
 def choose(wanted: str, my_node: str, peer_node: str) -> str:

@@ -10,7 +10,8 @@ from ddlcomm.comm.device import algorithms_for, check_tensors, ends_queued, tail
 from ddlcomm.comm.device.transports import choose
 from ddlcomm.dtypes import get_op
 from ddlcomm.errors import UnsupportedError, UsageError
-from ddlcomm.kernels.device import (aliased_first, dispatching_reducer, kernel_for, many_reducer)
+from ddlcomm.kernels.device import (_dtype_name, aliased_first, dispatching_reducer, kernel_for,
+                                    many_reducer)
 from ddlcomm.kernels.kinds import DEVICE, HOST, KindCache, kind_from_memory_type
 
 torch = pytest.importorskip("torch")
@@ -137,3 +138,8 @@ def test_a_device_call_waits_for_the_work_it_left_queued(size, op, queued):
 
 def test_cpu_tensors_end_with_no_sync():
     assert tail_sync(torch.zeros(2), 1, get_op("avg"))() is None
+
+
+@pytest.mark.parametrize("dtype", ["float32", np.float32, np.dtype("float32"), torch.float32])
+def test_a_dtype_is_named_whatever_form_it_comes_in(dtype):
+    assert _dtype_name(dtype) == "float32"

@@ -186,10 +186,10 @@ class NCCLCommunicator(TorchDistCommunicator):
                                "sender's rank)", "use --backend mpi or gloo for ps-async")
 
     def _isend(self, buf, dest, tag):
-        return super()._isend(self._device_only(buf), dest, tag)
+        return _SyncedWork(super()._isend(self._device_only(buf), dest, tag), self.sync)
 
     def _irecv(self, buf, source, tag):
-        return super()._irecv(self._device_only(buf), source, tag)
+        return _SyncedWork(super()._irecv(self._device_only(buf), source, tag), self.sync)
 
     def _iallreduce(self, sendbuf, recvbuf, op):
         # NCCL's Work is done when the GPU is: is_completed() is test(), wait() then sync.
@@ -207,6 +207,21 @@ class NCCLCommunicator(TorchDistCommunicator):
             raise UnsupportedError("backend nccl's non-blocking calls take CUDA tensors, not host "
                                    "arrays", "use --memory device")
         return buf
+
+
+class _SyncedWork:
+    """An NCCL Work whose ``wait()`` returns once the operation is done, as a request's does
+    (NCCL's own ``wait()`` only makes the current stream wait for it)."""
+
+    def __init__(self, work, sync) -> None:
+        self._work, self._sync = work, sync
+
+    def wait(self) -> None:
+        self._work.wait()
+        self._sync()
+
+    def is_completed(self) -> bool:
+        return self._work.is_completed()
 
 
 for _name in _STAGED:

@@ -55,7 +55,12 @@ def cuda_available() -> tuple[bool, str]:
 
 
 def _dtype_name(dtype) -> str:
-    return str(dtype).rpartition(".")[2] if not isinstance(dtype, str) else dtype
+    """``"float32"`` for a name, a torch dtype (``torch.float32``), a NumPy dtype or type."""
+    if isinstance(dtype, str):
+        return dtype
+    if isinstance(dtype, type):                       # np.float32: its str is "<class ...>"
+        return np.dtype(dtype).name
+    return str(dtype).rpartition(".")[2]
 
 
 def torch_reducer(op: str, dtype, on_cuda: bool = True) -> Callable:

@@ -8,8 +8,9 @@ What is NCCL's own:
   says (NCCL >= 2.30: ``NCCL_MULTI_RANK_GPU_ENABLE=1``; else one ``NCCL_HOSTID``
   per rank of a GPU; else refused).  The ranks learn who shares their GPU (by
   its uuid) through the process group's store, before NCCL's communicator
-  exists: torch creates it at the first collective (no ``device_id`` at ``init_process_group``), here a
-  barrier at start-up, so that a refusal by NCCL is one clear error.
+  exists: torch creates it at the first collective (no ``device_id`` at
+  ``init_process_group``), here a barrier at start-up, so that a refusal by
+  NCCL is one clear error.
 * Timing: NCCL returns once the work is queued on a CUDA stream; :meth:`sync`
   waits for the current stream (OSU's ``-d cuda`` convention) and the timing
   loop calls it after every timed call.

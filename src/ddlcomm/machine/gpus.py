@@ -154,7 +154,8 @@ def nvidia_device() -> Optional[str]:
 
 
 def torch_facts() -> dict[str, Any]:
-    """torch's answer from a child; without any NVIDIA device, its build read from
+    """torch's answer from a child (with :data:`TORCH_FACTS_ENV` naming a file: asked once,
+    kept there for the runs that follow); without any NVIDIA device, its build read from
     ``torch/version.py`` instead (no import); without torch, why not."""
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
@@ -174,11 +175,12 @@ def torch_facts() -> dict[str, Any]:
             return json.loads(Path(cache).read_text())
         except (OSError, ValueError):
             pass
-    answer = dict(probe.child("ddlcomm.machine.gpus:in_this_process", timeout_s=TORCH_CHILD_TIMEOUT_S),
-                  how="asked in a child interpreter")
+    answer = dict(probe.child("ddlcomm.machine.gpus:in_this_process",
+                              timeout_s=TORCH_CHILD_TIMEOUT_S), how="asked in a child interpreter")
     if cache and "error" not in answer:
         try:
-            Path(cache).write_text(json.dumps(dict(answer, how=f"asked in a child interpreter once, kept in {cache}")))
+            kept = dict(answer, how=f"asked in a child interpreter once, kept in {cache}")
+            Path(cache).write_text(json.dumps(kept))
         except OSError:
             pass
     return answer
@@ -199,7 +201,7 @@ def facts(ranks: Optional[int] = None) -> dict[str, Any]:
         "devices": devices, "count": len(devices), "nvidia_smi": smi, "mps": mps(),
         "torch_probe": child.get("how"),
     }
-    if child.get("error"):           # the torch child timed out or died: say so, even with nvidia-smi's devices
+    if child.get("error"):      # the torch child timed out or died: said, even beside nvidia-smi's devices
         out["torch_error"] = child["error"]
     if not devices:
         out["reason"] = (child.get("error") or child.get("reason") or

@@ -37,7 +37,8 @@ def merge(dest: Store, sources: Sequence[Path], one_machine: bool = False) -> li
     stores = [Store(path) for path in sources]
     try:
         if one_machine:
-            machines = {machine_of(r): path for path, store in zip([dest.path, *sources], [dest, *stores])
+            machines = {machine_of(r): path
+                        for path, store in zip([dest.path, *sources], [dest, *stores])
                         for r in store.runs()}
             if len(machines) > 1:
                 seen = "; ".join(f"{model} with {cores} cores ({path})"

@@ -161,7 +161,8 @@ class NCCLCommunicator(TorchDistCommunicator):
             facts["nccl_transport"] = f"not read: {exc}"
             return facts
         facts["nccl_transport"] = pairs
-        facts["nccl_transports"] = ncclinfo.transport_kinds(pairs)
+        facts["nccl_transports"] = ncclinfo.transport_kinds(pairs) if self.size > 1 else \
+            ["none (one rank: NCCL connects nothing)"]
         return facts
 
     # ------------------------------------------------------------ primitives

@@ -52,7 +52,9 @@ class ChiefRun(PathRun):
         self.nccl, self.workers = _nccl(world.size)
         self.is_server = server and world.rank == 0
         side = HostSide(self._pinned_alloc) if self.is_server else TorchSide("cuda")
-        super().__init__(side, {"chief": CHIEF})
+        # how NCCL let the ranks in, and the transports of its communicator over every rank
+        # as this rank's log has them (the workers' group logs its own ranks, from 0)
+        super().__init__(side, {"chief": CHIEF, **self.nccl.point_facts()})
         self._gpu = TorchSide("cuda")
 
     @staticmethod

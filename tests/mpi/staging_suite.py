@@ -13,6 +13,11 @@ It also runs every collective along host-staged (``bench/staged.py``, with
 tensors standing in for device buffers (:class:`CPUTensors`): inputs filled and
 results verified on host copies, the backend handed tensors.
 
+Under MPI it also runs the parameter-server workloads along nccl-chief with Gloo
+on CPU tensors standing in for NCCL on the GPU (``NCCLChief(backend="gloo",
+device="cpu")``): the server-chief messages over MPI, the workers' group, the
+order of the steps, the data arriving intact and the phase records.
+
 Run under a launcher: ``mpirun -n N python staging_suite.py [--backend NAME]``.
 Rank 0 prints ``staging: N ranks, F failures``; exit 0 when nothing failed.
 """
@@ -28,16 +33,38 @@ from ddlcomm.comm import registry
 from ddlcomm.dtypes import DTYPES, get_op
 from ddlcomm.measure.calls import prepare
 from ddlcomm.memory.gpu import copy_in, copy_out
-from ddlcomm.workloads import get_workload, paths
+from ddlcomm.workloads import chief, get_workload, paths
 from suite_kit import conclude
 
 SIZES = (4, 4096, 1 << 20)
 
 
-def plan_for(workload: str, backend: str, nranks: int) -> BenchPlan:
+def plan_for(workload: str, backend: str, nranks: int, path: str = "host-staged") -> BenchPlan:
     return BenchPlan(backends=[backend], collectives=[], sizes=list(SIZES), dtype="float32",
-                     op="sum", forms=["buffer"], workloads=[workload], paths=["host-staged"],
+                     op="sum", forms=["buffer"], workloads=[workload], paths=[path],
                      steps=3, warmup=1, ranks=nranks)
+
+
+CHIEF_PHASES = {"ps-sync": ("broadcast.mpi", "broadcast.h2d", "broadcast.nccl", "broadcast",
+                            "gather.nccl", "gather.d2h", "gather.mpi", "gather", "apply", "step"),
+                "allreduce": ("allreduce", "apply", "step")}
+
+
+def check_chief_records(workload: str, nbytes: int, records: list, failures: list) -> None:
+    """nccl-chief's phases, checks and copies: the chief copies the parameters to its
+    device, and the workers' whole table back (one row per worker)."""
+    got = tuple(r["extra"]["phase"] for r in records)
+    if got != CHIEF_PHASES[workload]:
+        failures.append(f"nccl-chief {workload} {nbytes} B: phases {got}")
+    failures += [f"nccl-chief {workload} {nbytes} B {r['extra']['phase']}: check {r['check']}"
+                 for r in records if r["check"] != "passed"]
+    copies = {r["extra"]["phase"]: r["extra"].get("copy_bytes") for r in records
+              if r["extra"]["phase"].endswith(("d2h", "h2d"))}
+    workers = records[0]["ranks"] - 1
+    want = {"broadcast.h2d": nbytes, "gather.d2h": workers * nbytes} if workload == "ps-sync" else {}
+    if copies != want or records[0]["extra"].get("chief") != 1:
+        failures.append(f"nccl-chief {workload} {nbytes} B: copies {copies}, expected {want}; "
+                        f"extra {records[0]['extra']}")
 
 
 def check_records(workload: str, nbytes: int, records: list, failures: list) -> None:
@@ -139,16 +166,24 @@ def main() -> int:
     failures: list[str] = []
     device_side_collectives(comm, failures)
     staged_collectives(comm, backend, failures)
-    for workload in ("ps-sync", "allreduce"):
-        if comm.size < get_workload(workload).min_ranks:
-            continue
-        plan = plan_for(workload, backend, comm.size)
-        for nbytes in SIZES:
-            spec = PointSpec("workload", workload, nbytes, "buffer", backend, path="host-staged")
-            records = get_workload(workload).measure(
-                comm, plan, spec, lambda dtype, n: np.zeros(n, dtype.numpy))
-            if comm.rank == 0:
-                check_records(workload, nbytes, records, failures)
+    # Gloo stands in for NCCL beside the run's MPI (not beside a run's own Gloo: one
+    # default process group per process)
+    paths.PATHS["nccl-chief"] = paths.NCCLChief(backend="gloo", device="cpu")
+    routes = [("host-staged", check_records)]
+    if backend == "mpi" and comm.size > 1:          # a server and a chief at least
+        routes.append(("nccl-chief", check_chief_records))
+    for path, check in routes:
+        for workload in ("ps-sync", "allreduce"):
+            if comm.size < get_workload(workload).min_ranks:
+                continue
+            plan = plan_for(workload, backend, comm.size, path)
+            for nbytes in SIZES:
+                spec = PointSpec("workload", workload, nbytes, "buffer", backend, path=path)
+                records = get_workload(workload).measure(
+                    comm, plan, spec, lambda dtype, n: np.zeros(n, dtype.numpy))
+                if comm.rank == 0:
+                    check(workload, nbytes, records, failures)
+    chief.close_shared()                    # torch's teardown aborts with a group left open
     return conclude(comm, failures, lambda n, _: f"staging: {comm.size} ranks, {n} failures")
 
 

@@ -28,6 +28,8 @@ def ddlcomm(*argv: str, db) -> subprocess.CompletedProcess:
      "ddlcomm: error: data path host-staged (copy device to host"),
     (("--workload", "ps-sync", "--path", "nccl-chief"),
      "ddlcomm: error: backend nccl needs a CUDA GPU"),
+    (("--workload", "allreduce", "--path", "nccl-chief", "--ranks", "1"),
+     "ddlcomm: error: --path nccl-chief needs a chief worker (rank 1) beside rank 0"),
     (("--workload", "ps-sync", "--path", "direct"),
      "ddlcomm: error: --path direct needs a CUDA-aware MPI"),
     (("--workload", "ps-async", "--path", "host-staged"), "ps-async runs along --path host only"),

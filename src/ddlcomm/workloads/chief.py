@@ -4,7 +4,10 @@ chief worker, NCCL among the workers.
 The run's backend (MPI) links the server (rank 0) and the chief (rank 1); an
 NCCL communicator over every rank, created once per process at the first
 point that needs it (through :func:`ddlcomm.comm.registry.create`), carries
-the workers' collectives inside a group of ranks 1..p-1.
+the workers' collectives inside a group of ranks 1..p-1.  Tests run the same
+plumbing with Gloo on CPU tensors standing in for NCCL on the GPU
+(``NCCLChief(backend="gloo", device="cpu")``): it checks the steps and their
+records, not NCCL.
 
 * PS broadcast: ``mpi`` (server -> chief, into pinned memory), ``h2d`` (the
   chief's copy to its GPU), ``nccl`` (the chief's broadcast to the workers).
@@ -27,39 +30,51 @@ _shared: dict = {}
 
 
 def check_plan(plan) -> None:
-    """The run's backends must hold an MPI communicator, and NCCL must run here."""
+    """The run's backends must hold an MPI communicator, there must be a chief (rank 1),
+    and NCCL must run here."""
     others = [b for b in plan.backends if not registry.get_spec(b).mpi_handle]
     if others:
         raise UsageError(f"--path nccl-chief links the server and the chief over MPI: "
                          f"not over {', '.join(others)}", "use --backend mpi")
+    if plan.ranks is not None and plan.ranks <= CHIEF:
+        raise UsageError(f"--path nccl-chief needs a chief worker (rank {CHIEF}) beside rank 0: "
+                         f"--ranks {plan.ranks} has none", f"use --ranks {CHIEF + 1} or more")
     registry.check("nccl")
 
 
-def _nccl(world_size: int):
-    """This process's NCCL communicator over every rank and its workers' group (created once)."""
-    if "nccl" not in _shared:
-        nccl = registry.create("nccl")
-        _shared["nccl"] = nccl
-        _shared["workers"] = NCCLGroup(nccl, range(CHIEF, world_size))
-    return _shared["nccl"], _shared["workers"]
+def _nccl(backend: str, world_size: int):
+    """This process's ``backend`` (NCCL) communicator over every rank and its workers' group
+    (created once)."""
+    if backend not in _shared:
+        nccl = registry.create(backend)
+        _shared[backend] = nccl, NCCLGroup(nccl, range(CHIEF, world_size))
+    return _shared[backend]
+
+
+def close_shared() -> None:
+    """Close the communicators this process's nccl-chief points created (a rank that ends
+    with ``os._exit``, as ddlcomm's do, need not; a process that finalises torch must)."""
+    while _shared:
+        nccl, _ = _shared.popitem()[1]
+        nccl.close()
 
 
 class ChiefRun(PathRun):
-    """nccl-chief in one rank: the server's data on the host, the workers' on their GPU."""
+    """nccl-chief in one rank: the server's data on the host, the workers' on their GPU
+    (``device``; ``backend``: NCCL, or what stands in for it in tests)."""
 
-    def __init__(self, world, server: bool) -> None:
+    def __init__(self, world, server: bool, backend: str = "nccl", device: str = "cuda") -> None:
         self.world = world
-        self.nccl, self.workers = _nccl(world.size)
+        self.nccl, self.workers = _nccl(backend, world.size)
         self.is_server = server and world.rank == 0
-        side = HostSide(self._pinned_alloc) if self.is_server else TorchSide("cuda")
+        self._gpu = TorchSide(device)
+        side = HostSide(self._pinned_alloc) if self.is_server else self._gpu
         # how NCCL let the ranks in, and the transports of its communicator over every rank
         # as this rank's log has them (the workers' group logs its own ranks, from 0)
         super().__init__(side, {"chief": CHIEF, **self.nccl.point_facts()})
-        self._gpu = TorchSide("cuda")
 
-    @staticmethod
-    def _pinned_alloc(dtype, count):
-        return TorchSide("cuda").pinned(dtype, count)
+    def _pinned_alloc(self, dtype, count):
+        return self._gpu.pinned(dtype, count)
 
     def stage(self, comm, collective, send, recv=None, op=None, root=0) -> Stage:
         build = {"broadcast": self._broadcast, "gather": self._gather,
@@ -118,6 +133,6 @@ def _dtype_count(tensor):
     return tensor_dtype(tensor), tensor.numel()
 
 
-def open_chief(comm, plan, server: bool) -> ChiefRun:
+def open_chief(comm, plan, server: bool, backend: str = "nccl", device: str = "cuda") -> ChiefRun:
     """nccl-chief in this rank (``server``: the workload has a PS server, rank 0)."""
-    return ChiefRun(comm, server)
+    return ChiefRun(comm, server, backend, device)

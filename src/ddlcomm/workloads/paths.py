@@ -25,7 +25,8 @@ its :class:`Side` (where this rank's data lives, and the few operations a
 workload does on it) and its :meth:`~PathRun.stage` (one collective of a step
 as named, separately timed parts).  The device paths are parameterised by a
 torch device: tests run their plumbing with CPU tensors standing in for the
-GPU (``HostStaged(device="cpu")``), which checks the staging and the phase
+GPU (``HostStaged(device="cpu")``; ``NCCLChief(backend="gloo", device="cpu")``
+with Gloo standing in for NCCL), which checks the staging and the phase
 records, not a GPU.
 """
 from __future__ import annotations
@@ -134,11 +135,16 @@ class NCCLChief(DataPath):
     needs_gpu = True
     for_collectives = False
 
+    def __init__(self, backend: str = "nccl", device: str = "cuda") -> None:
+        #: the workers' backend and the torch device their data lives on (tests stand gloo
+        #: and "cpu" in for a GPU)
+        self.backend, self.device = backend, device
+
     def check(self, plan) -> None:
         chief.check_plan(plan)
 
     def open(self, comm, plan, alloc, server: bool, nbytes: int) -> PathRun:
-        return chief.open_chief(comm, plan, server)
+        return chief.open_chief(comm, plan, server, self.backend, self.device)
 
 
 def refuse_cuda_unaware(backends: Sequence[str]) -> None:

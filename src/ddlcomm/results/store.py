@@ -328,11 +328,15 @@ class Store:
         if info["status"] is None or info["started_at"] is None:
             raise StoreError("a run needs a started_at and a status")
         cols = self._run_columns(info)
-        names = ", ".join(cols)
-        marks = ", ".join("?" * len(cols))
         with self._write() as db:
-            cur = db.execute(f"INSERT INTO runs ({names}) VALUES ({marks})", tuple(cols.values()))
-            return int(cur.lastrowid)
+            return self._insert_run(db, cols)
+
+    @staticmethod
+    def _insert_run(db: sqlite3.Connection, cols: dict[str, Any]) -> int:
+        """Insert a run's columns (inside a write); its new id."""
+        names, marks = ", ".join(cols), ", ".join("?" * len(cols))
+        return int(db.execute(f"INSERT INTO runs ({names}) VALUES ({marks})",
+                              tuple(cols.values())).lastrowid)
 
     def update_run(self, run_id: int, **fields: Any) -> None:
         """Set some fields of a run, e.g. ``mpi_library="Open MPI"`` or ``config={...}``."""
@@ -468,8 +472,7 @@ class Store:
                                                     cols["command"])).fetchone()
             if same is not None:
                 return None
-            run_id = int(db.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES "
-                                    f"({', '.join('?' * len(cols))})", tuple(cols.values())).lastrowid)
+            run_id = self._insert_run(db, cols)
             for row in rows:
                 self._insert_point(db, run_id, row)
             return run_id

@@ -10,8 +10,10 @@ or ``DDLCOMM_TEST_ONCE_IN`` (scripts/gpu-check runs each MPI's tests apart).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,16 +78,58 @@ class MPIEnv:
         return out.stdout.strip()
 
 
+#: The subprocesses running now (:func:`run`), each the leader of its process group.
+_LIVE: set[subprocess.Popen] = set()
+
+
+def end_group(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM to ``proc``'s process group, SIGKILL after ``grace_s`` to what is left of it.
+    A SIGKILL alone would leave ranks running: Open MPI puts each rank in a process group of
+    its own, and ddlcomm's own start (launch/spawn.py) each in a session of its own; mpirun
+    and ddlcomm's run owner pass a SIGTERM on to them."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        proc.poll()                     # reap it: a zombie would keep its group "alive"
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _terminated(signum, frame) -> None:
+    """pytest itself is ended (scripts/gpu-check's step limit sends SIGTERM): end the running
+    subprocesses too, which their new session keeps out of the signal's reach."""
+    for proc in list(_LIVE):
+        end_group(proc, 6.0)
+    os._exit(128 + signum)
+
+
+def pytest_configure(config) -> None:
+    signal.signal(signal.SIGTERM, _terminated)
+
+
 def run(cmd, env, timeout: float) -> subprocess.CompletedProcess:
-    """subprocess.run that kills the whole process group on timeout."""
+    """subprocess.run in a process group of its own, ended with its ranks on timeout."""
     proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _LIVE.add(proc)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
+        end_group(proc, 12.0)               # ddlcomm's owner waits up to 10 s for its ranks
         out, err = proc.communicate()
         pytest.fail(f"{' '.join(map(str, cmd))} did not end within {timeout} s\n{out}\n{err}")
+    finally:
+        _LIVE.discard(proc)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -107,3 +109,18 @@ def test_a_pack_past_the_largest_file_comes_back_in_parts(tmp_path):
     joined.write_bytes(b"".join((out / name).read_bytes() for name in parts))
     with tarfile.open(joined) as tar:
         assert "./summary.txt" in tar.getnames()
+
+
+def test_every_gpu_test_is_in_gpu_checks_list():
+    """gpu-check runs the GPU tests in its own order (GPU_TESTS): none may be left out."""
+    text = SCRIPT.read_text()
+    listed = re.search(r"^GPU_TESTS=\((.*?)^\)", text, re.S | re.M).group(1).split()
+    files = sorted({entry.split("::")[0] for entry in listed})
+    found = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu",
+                            *files, *sorted(map(str, ROOT.glob("tests/**/test_gpu*.py")))],
+                           capture_output=True, text=True, cwd=ROOT, timeout=120)
+    collected = {line.split("[")[0] for line in found.stdout.splitlines() if "::" in line}
+    assert collected, found.stdout + found.stderr
+    left_out = {t for t in collected if t not in listed and t.split("::")[0] not in listed}
+    assert not left_out, f"GPU tests gpu-check does not run: {sorted(left_out)}"
+    assert all(any(t == e or t.startswith(e + "::") for t in collected) for e in listed), listed

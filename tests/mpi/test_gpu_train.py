@@ -22,9 +22,10 @@ pytestmark = [pytest.mark.gpu, pytest.mark.mpi,
               pytest.mark.skipif(not CUDA, reason=f"needs a GPU: {WHY}")]
 
 
-def train(env, db, *args, timeout=400):
-    res = run([env.ddlcomm, "train", "--db", db, "--no-report", "--ranks", "2", *args],
-              env.env(), timeout)
+def train(env, db, *args, timeout=300):
+    # a configuration that hangs ends, named, after 120 s (the default is 900 s)
+    res = run([env.ddlcomm, "train", "--db", db, "--no-report", "--ranks", "2", "--timeout", "120",
+               *args], env.env(), timeout)
     assert res.returncode == 0, res.stdout + res.stderr
     out = run([env.ddlcomm, "results", "export", "--all", "--db", db], env.env(), 60)
     return [p for p in json.loads(out.stdout) if p["phase"] == "iteration"]

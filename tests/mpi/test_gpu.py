@@ -52,6 +52,8 @@ def test_nccl_collectives_on_device_memory(mpi, tmp_path, ranks):
         assert p["ranks_per_gpu"] == [ranks] * ranks and p["sync"].startswith("cuda stream")
         if ranks > 1:                 # every point names the transport NCCL chose, from its log
             assert isinstance(p["nccl_transport"], dict) and p["nccl_transports"], p
+        else:
+            assert p["nccl_transports"] == ["none (one rank: NCCL connects nothing)"], p
 
 
 def test_gloo_on_cuda_tensors(mpi, tmp_path):
@@ -109,6 +111,15 @@ def test_mpi_host_staged_and_nccl_chief(mpi, tmp_path):
     staged = [p for p in points if p["path"] == "host-staged"]
     assert all(p[f"copy_{how}_{way}_GBps"] > 0 for p in staged
                for how in ("alone", "at_once") for way in ("d2h", "h2d"))
+    # the bytes each copy phase moves (3 ranks, 1 MiB): the gather's root copies the table back
+    mib = 1 << 20
+    copies = {(p["collective"], p["path"], p["phase"]): p["copy_bytes"] for p in points
+              if p["phase"].endswith((".d2h", ".h2d"))}
+    assert copies[("ps-sync", "host-staged", "gather.h2d")] == 3 * mib, copies
+    assert copies[("ps-sync", "nccl-chief", "gather.d2h")] == 2 * mib, copies
+    assert copies[("ps-sync", "nccl-chief", "broadcast.h2d")] == mib, copies
+    chief = [p for p in points if p["path"] == "nccl-chief"]
+    assert all(p["gpu_sharing"] and p["nccl_transports"] for p in chief), chief[0]
 
 
 def test_direct_path_is_refused_with_the_evidence(mpi, tmp_path):

@@ -108,3 +108,23 @@ def test_group_renumbers_and_checks_members():
         Group(parent, [3, 3])
     with pytest.raises(UsageError, match="distinct"):
         Group(parent, [3, 7])
+
+
+def test_the_device_floor_is_the_slowest_ranks_pass():
+    """Ranks sharing a GPU take turns on it: the pass of the last one served holds all k copies
+    (2·k·n bytes), so the device floor takes the slowest rank per pass, not the fastest."""
+    import numpy as np
+    from ddlcomm.measure import timing
+
+    class TwoRanks:                       # this rank copies alone first; the other waited its turn
+        def barrier(self):
+            pass
+
+        def allreduce(self, send, recv, op):
+            other = np.full_like(send, 2e-3) if send.size > 1 else np.array([0.0])
+            recv[...] = {"max": np.maximum, "min": np.minimum}[op](send, other)
+    comm = TwoRanks()
+    a, b = np.zeros(4), np.zeros(4)
+    fast = timing.pass_us(comm, lambda a, b, out: None, a, b, 0.0)
+    slow = timing.pass_us(comm, lambda a, b, out: None, a, b, 0.0, slowest=True)
+    assert fast < 1e3 and slow == 2e3

@@ -57,7 +57,9 @@ def test_choi2021_gpu_half(monkeypatch):
     # workers x workloads x (2 MPIs, NCCL, Gloo) on the host, and at 4 workers one container per rank
     assert len(steps) == 4 * 2 * 4 + 2 * 4
     assert all("--memory device" in a for a in args)
-    assert sum("--path host-staged,nccl-chief" in a for a in args) == 16 + 4
+    # nccl-chief needs a chief beside rank 0: all-reduce at 1 worker is host-staged only
+    assert sum("--path host-staged,nccl-chief" in a for a in args) == 14 + 4
+    assert sum(a.endswith("--path host-staged") and "--ranks 1 " in a for a in args) == 2
     assert sum("--backend nccl" in a for a in args) == 10 and sum("--backend gloo" in a for a in args) == 10
     assert "--ranks 5" in args[-1] or any("--ranks 5" in a for a in args)   # 4 workers + server
     apart = [a for a in args if "--containers" in a]
@@ -80,6 +82,24 @@ def test_choi2021_gpu_panels():
     assert choi2021._placement(gpu) == "all on the host"
     assert choi2021._placement(dict(gpu, containers=3)) == "one container per rank"
     assert choi2021._placement(dict(cpu, containers=1)) == "all in one container"
+
+
+def test_choi2021_report_draws_the_gpu_panels(tmp_path):
+    from ddlcomm.recipes import choi2021
+    from ddlcomm.report import recipe as rr
+    def pt(lib, path, memory, ranks):
+        return dict(library=lib, backend="mpi", collective="allreduce", phase="allreduce", ranks=ranks,
+                    containers=0, memory=memory, path=path, t_avg_us=1.0, t_p50_us=1.0, t_p99_us=1.0,
+                    check="passed")
+    pts = [pt("MPICH", "host", "numpy", r) for r in (1, 2)] + \
+        [pt(lib, path, "device", r) for lib, path in (("Open MPI", "host-staged"), ("Open MPI", "nccl-chief"),
+                                                     ("NCCL", "host"), ("Gloo", "host")) for r in (2, 3)]
+    gpu = [p for p in pts if p["memory"] == "device"]
+    fig = rr._figure(gpu, "GPU all-reduce", choi2021._panel, choi2021._workers, choi2021._placement,
+                     "workers", [n for _, n in choi2021.MPIS] + choi2021.GPU_PANELS)
+    assert [ax.get_title() for ax in fig.axes] == ["GPU: Open MPI host-staged", "GPU: Open MPI nccl-chief",
+                                                    "GPU: NCCL", "GPU: Gloo"]
+    assert {choi2021._figure(p) for p in pts} == {"all-reduce", "GPU all-reduce"}
 
 
 def test_training_recipes():
@@ -184,3 +204,39 @@ def test_awan2019_gpu_panels_and_lines():
     assert awan2019._library(dict(backend="mpi", library="MPICH")) == "MPICH"
     assert awan2019._line(dict(algorithm="ring", kind_cache="off")) == "ring, kind cache off"
     assert awan2019._line(dict(algorithm="library", path="host-staged")) == "library host-staged"
+
+
+def test_awan2019_latency_draws_a_staged_point_whole(tmp_path):
+    from ddlcomm.recipes import awan2019
+    pts = [dict(collective="allreduce", backend="mpi", library="Open MPI", algorithm="library",
+                path="host-staged", phase=ph, memory="device", bytes=1 << 20, ranks=2, form="buffer",
+                t_avg_us=t, t_p50_us=t, t_p99_us=t, check="passed", run_id=1)
+           for ph, t in (("allreduce.d2h", 10.0), ("allreduce.allreduce", 50.0), ("allreduce.h2d", 10.0),
+                         ("allreduce", 70.0))]
+    awan2019.report(get_recipe("awan2019"), pts, tmp_path)
+    html = (tmp_path / "latency" / "index.html").read_text()
+    assert html.count("<td>library host-staged</td>") == 1 and "70.0" in html
+
+
+def test_a_recipe_past_its_deadline_runs_no_more_steps_and_says_so(tmp_path, monkeypatch):
+    from ddlcomm.recipes import base
+    monkeypatch.setenv(base.DEADLINE_ENV, "0")
+    steps = [base.Step("a", ("--collective", "barrier"))]
+    results = base.run_steps(steps, tmp_path / "d.db", "woo2020:x", tmp_path / "log")
+    assert [(s.label, rc) for s, rc, _ in results] == [("a", base.NOT_RUN)]
+    page = tmp_path / "index.html"
+    page.write_text("<html><body><h1>t</h1></body></html>")
+    base._note_incomplete(page, [("a", "not run (time limit)")])
+    assert "Runs that did not complete" in page.read_text() and "not run (time limit)" in page.read_text()
+
+
+def test_a_recipe_figure_draws_panels_it_was_not_told_of(tmp_path):
+    """A figure whose points are all in panels outside panel_order (a GPU-only session of
+    choi2021 before its GPU panels were listed) drew zero panels: matplotlib raised."""
+    from ddlcomm.report.recipe import write_recipe_report
+    pts = [dict(collective="allreduce", ranks=r, t_avg_us=1.0, t_p50_us=1.0, t_p99_us=1.0,
+                check="passed", run_id=1, lib=lib) for r in (2, 3) for lib in ("x", "y")]
+    page = write_recipe_report("t", pts, tmp_path, figure_of=lambda p: "f", panel_of=lambda p: p["lib"],
+                               x_of=lambda p: p["ranks"], line_of=lambda p: "l", x_label="ranks",
+                               panel_order=["z"])
+    assert "<svg" in page.read_text()

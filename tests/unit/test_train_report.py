@@ -77,3 +77,21 @@ def test_summary_and_page(tmp_path):
     assert "<svg" in html and "Weak scaling" in html
     for name in ("phases", "predicted", "scaling", "batch", "layers"):
         assert (tmp_path / "out" / f"{name}.png").exists(), name
+
+
+def test_throughput_lines_start_at_their_own_runs_one_worker():
+    """awan2019 draws GPU and CPU training of one library in one report: each line's
+    one-worker baseline is its own run's, not the first one-rank point of the library."""
+    from ddlcomm.report import train as tr
+
+    def it(device, algorithm, overlap, ranks, ips, run):
+        return dict(collective="train", phase="iteration", library="Open MPI", backend="mpi",
+                    device=device, algorithm=algorithm, overlap=overlap, ranks=ranks, workers=ranks,
+                    model="resnet50", batch=4, fusion=25 << 20, arch="allreduce", peer="ddlcomm",
+                    images_per_s=ips, run_id=run, t_iter_s=1.0, check="passed")
+    its = [it("cuda", "library", False, 1, 500.0, 14), it("cuda", "shm", False, 2, 900.0, 14),
+           it("cuda", "shm", False, 4, 1500.0, 14), it("cpu", "library", False, 1, 10.0, 17),
+           it("cpu", "library", True, 2, 15.0, 17), it("cpu", "library", True, 4, 20.0, 17)]
+    lines = {l.get_label(): list(l.get_ydata()) for l in tr.throughput_figure(its).axes[0].get_lines()}
+    assert lines["Open MPI resnet50 b4 allreduce+overlap 25MiB"] == [10.0, 15.0, 20.0]
+    assert lines["Open MPI resnet50 b4 allreduce/shm 25MiB cuda"] == [500.0, 900.0, 1500.0]

@@ -103,3 +103,17 @@ def test_the_committed_2core_runs(tmp_path):
     assert table.library == "Open MPI" and table.ranks == 2 and table.runs == 4
     assert table.algorithms == ["library", "rhd", "ring", "shm", "auto"]
     assert all(r.speedup and r.x_floor and r.auto_ran for r in table.rows)
+
+
+def test_device_runs_of_own_algorithms_alone_give_their_floor_ratio():
+    """A host-only MPI runs no collective on device buffers: ring/rhd/shm alone still
+    get x_floor; cache-off runs get a table of their own; a staged point's parts never count."""
+    pts = [point(1, "ring", 16 * MIB, 300, memory="device", floor_us=100),
+           point(1, "shm", 16 * MIB, 200, memory="device", floor_us=100),
+           point(2, "shm", 16 * MIB, 250, memory="device", floor_us=100, kind_cache="off"),
+           point(3, "library", 16 * MIB, 10, memory="device", phase="allreduce.d2h"),
+           point(3, "shm", 16 * MIB, 20, memory="device", phase="allreduce.h2d")]
+    tables = versus(pts)
+    assert [t.memory for t in tables] == ["device", "device, kind cache off"]
+    assert tables[0].rows[0].best == "shm" and tables[0].rows[0].x_floor.median == pytest.approx(2.0)
+    assert tables[0].rows[0].speedup is None and tables[1].rows[0].x_floor.median == pytest.approx(2.5)

@@ -76,7 +76,8 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
         if op is not None and spec.form == "buffer" and count:
             if bufs.on_device:
                 extra["floor_us"] = timing.pass_us(comm, copy_pass, bufs.tensor(dtype, count),
-                                                   bufs.tensor(dtype, count), plan.budget_s / 4)
+                                                   bufs.tensor(dtype, count), plan.budget_s / 4,
+                                                   slowest=True)
             else:
                 extra["add_us"] = timing.pass_us(
                     comm, kernels.reducer(op, dtype, "numpy"), bufs.alloc(dtype, count),

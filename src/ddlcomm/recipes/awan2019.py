@@ -138,7 +138,9 @@ def unavailable() -> list[tuple[str, str]]:
 
 def report(recipe, points, out_dir):
     cores = os.cpu_count() or 1
-    latency = [p for p in points if p.get("collective") == "allreduce"]
+    # a host-staged point's parts (allreduce.d2h, ...) are not all-reduces: the whole only
+    latency = [p for p in points if p.get("collective") == "allreduce"
+               and p.get("phase") in (None, "allreduce")]
     training = [p for p in points if p.get("collective") != "allreduce"]
     notes = []
     if latency:

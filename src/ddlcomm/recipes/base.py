@@ -12,11 +12,13 @@ machine cannot run (a GPU variant here) are listed with the reason instead.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 import uuid
 from dataclasses import dataclass, field
+from html import escape
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -59,31 +61,71 @@ def environment_python(env: Optional[str]) -> str:
     return str(exe)
 
 
+#: Seconds from the recipe's start after which no step starts (each step's limit cut to
+#: what is left): a caller with a hard limit (scripts/gpu-check) sets it, so that the
+#: report of what ran is still written.
+DEADLINE_ENV = "DDLCOMM_RECIPE_DEADLINE_S"
+#: The exit code recorded for a step not started (deadline, SIGTERM).
+NOT_RUN = -1
+
+
+#: Set by SIGTERM while the steps run: start no more, write the report of what ran (a
+#: launcher's or ``timeout``'s SIGTERM reaches the step's own processes too: they end it).
+_STOP: dict = {"asked": False}
+
+
+def _stop(signum, frame) -> None:
+    _STOP["asked"] = True
+
+
+def _run_step(cmd: list[str], out, timeout_s: float) -> int:
+    """One step's exit code; past ``timeout_s`` (124) it is ended by SIGTERM, which the
+    owner forwards to its ranks (the run is marked interrupted, not left running)."""
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, DDLCOMM_PROGRESS="plain"))
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return 124
+
+
 def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
               timeout_s: float = 900.0) -> list[tuple[Step, int, float]]:
     """Run every step (progress bar on stderr), each with ``--db`` and ``--tag``.
 
     Output of each step goes to ``log``; a failing step is reported with its
     last lines and the recipe goes on, so one broken variant does not lose the rest.
+    Past ``$DDLCOMM_RECIPE_DEADLINE_S``, or after a SIGTERM, the steps left are not run
+    (exit code :data:`NOT_RUN`).
     """
     results = []
+    t_start = time.monotonic()
+    deadline = float(os.environ[DEADLINE_ENV]) if os.environ.get(DEADLINE_ENV) else None
+    previous = signal.signal(signal.SIGTERM, _stop)
     with open(log, "a") as out, tqdm(total=len(steps), unit="run", file=sys.stderr) as bar:
         for step in steps:
+            left = None if deadline is None else deadline - (time.monotonic() - t_start)
+            if _STOP["asked"] or (left is not None and left < 5):
+                results.append((step, NOT_RUN, 0.0))
+                continue
             bar.set_postfix_str(step.label, refresh=True)
             cmd = [environment_python(step.env), step.command, *step.args, "--db", str(db),
                    "--tag", tag, "--no-report"]
             out.write(f"\n$ {' '.join(cmd)}\n")
             out.flush()
             start = time.monotonic()
-            try:
-                rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s,
-                                    env=dict(os.environ, DDLCOMM_PROGRESS="plain")).returncode
-            except subprocess.TimeoutExpired:
-                rc = 124
+            rc = _run_step(cmd, out, timeout_s if left is None else min(timeout_s, left))
             results.append((step, rc, time.monotonic() - start))
             if rc != 0:
                 tqdm.write(f"ddlcomm: step failed (exit {rc}): {step.label}; see {log}", file=sys.stderr)
             bar.update(1)
+    signal.signal(signal.SIGTERM, previous)
     return results
 
 
@@ -136,13 +178,25 @@ def reproduce(recipe: Recipe, db: Path, *, full: bool = False, report_only: Opti
         raise UsageError(f"no results database at {db}", "pass the --db the session used")
     points = session_points(db, tag)
     page = recipe.report(recipe, points, out)
-    failed = [s.label for s, rc, _ in results if rc != 0]
+    incomplete = [(s.label, "not run (time limit)" if rc == NOT_RUN else f"failed (exit {rc})")
+                  for s, rc, _ in results if rc != 0]
+    _note_incomplete(page, incomplete)
     checks_failed = sum(p["check"] == "failed" for p in points)
     if results:
-        print(f"{len(results) - len(failed)} of {len(results)} runs completed", end=", ")
+        print(f"{len(results) - len(incomplete)} of {len(results)} runs completed", end=", ")
     print(f"{len(points)} points, {checks_failed} failed checks")
-    for label in failed:
-        print(f"  FAILED: {label}")
+    for label, why in incomplete:
+        print(f"  {why}: {label}")
     print(f"database: {db}")
     print(f"report:   {page}")
-    return 1 if failed or checks_failed else 0
+    return 1 if incomplete or checks_failed else 0
+
+
+def _note_incomplete(page: Path, steps: list[tuple[str, str]]) -> None:
+    """List the runs that did not complete (refused, failed, not started) on the report page."""
+    if not steps or not page.exists():
+        return
+    items = "".join(f"<li><b>{escape(label)}</b>: {escape(why)}</li>" for label, why in steps)
+    html = page.read_text(encoding="utf-8")
+    page.write_text(html.replace("</body>", f"<h2>Runs that did not complete</h2><ul>{items}</ul>"
+                                 "</body>", 1), encoding="utf-8")

@@ -21,6 +21,8 @@ meant to fit in about 10 minutes, an estimate to confirm there). ``--full``:
 """
 from __future__ import annotations
 
+from ..errors import UnsupportedError
+from ..launch.containers import check_available
 from ..machine import mpi as mpi_facts
 from ..report.recipe import write_recipe_report
 from ..workloads.paths import gpu_available
@@ -35,15 +37,28 @@ ON_HOST = "all on the host"
 
 
 def steps(full: bool) -> list[Step]:
-    """The CPU half, then (where there is a GPU) the GPU half."""
-    return cpu_steps(full) + (gpu_steps(full) if gpu_available()[0] else [])
+    """(Where there is a GPU) the GPU half first, then the CPU half: a run cut short by a
+    time limit loses the part any machine can measure."""
+    return (gpu_steps(full) if gpu_available()[0] else []) + cpu_steps(full)
 
 
 def _sized(full: bool) -> tuple[int, int]:
     return (FULL_BYTES, 1000) if full else (SCALED_BYTES, 3)
 
 
+def containers_here() -> tuple[bool, str]:
+    """(True, "") where --containers can run here, else (False, why not)."""
+    try:
+        check_available()
+    except UnsupportedError as exc:
+        return False, str(exc)
+    return True, ""
+
+
 def cpu_steps(full: bool) -> list[Step]:
+    """Every placement is a --containers run: none where containers cannot be made here."""
+    if not containers_here()[0]:
+        return []
     size, iters = _sized(full)
     out = []
     for env, _ in MPIS:
@@ -73,11 +88,16 @@ GPU_CONTAINER_WORKERS = (4,)
 
 def gpu_steps(full: bool) -> list[Step]:
     size, iters = _sized(full)
+    runs = GPU_RUNS + _direct_runs()            # one MPI probe (a child process), not eight
+    containers = containers_here()[0]
     out = []
     for workers in range(1, 5):
-        apart = full or workers in GPU_CONTAINER_WORKERS
+        apart = containers and (full or workers in GPU_CONTAINER_WORKERS)
         for workload, ranks in (("ps-sync", workers + 1), ("allreduce", workers)):
-            for label, env, how in GPU_RUNS + _direct_runs():
+            for label, env, how in runs:
+                if ranks < 2 and "host-staged,nccl-chief" in how:   # no chief beside rank 0
+                    label = label.replace(", nccl-chief", "")
+                    how = tuple("host-staged" if a == "host-staged,nccl-chief" else a for a in how)
                 args = ("--workload", workload, "--sizes", f"{size}B", "--ranks", str(ranks),
                         "--steps", str(iters), "--memory", "device", *how)
                 out.append(Step(f"GPU {label}: {workload} {workers} workers", args, env=env))
@@ -104,17 +124,26 @@ def cuda_aware_mpis() -> dict:
 
 def unavailable() -> list[tuple[str, str]]:
     """The paper's variants that cannot run here, each with the reason."""
+    apart, no_containers = containers_here()
+    missing = [] if apart else [("one container per rank, all in one container (the CPU half) and "
+                                 "the GPU half's runs in containers", no_containers)]
     ok, why = gpu_available()
     if not ok:
-        return [(f"GPU half: {v}", why) for v in
-                ("CUDA-aware Open MPI (path direct)", "NCCL", "Gloo on CUDA",
-                 "path host-staged", "path nccl-chief")]
-    out = []
+        return missing + [(f"GPU half: {v}", why) for v in
+                          ("CUDA-aware Open MPI (path direct)", "NCCL", "Gloo on CUDA",
+                           "path host-staged", "path nccl-chief")]
+    out = missing
     facts = mpi_facts.facts()
-    if facts.get("cuda_aware") is not True:
-        evidence = "; ".join(facts.get("evidence") or [])
-        out.append((f"path direct ({facts.get('library', 'MPI')})",
-                    f"not CUDA-aware (cuda_aware: {facts.get('cuda_aware')}): {evidence}"))
+    for env, name in MPIS:                      # every MPI whose direct path is not run
+        if facts.get("library") != name:
+            out.append((f"path direct ({name})", "not run: only this environment's MPI "
+                        f"({facts.get('library', 'MPI')}) is asked whether it is CUDA-aware"))
+        elif facts.get("cuda_aware") is not True:
+            evidence = "; ".join(facts.get("evidence") or [])
+            out.append((f"path direct ({name})",
+                        f"not CUDA-aware (cuda_aware: {facts.get('cuda_aware')}): {evidence}"))
+    out.append(("path nccl-chief, all-reduce at 1 worker", "the path needs a chief worker "
+                                                          "(rank 1) beside rank 0"))
     out.append(("one GPU per container", "the containers' ranks take GPU local_rank % GPUs, so "
                                          "on a machine with fewer GPUs than ranks they share them"))
     return out
@@ -148,12 +177,23 @@ def _panel(p: dict) -> str:
     return f"GPU: {p['library']}" + ("" if path == "host" else f" {path}")
 
 
+#: The GPU panels, in order (see :func:`_panel`).
+GPU_PANELS = [f"GPU: {name} {path}" for _, name in MPIS
+              for path in ("host-staged", "nccl-chief", "direct")] + ["GPU: NCCL", "GPU: Gloo"]
+
+
+def _figure(p: dict) -> str:
+    """The CPU half's figures by collective; the GPU half's apart (``GPU all-reduce``)."""
+    return ("GPU " if p.get("memory") == "device" else "") + _PHASE[p["collective"], p["phase"]]
+
+
 def report(recipe, points, out_dir):
     return write_recipe_report(
         recipe.title, select(points), out_dir,
-        figure_of=lambda p: _PHASE[p["collective"], p["phase"]],
+        figure_of=_figure,
         panel_of=_panel, x_of=_workers,
-        line_of=_placement, x_label="workers", panel_order=[name for _, name in MPIS],
+        line_of=_placement, x_label="workers",
+        panel_order=[name for _, name in MPIS] + GPU_PANELS,
         notes=["float32 array; PS: rank 0 is the server, workers are the other ranks.",
                "With one worker, 'one container per rank' for all-reduce is a single rank.",
                "GPU panels: the workers' data on the GPU; every timed step ends with a CUDA "

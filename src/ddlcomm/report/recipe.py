@@ -32,6 +32,7 @@ def _figure(points: Sequence[Point], title: str, panel_of: Key, x_of: Key, line_
             x_label: str, panel_order: Sequence[Any], x_bytes: bool = False):
     plt = plots._pyplot()
     panels = [p for p in panel_order if any(panel_of(q) == p for q in points)]
+    panels += sorted({panel_of(q) for q in points} - set(panels), key=str)   # none left out
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), sharey=True,
                              squeeze=False, layout="constrained")
     lines = sorted({line_of(p) for p in points}, key=str)

@@ -35,8 +35,11 @@ EXTRA_COLUMNS = (("pushes/s", "pushes_per_s", "{:.0f}"), ("stale_mean", "stalene
 #: is one NumPy reduction pass over the point's bytes (host buffers), ``floor_us`` one
 #: device-to-device copy of them (device buffers), each timed on every rank at once.
 RATIO_COLUMNS = (("x_add", "add_us"), ("x_floor", "floor_us"))
-#: Keys of ``extra`` that are measurements of a point, never a series.
-MEASUREMENTS = (*(key for _, key in RATIO_COLUMNS), *(key for _, key, _ in EXTRA_COLUMNS))
+#: Keys of ``extra`` that are measurements of a point, never a series (a copy phase's bytes,
+#: the pinned copy bandwidths, the kind look-ups of a device call).
+MEASUREMENTS = (*(key for _, key in RATIO_COLUMNS), *(key for _, key, _ in EXTRA_COLUMNS),
+                "copy_bytes", "kind_lookups", *(f"copy_{how}_{way}_GBps" for how in ("alone", "at_once")
+                                                for way in ("d2h", "h2d")))
 
 
 # --------------------------------------------------------------------------- formatting

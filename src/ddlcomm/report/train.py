@@ -197,6 +197,7 @@ def throughput_figure(points: Sequence[Point]) -> Any:
     for fs in groups.values():          # each line starts at its one-worker baseline
         g = fs[0]
         fs += [f for f in its if f.get("ranks") == 1 and f.get("library") == g.get("library")
+               and (f.get("run_id"), f.get("device")) == (g.get("run_id"), g.get("device"))
                and (f.get("model"), f.get("batch")) == (g.get("model"), g.get("batch"))][:1]
     groups = {k: v for k, v in groups.items() if len({f["workers"] for f in v}) > 1}
     if not groups:

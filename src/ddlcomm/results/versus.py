@@ -91,15 +91,20 @@ def versus(points: Iterable[Point], collective: str = "allreduce",
     for p in points:
         if p.get("collective") != collective or p.get("check") != "passed" \
                 or p.get("form", "buffer") != "buffer" or p["bytes"] < from_bytes \
-                or _p50(p) is None:
+                or p.get("phase") not in (None, collective) or _p50(p) is None:
             continue
-        key = (str(p.get("library")), str(p.get("memory") or "host"), str(p.get("dtype")),
-               int(p["ranks"]))
+        memory = str(p.get("memory") or "host")
+        if p.get("kind_cache") == "off":                # Awan's cache-off runs: a table apart
+            memory += ", kind cache off"
+        key = (str(p.get("library")), memory, str(p.get("dtype")), int(p["ranks"]))
         by[key][p.get("run_id")][int(p["bytes"])][str(p.get("algorithm") or "library")] = p
     tables = []
     for (library, memory, dtype, ranks), runs in sorted(by.items()):
+        # on device buffers a host-only MPI has no collective of its own to run: ddlcomm's
+        # algorithms alone still give their times and x_floor
         runs = {r: sizes for r, sizes in runs.items()
-                if any("library" in algs and set(algs) - set(NOT_OWN) for algs in sizes.values())}
+                if any(set(algs) - set(NOT_OWN) and ("library" in algs or memory.startswith("device"))
+                       for algs in sizes.values())}
         if runs:
             tables.append(_table(library, memory, dtype, ranks, runs))
     return tables

@@ -55,8 +55,9 @@ def scaling_points(points: Iterable[Point]) -> list[dict]:
                                    bool(e.get("overlap")), int(e.get("fusion") or 0))
         rec = {k: copy.deepcopy(v) for k, v in p.items() if k not in ("run_id", "extra")}
         rec["extra"] = {
-            **{k: e[k] for k in ("workload", "model", "arch", "peer", "overlap", "fusion", "batch",
-                                 "image_size", "workers", "threads", "data") if k in e},
+            **{k: e[k] for k in ("workload", "model", "arch", "peer", "overlap", "wait", "fusion",
+                                 "batch", "image_size", "workers", "threads", "data", "device")
+               if k in e},
             "phase": "scaling", "t_iter_s": tn, "baseline_t_iter_s": t1,
             "images_per_s": e.get("images_per_s"),
             "speedup": ph.speedup(n, t1, tn), "efficiency": ph.efficiency(n, t1, tn),

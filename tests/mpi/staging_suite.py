@@ -169,15 +169,15 @@ def main() -> int:
     # Gloo stands in for NCCL beside the run's MPI (not beside a run's own Gloo: one
     # default process group per process)
     paths.PATHS["nccl-chief"] = paths.NCCLChief(backend="gloo", device="cpu")
-    routes = [("host-staged", check_records)]
+    routes = [("host-staged", check_records, SIZES)]
     if backend == "mpi" and comm.size > 1:          # a server and a chief at least
-        routes.append(("nccl-chief", check_chief_records))
-    for path, check in routes:
+        routes.append(("nccl-chief", check_chief_records, SIZES[1:2]))   # its plumbing: one size
+    for path, check, sizes in routes:
         for workload in ("ps-sync", "allreduce"):
             if comm.size < get_workload(workload).min_ranks:
                 continue
             plan = plan_for(workload, backend, comm.size, path)
-            for nbytes in SIZES:
+            for nbytes in sizes:
                 spec = PointSpec("workload", workload, nbytes, "buffer", backend, path=path)
                 records = get_workload(workload).measure(
                     comm, plan, spec, lambda dtype, n: np.zeros(n, dtype.numpy))

@@ -226,8 +226,8 @@ def test_a_recipe_past_its_deadline_runs_no_more_steps_and_says_so(tmp_path, mon
     assert [(s.label, rc) for s, rc, _ in results] == [("a", base.NOT_RUN)]
     page = tmp_path / "index.html"
     page.write_text("<html><body><h1>t</h1></body></html>")
-    base._note_incomplete(page, [("a", "not run (time limit)")])
-    assert "Runs that did not complete" in page.read_text() and "not run (time limit)" in page.read_text()
+    base._note_incomplete(page, [("a", "not run (deadline or SIGTERM)")])
+    assert "Runs that did not complete" in page.read_text() and "not run (deadline or SIGTERM)" in page.read_text()
 
 
 def test_a_recipe_figure_draws_panels_it_was_not_told_of(tmp_path):

@@ -69,15 +69,6 @@ DEADLINE_ENV = "DDLCOMM_RECIPE_DEADLINE_S"
 NOT_RUN = -1
 
 
-#: Set by SIGTERM while the steps run: start no more, write the report of what ran (a
-#: launcher's or ``timeout``'s SIGTERM reaches the step's own processes too: they end it).
-_STOP: dict = {"asked": False}
-
-
-def _stop(signum, frame) -> None:
-    _STOP["asked"] = True
-
-
 def _run_step(cmd: list[str], out, timeout_s: float) -> int:
     """One step's exit code; past ``timeout_s`` (124) it is ended by SIGTERM, which the
     owner forwards to its ranks (the run is marked interrupted, not left running)."""
@@ -107,25 +98,32 @@ def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
     results = []
     t_start = time.monotonic()
     deadline = float(os.environ[DEADLINE_ENV]) if os.environ.get(DEADLINE_ENV) else None
-    previous = signal.signal(signal.SIGTERM, _stop)
-    with open(log, "a") as out, tqdm(total=len(steps), unit="run", file=sys.stderr) as bar:
-        for step in steps:
-            left = None if deadline is None else deadline - (time.monotonic() - t_start)
-            if _STOP["asked"] or (left is not None and left < 5):
-                results.append((step, NOT_RUN, 0.0))
-                continue
-            bar.set_postfix_str(step.label, refresh=True)
-            cmd = [environment_python(step.env), step.command, *step.args, "--db", str(db),
-                   "--tag", tag, "--no-report"]
-            out.write(f"\n$ {' '.join(cmd)}\n")
-            out.flush()
-            start = time.monotonic()
-            rc = _run_step(cmd, out, timeout_s if left is None else min(timeout_s, left))
-            results.append((step, rc, time.monotonic() - start))
-            if rc != 0:
-                tqdm.write(f"ddlcomm: step failed (exit {rc}): {step.label}; see {log}", file=sys.stderr)
-            bar.update(1)
-    signal.signal(signal.SIGTERM, previous)
+    # A SIGTERM while the steps run: start no more, and write the report of what ran (a
+    # launcher's or `timeout`'s SIGTERM reaches the running step's processes too: they end it).
+    stopped: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
+    try:
+        with open(log, "a") as out, tqdm(total=len(steps), unit="run", file=sys.stderr) as bar:
+            for step in steps:
+                left = None if deadline is None else deadline - (time.monotonic() - t_start)
+                if stopped or (left is not None and left < 5):
+                    results.append((step, NOT_RUN, 0.0))
+                    bar.update(1)
+                    continue
+                bar.set_postfix_str(step.label, refresh=True)
+                cmd = [environment_python(step.env), step.command, *step.args, "--db", str(db),
+                       "--tag", tag, "--no-report"]
+                out.write(f"\n$ {' '.join(cmd)}\n")
+                out.flush()
+                start = time.monotonic()
+                rc = _run_step(cmd, out, timeout_s if left is None else min(timeout_s, left))
+                results.append((step, rc, time.monotonic() - start))
+                if rc != 0:
+                    tqdm.write(f"ddlcomm: step failed (exit {rc}): {step.label}; see {log}",
+                               file=sys.stderr)
+                bar.update(1)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return results
 
 
@@ -178,7 +176,7 @@ def reproduce(recipe: Recipe, db: Path, *, full: bool = False, report_only: Opti
         raise UsageError(f"no results database at {db}", "pass the --db the session used")
     points = session_points(db, tag)
     page = recipe.report(recipe, points, out)
-    incomplete = [(s.label, "not run (time limit)" if rc == NOT_RUN else f"failed (exit {rc})")
+    incomplete = [(s.label, "not run (deadline or SIGTERM)" if rc == NOT_RUN else f"failed (exit {rc})")
                   for s, rc, _ in results if rc != 0]
     _note_incomplete(page, incomplete)
     checks_failed = sum(p["check"] == "failed" for p in points)

@@ -134,6 +134,10 @@ def new_tag(recipe: str) -> str:
 def require_ok(results) -> None:
     failed = [s.label for s, rc, _ in results if rc != 0]
     if failed and len(failed) == len(results):
+        if all(rc == NOT_RUN for _, rc, _ in results):
+            raise RankFailure("no step of the recipe ran: the deadline "
+                              f"(${DEADLINE_ENV}) or a SIGTERM came first",
+                              f"unset {DEADLINE_ENV} or give it more seconds")
         raise RankFailure("every step of the recipe failed", "see the log it names")
 
 

@@ -6,8 +6,20 @@ from __future__ import annotations
 import atexit
 import os
 import socket
+import subprocess
 from pathlib import Path
 from typing import Optional
+
+
+def end(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGTERM ``proc``, SIGKILL it if it is still there after ``grace_s``; reap it."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(grace_s)
 
 
 def pid_alive(pid: int) -> bool:

@@ -38,7 +38,7 @@ from typing import Mapping, Optional
 from ..errors import UnsupportedError, UsageError
 from . import containers
 from .containers import ContainerSet
-from .processes import first_close, owner_alive, start_time
+from .processes import end, first_close, owner_alive, start_time
 
 #: Where clusters keep their configuration, keys, spool and logs (one dir per cluster).
 STATE_ROOT = Path("/run/ddlcomm-slurm")
@@ -189,7 +189,7 @@ class SlurmCluster:
         if not first_close(self):
             return
         for _, proc in reversed(self._daemons):
-            _end(proc)
+            end(proc)
         self._daemons.clear()
         if self.containers is not None:
             self.containers.close()
@@ -320,17 +320,6 @@ def slurm_conf(state: Path, host: str, address: str, port: int, munge_socket: Pa
     lines.append(f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE "
                  "OverSubscribe=YES State=UP")
     return "\n".join(lines) + "\n"
-
-
-def _end(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL, one daemon we started; reap it."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(grace_s)
 
 
 def cleanup_stale() -> list[str]:

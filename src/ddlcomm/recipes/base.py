@@ -25,6 +25,7 @@ from typing import Callable, Optional, Sequence
 from tqdm import tqdm
 
 from ..errors import RankFailure, UsageError
+from ..launch.processes import end
 from ..results import Store
 from ..results.export import point_record
 
@@ -77,12 +78,7 @@ def _run_step(cmd: list[str], out, timeout_s: float) -> int:
     try:
         return proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end(proc, grace_s=30.0)
         return 124
 
 

@@ -21,9 +21,8 @@ meant to fit in about 10 minutes, an estimate to confirm there). ``--full``:
 """
 from __future__ import annotations
 
-from ..errors import UnsupportedError
-from ..launch.containers import check_available
 from ..machine import mpi as mpi_facts
+from ..machine.features import namespaces
 from ..report.recipe import write_recipe_report
 from ..workloads.paths import gpu_available
 from .base import Recipe, Step
@@ -48,11 +47,8 @@ def _sized(full: bool) -> tuple[int, int]:
 
 def containers_here() -> tuple[bool, str]:
     """(True, "") where --containers can run here, else (False, why not)."""
-    try:
-        check_available()
-    except UnsupportedError as exc:
-        return False, str(exc)
-    return True, ""
+    found = namespaces()
+    return found["available"], found.get("reason", "")
 
 
 def cpu_steps(full: bool) -> list[Step]:

@@ -35,11 +35,13 @@ SRUN_MPI = {"mpich": ["--mpi=pmi2"], "openmpi": ["--mpi=pmix"]}
 QUIET_WAIT = {"mpich": {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1",
                         "MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT": "1"},
               "openmpi": {"OMPI_MCA_mpi_yield_when_idle": "1"}}
-#: Slurm 22.05's pmi2 plugin, under load, now and then reads a long PMI request in two
-#: pieces and rejects it ("value not properly terminated in client request"): MPICH's
-#: UCX addresses are long. Seen in about one full `make test` in three, then in three
-#: fresh-clone runs of 2026-11-25 in a row. The put is lost, so the step then aborts or,
-#: as often, hangs; a step or job that says it is ended at once and run again.
+#: Slurm 22.05's pmi2 plugin reads each PMI-1 request (MPICH's wheel speaks PMI-1) with
+#: one read() (its pmi1.c: "TODO: read until newline"); under load it now and then gets
+#: half of one of MPICH's ~800-byte puts and rejects it ("value not properly terminated
+#: in client request"). Seen in about one full `make test` in three, then in three
+#: fresh-clone runs of 2026-11-25 in a row, and in CI (2026-11-26) in three runs of one
+#: test in a row. The put is lost, so the step then aborts or, as often, hangs; a step
+#: that says it is ended at once and run again.
 PMI2_GARBLED = "mpi/pmi2: value not properly terminated"
 #: Runs of a step or job that Slurm's pmi2 may garble before the test gives up.
 PMI2_ATTEMPTS = 3
@@ -152,8 +154,8 @@ def test_srun_mpi_flat_and_hierarchical(cluster, mpi, tmp_path):
         # Seen in three fresh-clone `make test` runs of 2026-11-25 in a row, never when this
         # module ran alone: a Slurm 22.05 bug, not ddlcomm's (cause in the full run not found).
         pytest.skip(f"Slurm 22.05's pmi2 garbled MPICH's PMI put in all {PMI2_ATTEMPTS} runs "
-                    f"({PMI2_GARBLED}); MPICH under srun --mpi=pmi2 is still run by "
-                    "test_sbatch_readme_script")
+                    f"({PMI2_GARBLED}); MPICH across the nodes is still run by "
+                    "test_sbatch_readme_script, under Hydra")
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     points = _points(db)
     _assert_two_nodes(points, cluster)
@@ -239,9 +241,8 @@ def readme_batch_script() -> str:
     return scripts[0]
 
 
-def _wait_for_job(job: str, env: dict, output: Path, timeout_s: float = TIMEOUT_S) -> str:
-    """The job's final state; ``GARBLED`` (cancelled) as soon as its ``output`` says Slurm's
-    pmi2 garbled a request; ``TIMEOUT`` (cancelled) past ``timeout_s``.  (sbatch --wait
+def _wait_for_job(job: str, env: dict, timeout_s: float = TIMEOUT_S) -> str:
+    """The job's final state; ``TIMEOUT`` (cancelled) past ``timeout_s``.  (sbatch --wait
     polls too slowly: up to half a minute more.)"""
     deadline, state = time.monotonic() + timeout_s, "?"
     while time.monotonic() < deadline:
@@ -249,9 +250,6 @@ def _wait_for_job(job: str, env: dict, output: Path, timeout_s: float = TIMEOUT_
         state = (re.findall(r"\bJobState=(\S+)", out) or ["?"])[0]
         if state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "?"):
             return state
-        if output.exists() and PMI2_GARBLED in output.read_text(errors="replace"):
-            run(["scancel", job], env, 30)
-            return "GARBLED"
         time.sleep(0.5)
     run(["scancel", job], env, 30)
     return "TIMEOUT"
@@ -262,23 +260,19 @@ def _sbatch(folder: Path, env: dict) -> tuple[str, str]:
     res = run(["sbatch", f"--chdir={folder}", folder / "job.sh"], env, 60)
     assert res.returncode == 0, res.stdout + res.stderr
     job = re.search(r"Submitted batch job (\d+)", res.stdout).group(1)
-    return job, _wait_for_job(job, env, folder / f"ddlcomm-{job}.out")
+    return job, _wait_for_job(job, env)
 
 
 def test_sbatch_readme_script(cluster, tmp_path):
     """sbatch runs the README's batch script as written (sizes shrunk): it completes, passed.
-    The script runs MPICH's ddlcomm (srun --mpi=pmi2)."""
+    The script runs MPICH's ddlcomm under Hydra's ``mpiexec -launcher slurm`` (Hydra serves
+    the PMI, not Slurm's pmi2 plugin) and the Gloo backend under srun."""
     mpi = _only("mpich")
     script = re.sub(r"--sizes \S+", "--sizes 1KiB:4KiB --budget 0.01", readme_batch_script())
+    assert "mpiexec -launcher slurm" in script and "--mpi=pmi2" not in script
     (tmp_path / "job.sh").write_text(script)
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
-    env = _env(cluster, mpi)
-    for _ in range(PMI2_ATTEMPTS):
-        (tmp_path / "ddlcomm.db").unlink(missing_ok=True)
-        job, state = _sbatch(tmp_path, env)
-        if state != "GARBLED" and not (state != "COMPLETED" and PMI2_GARBLED in
-                                       (tmp_path / f"ddlcomm-{job}.out").read_text()):
-            break
+    job, state = _sbatch(tmp_path, _env(cluster, mpi))
     assert state == "COMPLETED", state + "".join(p.read_text() for p in tmp_path.glob("*.out"))
     out = (tmp_path / f"ddlcomm-{job}.out").read_text()
     assert "status passed" in out and "status failed" not in out, out

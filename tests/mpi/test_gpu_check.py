@@ -33,7 +33,7 @@ def _gpu_check(tmp_path: Path, minutes: float, *parts: str, **env: str):
                          env={**os.environ, "OUT": str(out), "GPU_CHECK_MINUTES": str(minutes),
                               **env})
     assert res.returncode == 0, res.stdout + res.stderr
-    name = "gpu-check-" + "-".join(parts).replace(":", "_") + ".tar.gz"
+    name = "gpu-check-" + re.sub(r"[^A-Za-z0-9._-]", "_", "-".join(parts)) + ".tar.gz"
     assert sorted(p.name for p in out.iterdir()) == [name], "one packed file, nothing half written"
     with tarfile.open(out / name) as tar:
         tar.extractall(tmp_path / "unpacked", filter="data")
@@ -49,7 +49,7 @@ def test_nothing_starts_past_the_deadline(tmp_path):
 
 
 def test_info_and_a_small_sweep_come_back_packed(tmp_path):
-    res, got = _gpu_check(tmp_path, 5, "info", "manycores:openmpi",
+    res, got = _gpu_check(tmp_path, 5, "info", "manycores:openmpi,mpich",
                           MANYCORES_RANKS="2", MANYCORES_OWN_RANKS="2", MANYCORES_REPS="1",
                           MANYCORES_SIZES="4B:64Bx4", MANYCORES_OWN_SIZES="1KiB:4KiBx4")
     summary = (got / "summary.txt").read_text()
@@ -61,10 +61,15 @@ def test_info_and_a_small_sweep_come_back_packed(tmp_path):
             assert " rc=0 " in line, line
     for mpi in ("openmpi", "mpich"):
         assert "mpi" in json.loads((got / f"info-{mpi}.json").read_text())
-    with sqlite3.connect(got / "manycores-openmpi.db") as db:
-        tags = {(json.loads(config).get("extra") or {}).get("tag")
-                for (config,) in db.execute("SELECT config FROM runs")}
-    assert {"manycores:openmpi:rep1", "manycores:openmpi:own:rep1"} <= tags, tags
+    for lib in ("openmpi", "mpich"):
+        with sqlite3.connect(got / f"manycores-{lib}.db") as db:
+            tags = {(json.loads(config).get("extra") or {}).get("tag")
+                    for (config,) in db.execute("SELECT config FROM runs")}
+        assert {f"manycores:{lib}:rep1", f"manycores:{lib}:own:rep1"} <= tags, tags
+    # the libraries take turns: both sweeps before either's own-algorithm runs
+    order = [line.split("--tag ")[1].split()[0] for line in lines if "--tag manycores" in line]
+    assert order == ["manycores:openmpi:rep1", "manycores:mpich:rep1",
+                    "manycores:openmpi:own:rep1", "manycores:mpich:own:rep1"], order
     assert "by_copiers" in json.loads((got / "manycores-openmpi-info.json").read_text())["memory"]["copy_bandwidth"]
     # the library against the own algorithms, read off the sweeps there
     assert "Open MPI, 2 ranks" in (got / "manycores-openmpi-versus.txt").read_text()
@@ -76,7 +81,8 @@ def test_info_and_a_small_sweep_come_back_packed(tmp_path):
     imported = subprocess.run([str(ROOT / "scripts" / "import-machine"), str(dest), str(packed),
                                str(again)], capture_output=True, text=True, timeout=120)
     assert imported.returncode == 0, imported.stderr
-    assert sorted(p.name for p in dest.iterdir()) == ["info.json", "manycores-openmpi.db.gz"]
+    assert sorted(p.name for p in dest.iterdir()) == ["info.json", "manycores-mpich.db.gz",
+                                                      "manycores-openmpi.db.gz"]
     with sqlite3.connect(got / "manycores-openmpi.db") as db:
         runs = db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
     assert f"0 runs (0 points) merged, {runs} already here" in imported.stdout, imported.stdout

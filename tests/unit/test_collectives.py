@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ddlcomm.collectives import COLLECTIVES, check_in_place, cleared, fill, get_collective
+from ddlcomm.collectives import (COLLECTIVES, PERIOD, ROW_ELEMENTS, check_in_place, cleared, fill,
+                                 get_collective, repeat)
 from ddlcomm.dtypes import DTYPES, OPS
 from ddlcomm.errors import UsageError
 
@@ -83,6 +84,44 @@ def test_fill_differs_per_rank_and_is_small(dtype, op):
     assert stacked.min() >= 1 and stacked.max() <= (2 if op == "prod" else 23)
     np.testing.assert_array_equal(fill(dtype, 50, 3, rop), inputs[3])   # deterministic
     assert fill(dtype, 0, 3, rop).shape == (0,)
+
+
+@pytest.mark.parametrize("op", [None, "prod"])
+def test_fill_is_its_formula_along_many_rows(op):
+    """fill computes one row and copies it along: the values are the formula's at every index."""
+    rop = OPS[op] if op else None
+    count = 3 * ROW_ELEMENTS + 17
+    i = np.arange(count)
+    for rank in (0, 5):
+        want = 1 + (i + rank) % 2 if op else 1 + ((i % 11) + 3 * rank) % 23
+        np.testing.assert_array_equal(fill(F32, count, rank, rop), want.astype(np.float32))
+    assert ROW_ELEMENTS % PERIOD == 0
+
+
+@pytest.mark.parametrize("start, count", [(0, 0), (0, 5), (3, 40), (37, 1000), (7, 22)])
+def test_repeat_continues_the_row_from_start(start, count):
+    row = np.arange(11, dtype=np.int32)
+    want = np.resize(np.roll(row, -start), count)
+    np.testing.assert_array_equal(repeat(row, count, start), want)
+    out = np.full(count, -1, np.int32)
+    assert repeat(row, count, start, out) is out
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if n != "barrier"])
+def test_expected_matches_numpy_along_many_rows(name):
+    """Results built from one row (and one folded row) are right past the first row, and
+    each rank's block of a scatter starts where its block starts."""
+    coll, op = COLLECTIVES[name], ("sum" if COLLECTIVES[name].reduces else None)
+    count = 2 * ROW_ELEMENTS + 20             # a multiple of P, not of the row
+    inputs = [fill(I32, count, r, OPS[op] if op else None) for r in range(P)]
+    for rank in range(P):
+        want = reference(name, inputs, rank, 1, op)
+        got = coll.expected(I32, count, rank, P, OPS[op] if op else None, 1)
+        if want is None:
+            assert got is None
+        else:
+            np.testing.assert_array_equal(got, want)
 
 
 def test_sum_of_64_ranks_is_exact_in_float16():

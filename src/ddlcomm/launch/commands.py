@@ -41,7 +41,7 @@ from typing import Optional, Sequence
 
 from ..errors import UnsupportedError, UsageError
 from .containers import CONTAINER_IFACE, ContainerSet
-from .mpirun import HYDRA_OVERSUBSCRIBED, MPILauncher
+from .mpirun import HYDRA_OVERSUBSCRIBED, MPILauncher, host_cpus, openmpi_slots
 from .placement import check_bind, cpu_sets, format_cpulist, numa_nodes
 
 __all__ = ["mpirun_command", "spawn_prefixes", "host_bind_prefixes", "master_addr",
@@ -61,10 +61,29 @@ def _overloaded(cset: Optional[ContainerSet], nranks: int, cores: int) -> bool:
                for c in cset.containers)
 
 
-def _openmpi_bind(bind: str, overloaded: bool) -> list[str]:
+def _openmpi_bind(bind: str, overloaded: bool, hwthreads: bool = False) -> list[str]:
     if bind == "none":
         return ["--bind-to", "none"]
+    if bind == "core" and hwthreads:        # more ranks than cores: one hardware thread each
+        bind = "hwthread"
     return ["--bind-to", f"{bind}:overload-allowed" if overloaded else bind]
+
+
+def _openmpi_containers(cset: ContainerSet, oversubscribed: bool) -> list[str]:
+    """Open MPI's options that start its ranks in ``cset``'s containers."""
+    opts = ["--host", hosts_argument(cset), "--map-by", "slot",
+            "--prtemca", "plm_ssh_agent", str(cset.agent_script()),
+            "--prtemca", "plm_ssh_no_tree_spawn", "1",
+            "--prtemca", "prte_hetero_nodes", "1",
+            "--prtemca", "oob_tcp_if_include", cset.subnet,
+            "--mca", "btl_tcp_if_include", cset.subnet]
+    if oversubscribed:
+        # Each container sees only its own slots, so Open MPI does not know the
+        # machine is oversubscribed and its ranks busy-poll without yielding:
+        # 4 ranks in 2 containers on 2 cpus took 2 s per 16 MiB all-reduce
+        # instead of 43 ms.  --oversubscribe implies this without containers.
+        opts += ["--mca", "mpi_yield_when_idle", "1"]
+    return opts
 
 
 def _hydra_bind(bind: str) -> list[str]:
@@ -73,8 +92,8 @@ def _hydra_bind(bind: str) -> list[str]:
 
 
 def mpirun_command(launcher: MPILauncher, cset: Optional[ContainerSet], nranks: int,
-                   program: Sequence[str], bind: str = "none",
-                   cores: Optional[int] = None) -> tuple[list[str], dict[str, str]]:
+                   program: Sequence[str], bind: str = "none", cores: Optional[int] = None,
+                   physical: Optional[int] = None) -> tuple[list[str], dict[str, str]]:
     """The launcher's argv for ``nranks`` ranks of ``program``, and extra environment.
 
     With ``cset`` the ranks go into its containers (see the module docstring
@@ -86,8 +105,12 @@ def mpirun_command(launcher: MPILauncher, cset: Optional[ContainerSet], nranks: 
     :data:`~.mpirun.HYDRA_OVERSUBSCRIBED` in the extra environment beyond
     ``cores`` too, or where a container has more ranks than cpus.
     ``cores``: the cpus of this machine (default: those this process may
-    use).  ``bind`` is ``none``, ``core`` or ``numa``; binding more ranks
-    than cpus to cores lets them share (``:overload-allowed`` for Open MPI).
+    use), on ``physical`` cores (default: ``cores`` where only that is given,
+    else this host's); Open MPI's ranks past the physical cores take
+    hardware threads as slots (:data:`~.mpirun.OPENMPI_HWTHREAD_SLOTS`) and
+    binding to cores becomes binding to hardware threads.  ``bind`` is
+    ``none``, ``core`` or ``numa``; binding more ranks than cpus to cores
+    lets them share (``:overload-allowed`` for Open MPI).
     Pass the environment through ``launcher.environment(extra | base)``, so
     that what the caller set wins.
     """
@@ -96,28 +119,19 @@ def mpirun_command(launcher: MPILauncher, cset: Optional[ContainerSet], nranks: 
         raise UsageError(f"rank count must be a positive integer, not {nranks!r}")
     if cset is not None and cset.nranks != nranks:
         raise UsageError(f"the containers hold {cset.nranks} ranks, not {nranks}")
-    cores = cores or len(os.sched_getaffinity(0)) or os.cpu_count() or 1
+    cores, physical = (cores, physical or cores) if cores else host_cpus()
     overloaded = _overloaded(cset, nranks, cores)
     cmd = [launcher.path, "-n", str(nranks)]
     extra: dict[str, str] = {}
+    hwthreads = False
     if launcher.family == "openmpi":
         if cset is None:
-            if nranks > cores:
-                cmd.append("--oversubscribe")
+            slots = openmpi_slots(nranks, cores, physical)
+            hwthreads = "--use-hwthread-cpus" in slots
+            cmd += slots
         else:
-            cmd += ["--host", hosts_argument(cset), "--map-by", "slot",
-                    "--prtemca", "plm_ssh_agent", str(cset.agent_script()),
-                    "--prtemca", "plm_ssh_no_tree_spawn", "1",
-                    "--prtemca", "prte_hetero_nodes", "1",
-                    "--prtemca", "oob_tcp_if_include", cset.subnet,
-                    "--mca", "btl_tcp_if_include", cset.subnet]
-            if nranks > cores:
-                # Each container sees only its own slots, so Open MPI does not know the
-                # machine is oversubscribed and its ranks busy-poll without yielding:
-                # 4 ranks in 2 containers on 2 cpus took 2 s per 16 MiB all-reduce
-                # instead of 43 ms.  --oversubscribe implies this without containers.
-                cmd += ["--mca", "mpi_yield_when_idle", "1"]
-        cmd += _openmpi_bind(bind, overloaded)
+            cmd += _openmpi_containers(cset, oversubscribed=nranks > cores)
+        cmd += _openmpi_bind(bind, overloaded, hwthreads)
     elif launcher.family == "hydra":
         if cset is not None:
             cmd += ["-hosts", hosts_argument(cset), "-launcher", "ssh",

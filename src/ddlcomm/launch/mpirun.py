@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from ..errors import BackendUnavailable
+from .placement import physical_cores
 
 #: MPICH (ch4) ranks waiting for a message busy-poll without ever giving up their
 #: core, so with more ranks than cores a handoff between two ranks waits for the
@@ -28,16 +29,47 @@ HYDRA_OVERSUBSCRIBED = {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1",
                         "MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT": "1"}
 
 
+#: Open MPI's options where the ranks outnumber the physical cores but not the hardware
+#: threads: it counts one slot per core and would refuse the run (12 ranks on 8 cores of
+#: 2 threads), so the hardware threads become the slots, dealt one per core before any
+#: core's second thread (``--map-by core``; its default, by slot, fills a core's threads
+#: first).  Checked here on hwloc's synthetic 8-core, 16-thread topology: ranks 0-7 on
+#: the cores' first threads, 8-11 on the second threads of cores 0-3.
+OPENMPI_HWTHREAD_SLOTS = ("--use-hwthread-cpus", "--map-by", "core")
+
+
+def host_cpus() -> tuple[int, int]:
+    """(logical cpus this process may use, the physical cores they lie on)."""
+    cpus = sorted(os.sched_getaffinity(0)) or [0]
+    return len(cpus), physical_cores(cpus)
+
+
+def openmpi_slots(nranks: int, cpus: int, physical: int) -> list[str]:
+    """Open MPI's options for ``nranks`` ranks on a host of ``cpus`` logical cpus on
+    ``physical`` cores (pure): ``--oversubscribe`` past the cpus, the hardware threads as
+    slots past the cores (:data:`OPENMPI_HWTHREAD_SLOTS`), else none."""
+    if nranks > cpus:
+        return ["--oversubscribe"]
+    if nranks > physical:
+        return list(OPENMPI_HWTHREAD_SLOTS)
+    return []
+
+
 @dataclass(frozen=True)
 class MPILauncher:
     path: str
     family: str   # "openmpi" | "hydra" | "unknown"
 
-    def command(self, nranks: int, program: Sequence[str], cores: Optional[int] = None) -> list[str]:
-        """The launcher's command line to start ``nranks`` copies of ``program`` on this host."""
+    def command(self, nranks: int, program: Sequence[str], cores: Optional[int] = None,
+                physical: Optional[int] = None) -> list[str]:
+        """The launcher's command line to start ``nranks`` copies of ``program`` on this host
+        of ``cores`` logical cpus on ``physical`` cores (default: this host's; ``physical``
+        defaults to ``cores`` where only that is given)."""
         cmd = [self.path, "-n", str(nranks)]
-        if self.family == "openmpi" and self.oversubscribed(nranks, cores):
-            cmd += ["--oversubscribe", "--bind-to", "none"]
+        if self.family == "openmpi":
+            cpus, phys = (cores, physical or cores) if cores else host_cpus()
+            slots = openmpi_slots(nranks, cpus, phys)
+            cmd += slots + (["--bind-to", "none"] if "--oversubscribe" in slots else [])
         return cmd + list(program)
 
     def environment(self, base: Mapping[str, str], oversubscribed: bool = False) -> dict[str, str]:

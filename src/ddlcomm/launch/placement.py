@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 
 from ..errors import UnsupportedError, UsageError
 
-__all__ = ["BINDS", "CpuPlan", "check_bind", "cpu_sets", "format_cpulist", "numa_nodes",
+__all__ = ["BINDS", "CpuPlan", "check_bind", "cpu_sets", "format_cpulist", "numa_nodes", "physical_cores",
            "parse_cpulist", "split_ranks", "transport"]
 
 #: How ranks (or containers) may be bound: not at all, to cores, to NUMA nodes.
@@ -110,6 +110,20 @@ def numa_nodes() -> dict[int, list[int]]:
         except (OSError, ValueError):
             continue
     return nodes
+
+
+def physical_cores(cpus: Sequence[int], root: Path = Path("/sys/devices/system/cpu")) -> int:
+    """How many physical cores ``cpus`` (logical cpus) lie on: their distinct (package,
+    core) pairs in sysfs' topology; ``len(cpus)`` where sysfs does not say."""
+    cores = set()
+    for cpu in cpus:
+        topo = root / f"cpu{cpu}" / "topology"
+        try:
+            cores.add(((topo / "physical_package_id").read_text().strip(),
+                       (topo / "core_id").read_text().strip()))
+        except OSError:
+            return len(cpus)
+    return len(cores)
 
 
 def parse_cpulist(text: str) -> list[int]:

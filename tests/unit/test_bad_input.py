@@ -267,7 +267,9 @@ def test_model(place, argv):
 @settings(max_examples=8)
 @given(argv=st.one_of(st.builds(lambda n: [n], NAME),
                       st.builds(lambda r, t: [r, opt("--report-only", t)], st.sampled_from(list(RECIPES)),
-                                NAME)))
+                                NAME),
+                      st.builds(lambda r, t: [r, opt("--timeout", t)], st.sampled_from(list(RECIPES)),
+                                st.one_of(NOT_A_NUMBER, st.sampled_from(["0", "-5", "1e9"])))))
 def test_reproduce(place, argv):
     refused(place, "reproduce", *argv)
 

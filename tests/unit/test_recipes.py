@@ -230,6 +230,28 @@ def test_a_recipe_past_its_deadline_runs_no_more_steps_and_says_so(tmp_path, mon
     assert "Runs that did not complete" in page.read_text() and "not run (deadline or SIGTERM)" in page.read_text()
 
 
+def test_full_runs_have_no_run_limit_and_hours_per_point():
+    """--full (1 GiB, 1000 repetitions) could not finish: each point was ended at bench's
+    120 s and each run at 900 s."""
+    from ddlcomm.recipes import base
+    assert base.limits(False, None) == (base.RUN_LIMIT_S, ())
+    assert base.limits(False, 60.0) == (60.0, ())
+    point = ("--timeout", f"{base.FULL_POINT_LIMIT_S:g}")
+    assert base.limits(True, None) == (None, point)
+    assert base.limits(True, 7200.0) == (7200.0, point)
+    assert base._sooner(None, None) is None and base._sooner(None, 5.0) == 5.0
+    assert base._sooner(900.0, 30.0) == 30.0
+
+
+def test_every_run_gets_the_extra_options(tmp_path):
+    from ddlcomm.recipes import base
+    steps = [base.Step("bad", ("--collective", "nope"))]       # refused at once, exit 2
+    results = base.run_steps(steps, tmp_path / "d.db", "woo2020:x", tmp_path / "log", None,
+                             ("--timeout", "21600"))
+    assert [rc for _, rc, _ in results] == [2]
+    assert "--collective nope --timeout 21600 --db" in (tmp_path / "log").read_text()
+
+
 def test_a_recipe_figure_draws_panels_it_was_not_told_of(tmp_path):
     """A figure whose points are all in panels outside panel_order (a GPU-only session of
     choi2021 before its GPU panels were listed) drew zero panels: matplotlib raised."""

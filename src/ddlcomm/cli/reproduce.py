@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 
 from ..recipes import get_recipe
-from ..recipes.base import reproduce
+from ..recipes.base import FULL_POINT_LIMIT_S, RUN_LIMIT_S, reproduce
+from ..units import parse_seconds
 from . import common
 
 
@@ -15,7 +16,12 @@ def add_parser(sub) -> None:
                                     "one database and write its report, laid out like the paper's "
                                     "figures. Defaults are scaled to finish in minutes here.")
     rp.add_argument("name", help="woo2020, choi2021, shi2018 or awan2019")
-    rp.add_argument("--full", action="store_true", help="the paper's sizes and 1000 repetitions")
+    rp.add_argument("--full", action="store_true",
+                    help="the paper's sizes and 1000 repetitions (hours: no limit on a run, "
+                         f"{FULL_POINT_LIMIT_S // 3600} h on a point)")
+    rp.add_argument("--timeout", metavar="S",
+                    help=f"seconds one run may take before it is ended (default {RUN_LIMIT_S:g}; "
+                         "with --full none)")
     rp.add_argument("--report-only", metavar="TAG",
                     help="run nothing: rewrite the report of an earlier session (its tag, "
                          "e.g. woo2020:2685bee5, printed when it ran)")
@@ -26,5 +32,6 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     recipe = get_recipe(args.name)
+    timeout_s = None if args.timeout is None else parse_seconds(args.timeout, "--timeout")
     return reproduce(recipe, common.db_path(args), full=args.full, report_only=args.report_only,
-                     out=common.out_dir(args.out, None))
+                     out=common.out_dir(args.out, None), timeout_s=timeout_s)

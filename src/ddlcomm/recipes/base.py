@@ -68,11 +68,31 @@ def environment_python(env: Optional[str]) -> str:
 DEADLINE_ENV = "DDLCOMM_RECIPE_DEADLINE_S"
 #: The exit code recorded for a step not started (deadline, SIGTERM).
 NOT_RUN = -1
+#: Seconds one run of a recipe may take (``reproduce --timeout``): the scaled steps
+#: finish well inside it.
+RUN_LIMIT_S = 900.0
+#: With ``--full`` (the papers' sizes, 1000 repetitions) a run has no limit unless one is
+#: given, and each point may take this long (bench's and train's ``--timeout``; their
+#: default, 120 s, would end the largest points).
+FULL_POINT_LIMIT_S = 6 * 3600
 
 
-def _run_step(cmd: list[str], out, timeout_s: float) -> int:
-    """One step's exit code; past ``timeout_s`` (124) it is ended by SIGTERM, which the
-    owner forwards to its ranks (the run is marked interrupted, not left running)."""
+def limits(full: bool, timeout_s: Optional[float]) -> tuple[Optional[float], tuple[str, ...]]:
+    """(seconds a run may take, None for no limit; the options every run gets) (pure)."""
+    if full:
+        return timeout_s, ("--timeout", f"{FULL_POINT_LIMIT_S:g}")
+    return (RUN_LIMIT_S if timeout_s is None else timeout_s), ()
+
+
+def _sooner(*limits: Optional[float]) -> Optional[float]:
+    """The smallest of the limits that are set, None if none is (pure)."""
+    return min((x for x in limits if x is not None), default=None)
+
+
+def _run_step(cmd: list[str], out, timeout_s: Optional[float]) -> int:
+    """One step's exit code; past ``timeout_s`` (124; None: no limit) it is ended by
+    SIGTERM, which the owner forwards to its ranks (the run is marked interrupted, not
+    left running)."""
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                             env=dict(os.environ, DDLCOMM_PROGRESS="plain"))
     try:
@@ -83,8 +103,10 @@ def _run_step(cmd: list[str], out, timeout_s: float) -> int:
 
 
 def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
-              timeout_s: float = 900.0) -> list[tuple[Step, int, float]]:
-    """Run every step (progress bar on stderr), each with ``--db`` and ``--tag``.
+              timeout_s: Optional[float] = RUN_LIMIT_S,
+              extra: Sequence[str] = ()) -> list[tuple[Step, int, float]]:
+    """Run every step (progress bar on stderr), each with ``--db``, ``--tag`` and ``extra``,
+    each within ``timeout_s`` (None: no limit).
 
     Output of each step goes to ``log``; a failing step is reported with its
     last lines and the recipe goes on, so one broken variant does not lose the rest.
@@ -107,12 +129,12 @@ def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
                     bar.update(1)
                     continue
                 bar.set_postfix_str(step.label, refresh=True)
-                cmd = [environment_python(step.env), step.command, *step.args, "--db", str(db),
-                       "--tag", tag, "--no-report"]
+                cmd = [environment_python(step.env), step.command, *step.args, *extra,
+                       "--db", str(db), "--tag", tag, "--no-report"]
                 out.write(f"\n$ {' '.join(cmd)}\n")
                 out.flush()
                 start = time.monotonic()
-                rc = _run_step(cmd, out, timeout_s if left is None else min(timeout_s, left))
+                rc = _run_step(cmd, out, _sooner(timeout_s, left))
                 results.append((step, rc, time.monotonic() - start))
                 if rc != 0:
                     tqdm.write(f"ddlcomm: step failed (exit {rc}): {step.label}; see {log}",
@@ -157,9 +179,10 @@ def session_points(db: Path, tag: str) -> list[dict]:
 
 
 def reproduce(recipe: Recipe, db: Path, *, full: bool = False, report_only: Optional[str] = None,
-              out: Optional[Path] = None) -> int:
+              out: Optional[Path] = None, timeout_s: Optional[float] = None) -> int:
     """Run ``recipe`` into ``db`` (or, with ``report_only``, only rewrite that session's
-    report) and print a summary; 1 if a step or a check failed, else 0."""
+    report) and print a summary; 1 if a step or a check failed, else 0.  ``timeout_s``:
+    seconds a run may take (default :func:`limits`)."""
     tag = session_tag(recipe, report_only)
     out = out or db.parent / "reports" / tag.replace(":", "-")
     out.mkdir(parents=True, exist_ok=True)
@@ -170,7 +193,8 @@ def reproduce(recipe: Recipe, db: Path, *, full: bool = False, report_only: Opti
         print(f"{recipe.title}: {len(steps)} runs, tag {tag}, log {log}", flush=True)
         for variant, reason in recipe.unavailable():
             print(f"  not available here: {variant}: {reason}")
-        results = run_steps(steps, db, tag, log)
+        run_limit, extra = limits(full, timeout_s)
+        results = run_steps(steps, db, tag, log, run_limit, extra)
         require_ok(results)
     elif not db.exists():
         raise UsageError(f"no results database at {db}", "pass the --db the session used")

@@ -1,6 +1,8 @@
 """Recipes: every step is a valid bench command line; reports lay points out by panel."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from ddlcomm.cli import build_parser
@@ -241,6 +243,24 @@ def test_full_runs_have_no_run_limit_and_hours_per_point():
     assert base.limits(True, 7200.0) == (7200.0, point)
     assert base._sooner(None, None) is None and base._sooner(None, 5.0) == 5.0
     assert base._sooner(900.0, 30.0) == 30.0
+
+
+def test_a_rewritten_report_lists_what_its_session_could_not_run(tmp_path):
+    """--report-only on another machine listed that machine's missing variants (a GPU
+    machine's session rebuilt here said its GPU half was unavailable beside its GPU panels)."""
+    from ddlcomm.recipes import base
+    there = base.Recipe("r", "t", lambda full: [], lambda: [("GPU half", "no GPU there")], None)
+    here = base.Recipe("r", "t", lambda full: [], lambda: [], None)
+    assert base.session_unavailable(there, tmp_path, None) == [("GPU half", "no GPU there")]
+    assert base.session_unavailable(here, tmp_path, "r:abc") == [("GPU half", "no GPU there")]
+    (tmp_path / base.UNAVAILABLE_FILE).unlink()
+    assert base.session_unavailable(there, tmp_path, "r:abc") == [("GPU half", "no GPU there")]
+
+
+def test_a_report_names_the_cores_of_the_machine_its_runs_ran_on():
+    from ddlcomm.recipes import base
+    assert base.cores_of([{"run_cores": 16}, {"run_cores": None}]) == 16
+    assert base.cores_of([{"run_cores": None}]) == (os.cpu_count() or 1)
 
 
 def test_every_run_gets_the_extra_options(tmp_path):

@@ -29,7 +29,6 @@ after 1 of warm-up.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Callable
 
@@ -37,7 +36,7 @@ from ..kernels.device import cuda_available
 from ..workloads.paths import gpu_available
 from ..report.recipe import write_recipe_report
 from ..report.train import write_train_report
-from .base import Recipe, Step
+from .base import Recipe, Step, cores_of
 
 MODEL = "resnet50"
 #: (label, environment, backend): ddlcomm's all-reduce through each library.
@@ -136,8 +135,8 @@ def unavailable() -> list[tuple[str, str]]:
         [(f"GPU training: {label}", why) for label, _, _ in GPU_TRAINING]
 
 
-def report(recipe, points, out_dir):
-    cores = os.cpu_count() or 1
+def report(recipe, points, out_dir, missing=()):
+    cores = cores_of(points)
     # a host-staged point's parts (allreduce.d2h, ...) are not all-reduces: the whole only
     latency = [p for p in points if p.get("collective") == "allreduce"
                and p.get("phase") in (None, "allreduce")]
@@ -155,7 +154,7 @@ def report(recipe, points, out_dir):
                    "GPU panels: device buffers; ddlcomm's ring, rhd and shm reduce on the GPU and "
                    "move blocks by CUDA IPC between ranks sharing the GPU; MPI host-staged copies "
                    "through pinned host memory around the library's all-reduce."],
-            unavailable=unavailable())
+            unavailable=missing)
         notes.append("All-reduce latency half: latency/index.html")
     return write_train_report(None, training, out_dir,
                               title=recipe.title, notes=notes + [
@@ -167,7 +166,7 @@ def report(recipe, points, out_dir):
           "buckets after backward and overlapped, DDP over NCCL, and ddlcomm's device shm and ring "
           "(GPU reduction, CUDA IPC) over Open MPI after backward."]
          if any(p.get("device") == "cuda" for p in training) else [])
-      + [f"Not available here: {v}: {why}" for v, why in unavailable()])
+      + [f"Not available here: {v}: {why}" for v, why in missing])
 
 
 def _library(point) -> str:

@@ -11,6 +11,7 @@ machine cannot run (a GPU variant here) are listed with the reason instead.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -47,7 +48,7 @@ class Recipe:
     title: str
     steps: Callable[[bool], list[Step]]                # full? -> steps
     unavailable: Callable[[], list[tuple[str, str]]]   # (variant, reason) not runnable here
-    report: Callable[..., Path]                        # (recipe, session, points, runs, out_dir)
+    report: Callable[..., Path]                        # (recipe, points, out_dir, missing)
 
 
 def environment_python(env: Optional[str]) -> str:
@@ -66,8 +67,10 @@ def environment_python(env: Optional[str]) -> str:
 #: what is left): a caller with a hard limit (scripts/gpu-check) sets it, so that the
 #: report of what ran is still written.
 DEADLINE_ENV = "DDLCOMM_RECIPE_DEADLINE_S"
-#: The exit code recorded for a step not started (deadline, SIGTERM).
+#: The exit code recorded for a step not started (deadline, SIGTERM) ...
 NOT_RUN = -1
+#: ... and for one ended at its time limit (timeout(1)'s).
+TIMED_OUT = 124
 #: Seconds one run of a recipe may take (``reproduce --timeout``): the scaled steps
 #: finish well inside it.
 RUN_LIMIT_S = 900.0
@@ -90,7 +93,7 @@ def _sooner(*limits: Optional[float]) -> Optional[float]:
 
 
 def _run_step(cmd: list[str], out, timeout_s: Optional[float]) -> int:
-    """One step's exit code; past ``timeout_s`` (124; None: no limit) it is ended by
+    """One step's exit code; past ``timeout_s`` (:data:`TIMED_OUT`; None: no limit) it is ended by
     SIGTERM, which the owner forwards to its ranks (the run is marked interrupted, not
     left running)."""
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
@@ -99,7 +102,7 @@ def _run_step(cmd: list[str], out, timeout_s: Optional[float]) -> int:
         return proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         end(proc, grace_s=30.0)
-        return 124
+        return TIMED_OUT
 
 
 def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
@@ -150,6 +153,7 @@ def new_tag(recipe: str) -> str:
 
 
 def require_ok(results) -> None:
+    """RankFailure where no step completed: every one failed, or none ran."""
     failed = [s.label for s, rc, _ in results if rc != 0]
     if failed and len(failed) == len(results):
         if all(rc == NOT_RUN for _, rc, _ in results):
@@ -168,14 +172,41 @@ def session_tag(recipe: Recipe, report_only: Optional[str]) -> str:
 
 
 def session_points(db: Path, tag: str) -> list[dict]:
-    """The points of every run tagged ``tag``, run by run (UsageError if there are none)."""
+    """The points of every run tagged ``tag``, run by run (UsageError if there are none),
+    each with its run's logical cpus (``run_cores``)."""
     with Store(db) as store:
         runs = [r for r in store.runs() if (r.get("config") or {}).get("extra", {}).get("tag") == tag]
-        points = [point_record(p) for r in sorted(runs, key=lambda r: r["id"])
-                  for p in store.points(r["id"])]
+        points = [{**point_record(p), "run_cores": r.get("cores")}
+                  for r in sorted(runs, key=lambda r: r["id"]) for p in store.points(r["id"])]
     if not points:
         raise UsageError(f"no points of session {tag} in {db}")
     return points
+
+
+def cores_of(points: Sequence[dict]) -> int:
+    """The logical cpus of the machine the points ran on (their runs'), so that a report
+    rebuilt elsewhere (``--report-only``) names that machine's; this one's if none says."""
+    return max((p["run_cores"] for p in points if p.get("run_cores")), default=None) \
+        or os.cpu_count() or 1
+
+
+#: The report folder's record of what the session could not run, with the reasons.
+UNAVAILABLE_FILE = "unavailable.json"
+
+
+def session_unavailable(recipe: Recipe, out: Path,
+                        report_only: Optional[str]) -> list[tuple[str, str]]:
+    """What the session could not run: asked of this machine and recorded in ``out`` when
+    it runs; read back from there when only its report is rewritten (perhaps on another
+    machine, which would list its own), this machine's answer where nothing was recorded."""
+    path = out / UNAVAILABLE_FILE
+    if report_only is None:
+        found = recipe.unavailable()
+        path.write_text(json.dumps(found, indent=1))
+        return found
+    if path.exists():
+        return [(variant, why) for variant, why in json.loads(path.read_text())]
+    return recipe.unavailable()
 
 
 def reproduce(recipe: Recipe, db: Path, *, full: bool = False, report_only: Optional[str] = None,
@@ -187,21 +218,24 @@ def reproduce(recipe: Recipe, db: Path, *, full: bool = False, report_only: Opti
     out = out or db.parent / "reports" / tag.replace(":", "-")
     out.mkdir(parents=True, exist_ok=True)
     results = []
+    unavailable = session_unavailable(recipe, out, report_only)
     if report_only is None:
         steps = recipe.steps(full)
         log = out / "runs.log"
         print(f"{recipe.title}: {len(steps)} runs, tag {tag}, log {log}", flush=True)
-        for variant, reason in recipe.unavailable():
+        for variant, reason in unavailable:
             print(f"  not available here: {variant}: {reason}")
         run_limit, extra = limits(full, timeout_s)
         results = run_steps(steps, db, tag, log, run_limit, extra)
-        require_ok(results)
     elif not db.exists():
         raise UsageError(f"no results database at {db}", "pass the --db the session used")
-    points = session_points(db, tag)
-    page = recipe.report(recipe, points, out)
-    incomplete = [(s.label, "not run (deadline or SIGTERM)" if rc == NOT_RUN else f"failed (exit {rc})")
-                  for s, rc, _ in results if rc != 0]
+    try:
+        points = session_points(db, tag)
+    except UsageError:
+        require_ok(results)         # no point: say why, where every step failed or none ran
+        raise
+    page = recipe.report(recipe, points, out, unavailable)
+    incomplete = [(s.label, _why_incomplete(rc)) for s, rc, _ in results if rc != 0]
     _note_incomplete(page, incomplete)
     checks_failed = sum(p["check"] == "failed" for p in points)
     if results:
@@ -212,6 +246,15 @@ def reproduce(recipe: Recipe, db: Path, *, full: bool = False, report_only: Opti
     print(f"database: {db}")
     print(f"report:   {page}")
     return 1 if incomplete or checks_failed else 0
+
+
+def _why_incomplete(rc: int) -> str:
+    """What a step's exit code says of it (pure)."""
+    if rc == NOT_RUN:
+        return "not run (deadline or SIGTERM)"
+    if rc == TIMED_OUT:
+        return "ended at its time limit (reproduce --timeout, or the deadline)"
+    return f"failed (exit {rc})"
 
 
 def _note_incomplete(page: Path, steps: list[tuple[str, str]]) -> None:

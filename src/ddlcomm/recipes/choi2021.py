@@ -183,7 +183,7 @@ def _figure(p: dict) -> str:
     return ("GPU " if p.get("memory") == "device" else "") + _PHASE[p["collective"], p["phase"]]
 
 
-def report(recipe, points, out_dir):
+def report(recipe, points, out_dir, missing=()):
     return write_recipe_report(
         recipe.title, select(points), out_dir,
         figure_of=_figure,
@@ -198,7 +198,7 @@ def report(recipe, points, out_dir):
                f"{', '.join(map(str, GPU_CONTAINER_WORKERS))} workers (every count with --full) "
                "one container per rank; the ranks share the GPUs by local rank (each point "
                "records ranks_per_gpu)."],
-        unavailable=unavailable())
+        unavailable=missing)
 
 
 RECIPE = Recipe("choi2021", "choi2021: multi-GPU communication in containers",

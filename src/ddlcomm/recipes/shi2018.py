@@ -16,10 +16,9 @@ and 1, 2, 4, 8 workers.
 """
 from __future__ import annotations
 
-import os
 
 from ..report.train import write_train_report
-from .base import Recipe, Step
+from .base import Recipe, Step, cores_of
 
 MODELS = ("alexnet", "googlenet", "resnet50")
 
@@ -39,15 +38,15 @@ def unavailable() -> list[tuple[str, str]]:
     return [("GPU workers (h2d over PCIe)", "no GPU here: h2d is a host copy, timed as such")]
 
 
-def report(recipe, points, out_dir):
-    cores = os.cpu_count() or 1
+def report(recipe, points, out_dir, missing=()):
+    cores = cores_of(points)
     return write_train_report(None, points, out_dir, title=recipe.title, notes=[
         "Bars: time per iteration by phase along the critical path (the slowest worker each "
         "iteration); diamonds: the S-SGD model's t_iter from this run's phases and buckets.",
         "Scaling: speed-up N·t_iter(1)/t_iter(N) at a fixed batch per worker; dashed: the model "
         "fed the one-worker phases and the communication measured at N.",
         f"One core per worker; this machine has {cores}, so more workers than that share cores.",
-    ] + [f"Not available here: {v}: {why}" for v, why in unavailable()])
+    ] + [f"Not available here: {v}: {why}" for v, why in missing])
 
 
 RECIPE = Recipe("shi2018", "shi2018: S-SGD iteration breakdown and scaling vs the model",

@@ -16,7 +16,7 @@ import os
 
 from .. import memory
 from ..report.recipe import write_recipe_report
-from .base import Recipe, Step
+from .base import Recipe, Step, cores_of
 
 FULL_SIZES = {"broadcast": 256 << 20, "gather": 16 << 20, "allreduce": 256 << 20}
 SCALE = 16
@@ -70,8 +70,8 @@ def _environment(p: dict) -> str:
     return "host" if k == 0 else f"{k} container{'s' if k > 1 else ''}"
 
 
-def report(recipe, points, out_dir, cores: int | None = None):
-    cores = cores or os.cpu_count() or 1
+def report(recipe, points, out_dir, missing=()):
+    cores = cores_of(points)
     return write_recipe_report(
         recipe.title, points, out_dir,
         figure_of=lambda p: f"{p['collective']} ({p['bytes'] >> 20} MiB int32)",
@@ -81,7 +81,7 @@ def report(recipe, points, out_dir, cores: int | None = None):
         notes=[f"Process counts above {cores} (this machine's cores) are oversubscribed.",
                "Containers are bound to NUMA nodes (--bind numa).",
                "Each line is one implementation (c, buffer, object) in one memory kind."],
-        unavailable=unavailable())
+        unavailable=missing)
 
 
 RECIPE = Recipe("woo2020", "woo2020: Python collectives on many-core CPUs", steps, unavailable, report)

@@ -12,19 +12,10 @@ import json
 import pytest
 
 from conftest import once, run
+from ddlcomm.memory.gpu import cuda_available
 
 
-def _cuda() -> tuple[bool, str]:
-    try:
-        import torch
-    except ImportError as exc:
-        return False, f"torch is not importable ({exc})"
-    if not torch.cuda.is_available():
-        return False, f"no CUDA GPU (torch {torch.__version__}: torch.cuda.is_available() is False)"
-    return True, ""
-
-
-CUDA, WHY = _cuda()
+CUDA, WHY = cuda_available()
 pytestmark = [pytest.mark.gpu, pytest.mark.mpi,
               pytest.mark.skipif(not CUDA, reason=f"needs a GPU: {WHY}")]
 ALL_NCCL = "allreduce,broadcast,allgather,gather,reduce,reduce_scatter,alltoall"

@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from ddlcomm.errors import UnsupportedError
-from ddlcomm.workloads.paths import gpu_available
+from ddlcomm.memory.gpu import cuda_available
 
-pytestmark = pytest.mark.skipif(gpu_available()[0], reason="this machine has a GPU")
+pytestmark = pytest.mark.skipif(cuda_available()[0], reason="this machine has a GPU")
 
 
 def ddlcomm(*argv: str, db) -> subprocess.CompletedProcess:

@@ -4,8 +4,9 @@ import pytest
 
 from ddlcomm.errors import UnsupportedError
 from ddlcomm.kernels.bench import measure
-from ddlcomm.kernels.device import (DEVICE, HOST, KindCache, address, copy_pass, cuda_available,
-                                    device_reducer, dispatching_reducer, kind_of)
+from ddlcomm.kernels.device import (DEVICE, HOST, KindCache, address, copy_pass, device_reducer,
+                                    dispatching_reducer, kind_of)
+from ddlcomm.memory.gpu import cuda_available
 
 CUDA, WHY = cuda_available()
 needs_gpu = pytest.mark.skipif(not CUDA, reason=f"needs a GPU: {WHY}")

@@ -38,10 +38,10 @@ def test_woo2020_matrix():
 
 
 def test_choi2021_runs_both_mpis_and_lists_gpu_variants():
-    from ddlcomm.workloads.paths import gpu_available
+    from ddlcomm.memory.gpu import cuda_available
     recipe = get_recipe("choi2021")
     assert {s.env for s in recipe.steps(False)} == {"openmpi", "mpich"}
-    if gpu_available()[0]:
+    if cuda_available()[0]:
         pytest.skip("this machine has a GPU: the GPU half runs (test_choi2021_gpu_half)")
     variants = [v for v, why in recipe.unavailable()]
     assert "GPU half: NCCL" in variants and "GPU half: CUDA-aware Open MPI (path direct)" in variants

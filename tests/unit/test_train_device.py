@@ -15,14 +15,14 @@ from ddlcomm.errors import UnsupportedError, UsageError
 from ddlcomm.train import device as dev
 from ddlcomm.train import timed
 from ddlcomm.train import wire as wires
-from ddlcomm.workloads.paths import gpu_available
+from ddlcomm.memory.gpu import cuda_available
 
 from test_cli import ddlcomm  # the real command, outside any launcher
 from test_train_cli import jobs
 from test_train_timed import Data, FakeComm, Recorder
 
 torch = pytest.importorskip("torch")
-NO_GPU = pytest.mark.skipif(gpu_available()[0], reason="this machine has a GPU")
+NO_GPU = pytest.mark.skipif(cuda_available()[0], reason="this machine has a GPU")
 
 
 # ------------------------------------------------------------------ refusals without a GPU

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import BackendUnavailable, UnsupportedError
 from ..launch.env import LaunchInfo
-from ..memory.gpu import use_gpu
+from ..memory.gpu import cuda_available, use_gpu
 from . import ncclinfo, torchdist
 from .torchdist import TorchDistCommunicator, _tensor
 
@@ -43,12 +43,9 @@ _STAGED = ("_send", "_recv", "_sendrecv", "_broadcast", "_gather", "_allgather",
 
 def check_here() -> None:
     """Refuse (BackendUnavailable) where NCCL cannot run: no CUDA torch, no GPU, no NCCL."""
-    # torch is optional: imported only when backend nccl is asked for
-    import torch
-    if not torch.cuda.is_available():
-        built = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU only"
-        raise BackendUnavailable(f"backend nccl needs a CUDA GPU: torch.cuda.is_available() is "
-                                 f"False (torch {torch.__version__}, {built})",
+    ok, why = cuda_available()
+    if not ok:
+        raise BackendUnavailable(f"backend nccl needs a CUDA GPU: {why}",
                                  "run on a machine with an NVIDIA GPU, or use --backend gloo or mpi")
     torchdist._import_torch("nccl")
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..errors import UnsupportedError, UsageError
 from ..lazy import torch_module as _torch
+from ..memory.gpu import cuda_available
 from . import describe, reducer
 from .kinds import DEVICE, HOST, KindCache, address, kind_of  # noqa: F401 (re-exported)
 
@@ -40,18 +41,6 @@ _CUPY_OPS = {"sum": ("add", "{a} + {b}"), "prod": ("multiply", "{a} * {b}"),
 #: dtypes CuPy reduces (no bfloat16).
 CUPY_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
                "uint8", "uint16", "uint32", "uint64")
-
-
-def cuda_available() -> tuple[bool, str]:
-    """(True, device name) with a usable CUDA device, else (False, why not)."""
-    try:
-        # torch is optional: without it there is no GPU to use
-        import torch
-    except ImportError as exc:
-        return False, f"torch is not importable ({exc})"
-    if not torch.cuda.is_available():
-        return False, "no CUDA device (torch.cuda.is_available() is False)"
-    return True, torch.cuda.get_device_name()
 
 
 def _dtype_name(dtype) -> str:

@@ -27,19 +27,26 @@ def gpu_of(local_rank: int, gpus: int) -> int:
     return local_rank % gpus
 
 
-def cuda_torch(kind: str) -> Any:
-    """The torch module, if it can use a GPU; else :class:`UnsupportedError` saying why."""
+def cuda_available() -> tuple[bool, str]:
+    """(True, "") where torch sees a CUDA GPU, else (False, why not): the one answer every
+    GPU refusal gives (memory kinds, data paths, NCCL, device reductions, training)."""
     if importlib.util.find_spec("torch") is None:
-        raise UnsupportedError(f"memory kind {kind} needs a GPU and torch with CUDA; torch is not installed",
-                               f"pip install torch (a CUDA build) on a GPU machine, or use {_HOST_KINDS}")
-    # torch is optional: imported only when a pinned or device buffer is allocated
+        return False, "torch is not installed"
+    # torch is optional: imported only when a GPU is asked about
     import torch
     if not torch.cuda.is_available():
         built = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU only"
-        raise UnsupportedError(f"memory kind {kind} needs a GPU: no GPU found "
-                               f"(torch.cuda.is_available() is False; torch {torch.__version__}, {built})",
-                               f"run on a machine with a CUDA GPU, or use {_HOST_KINDS}")
-    return torch
+        return False, f"torch.cuda.is_available() is False (torch {torch.__version__}, {built})"
+    return True, ""
+
+
+def cuda_torch(kind: str) -> Any:
+    """The torch module, if it can use a GPU; else :class:`UnsupportedError` saying why."""
+    ok, why = cuda_available()
+    if not ok:
+        raise UnsupportedError(f"memory kind {kind} needs a GPU: {why}",
+                               f"run on a machine with a CUDA GPU and torch built for it, or use {_HOST_KINDS}")
+    return _torch()
 
 
 def use_gpu(local_rank: int) -> dict[str, Any]:

@@ -32,8 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from ..kernels.device import cuda_available
-from ..workloads.paths import gpu_available
+from ..memory.gpu import cuda_available
 from ..report.recipe import write_recipe_report
 from ..report.train import write_train_report
 from .base import Recipe, Step, cores_of
@@ -114,7 +113,7 @@ def gpu_training_steps(full: bool) -> list[Step]:
 
 def _gpu_here(full: bool) -> list[Step]:
     """The GPU half where torch sees a GPU, else nothing (see :func:`unavailable`)."""
-    return gpu_latency_steps(full) + gpu_training_steps(full) if gpu_available()[0] else []
+    return gpu_latency_steps(full) + gpu_training_steps(full) if cuda_available()[0] else []
 
 
 #: The recipe's parts, each a function of ``full`` returning its steps (see the module doc).

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from ..machine import mpi as mpi_facts
 from ..machine.features import namespaces
+from ..memory.gpu import cuda_available
 from ..report.recipe import write_recipe_report
-from ..workloads.paths import gpu_available
 from .base import Recipe, Step
 
 FULL_BYTES = 1 << 30
@@ -38,7 +38,7 @@ ON_HOST = "all on the host"
 def steps(full: bool) -> list[Step]:
     """(Where there is a GPU) the GPU half first, then the CPU half: a run cut short by a
     time limit loses the part any machine can measure."""
-    return (gpu_steps(full) if gpu_available()[0] else []) + cpu_steps(full)
+    return (gpu_steps(full) if cuda_available()[0] else []) + cpu_steps(full)
 
 
 def _sized(full: bool) -> tuple[int, int]:
@@ -123,7 +123,7 @@ def unavailable() -> list[tuple[str, str]]:
     apart, no_containers = containers_here()
     missing = [] if apart else [("one container per rank, all in one container (the CPU half) and "
                                  "the GPU half's runs in containers", no_containers)]
-    ok, why = gpu_available()
+    ok, why = cuda_available()
     if not ok:
         return missing + [(f"GPU half: {v}", why) for v in
                           ("CUDA-aware Open MPI (path direct)", "NCCL", "Gloo on CUDA",

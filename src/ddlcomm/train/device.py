@@ -15,11 +15,11 @@ can be tested with ``torch.device("cpu")`` standing in for a GPU.
 """
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..errors import UsageError
+from ..memory.gpu import cuda_available
 from ..measure.timing import clock
 from ..memory.gpu import use_gpu
 
@@ -91,15 +91,9 @@ class CudaDevice:
 
     def check(self) -> None:
         """Refuse (UsageError, one line) where torch sees no CUDA GPU."""
-        if importlib.util.find_spec("torch") is None:
-            raise UsageError("--device cuda needs PyTorch with CUDA; torch is not installed",
-                             "pip install torch (a CUDA build) on a GPU machine")
-        # torch is optional: imported only when training on a GPU is asked for
-        import torch
-        if not torch.cuda.is_available():
-            built = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU only"
-            raise UsageError(f"--device cuda needs a CUDA GPU: torch.cuda.is_available() is False "
-                             f"(torch {torch.__version__}, {built})",
+        ok, why = cuda_available()
+        if not ok:
+            raise UsageError(f"--device cuda needs a CUDA GPU: {why}",
                              "run on a machine with an NVIDIA GPU, or use --device cpu "
                              "with --backend mpi or gloo")
 

@@ -37,6 +37,7 @@ from ..collectives import get_collective
 from ..errors import UnsupportedError, UsageError
 from ..machine import mpi as mpi_facts
 from ..memory import kind as memory_kind
+from ..memory.gpu import cuda_available
 from . import chief
 from .sides import HostSide, TorchSide, pinned_alloc
 from .stages import DataPath, PathRun, Stage, nothing
@@ -167,18 +168,6 @@ def refuse_cuda_unaware(backends: Sequence[str]) -> None:
 PATHS: dict[str, DataPath] = {p.name: p for p in (Host(), HostStaged(), Direct(), NCCLChief())}
 
 
-def gpu_available() -> tuple[bool, str]:
-    """(True, "") where torch sees a CUDA GPU, else (False, why not)."""
-    try:
-        # torch is optional: without it there is no GPU path
-        import torch
-    except ImportError:
-        return False, "PyTorch is not installed"
-    if not torch.cuda.is_available():
-        return False, "torch.cuda.is_available() is False (no CUDA GPU on this machine)"
-    return True, ""
-
-
 def get_path(name: str) -> DataPath:
     """The data path ``name`` (UsageError naming the choices)."""
     try:
@@ -192,7 +181,7 @@ def check_path(name: str, plan) -> DataPath:
     path = get_path(name)
     path.check(plan)              # first: the path's own reason (an MPI not CUDA-aware) says most
     if path.needs_gpu:
-        ok, why = gpu_available()
+        ok, why = cuda_available()
         if not ok:
             raise UnsupportedError(f"data path {name} ({path.description}) needs a GPU: {why}",
                                    "use --path host")

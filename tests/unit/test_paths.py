@@ -132,3 +132,23 @@ def test_a_staged_call_is_calibrated_by_its_whole_time_not_a_part():
     times, iterations, _ = timing.calibrate(comm, timing.phases(comm, stage.run, 4), budget_s=0.2)
     assert stage.phases()[-1] == "allreduce" and iterations <= 10, iterations
     assert times[:, -1] == pytest.approx(times[:, :3].sum(axis=1))
+
+
+def test_each_copy_phase_is_held_to_a_copy_of_its_own_bytes(monkeypatch):
+    """A gather's root copies the whole table back: its h2d bar is a copy of the table, not
+    of one message (it was measured at the point's size for every phase); each (way, bytes)
+    is measured once."""
+    pytest.importorskip("torch")
+    from ddlcomm.workloads.sides import TorchSide
+    asked = []
+    monkeypatch.setattr(TorchSide, "_copy_bar", lambda self, comm, way, nbytes:
+                        asked.append((way, nbytes)) or {"copy_alone_GBps": float(nbytes)})
+    n = 1 << 20
+    bars = TorchSide("cpu").copy_bars(None, {"broadcast.d2h": n, "broadcast.h2d": n,
+                                             "gather.d2h": n, "gather.h2d": 3 * n,
+                                             "allreduce.apply": n, "gather.gather": 0})
+    assert sorted(asked) == [("d2h", n), ("h2d", n), ("h2d", 3 * n)]
+    assert bars["gather.h2d"] == {"copy_alone_GBps": 3.0 * n}
+    assert bars["broadcast.h2d"] == bars["gather.d2h"] == {"copy_alone_GBps": float(n)}
+    assert set(bars) == {"broadcast.d2h", "broadcast.h2d", "gather.d2h", "gather.h2d"}
+    assert paths.PathRun(None).copy_bars(None, {"gather.h2d": n}) == {}

@@ -51,17 +51,20 @@ def measure_staged(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
         times, iterations, warmup = timing.calibrate(
             comm, timing.phases(comm, stage.run, len(phases)), plan.budget_s, plan.iters,
             plan.warmup)
+        copied = copy_bytes(comm, stage.copied())
+        bars = path.copy_bars(comm, copied)
     facts = backend_facts(comm)
     return _records(comm, coll, dtype, op, count, times, phases, plan.root, in_place,
-                    iterations, warmup, check, copy_bytes(comm, stage.copied()),
+                    iterations, warmup, check, copied, bars,
                     {**path.facts, **facts, "path": spec.path})
 
 
 def _records(comm, coll, dtype, op, count, times, phases, root, in_place, iterations, warmup,
-             check, copied, extra) -> list[dict]:
+             check, copied, bars, extra) -> list[dict]:
     """Every rank's (iterations x phases) times gathered to rank 0: one record per phase
     (the whole collective counts its algbw bytes and bus factor, a copy part the most bytes
-    a rank copies in it (``copied``), the collective part the message)."""
+    a rank copies in it (``copied``) and carries its bars (``bars``), the collective part
+    the message)."""
     gathered = comm.gather(times.reshape(-1), root=0)
     if comm.rank != 0:
         return []
@@ -78,5 +81,6 @@ def _records(comm, coll, dtype, op, count, times, phases, root, in_place, iterat
             moved if part_bytes is None else part_bytes,
             busbw_factor=coll.busbw_factor(comm.size) if whole else 1.0, check=check,
             extra={**extra, "phase": phase,
-                   **({} if part_bytes is None else {"copy_bytes": part_bytes})})
+                   **({} if part_bytes is None else {"copy_bytes": part_bytes}),
+                   **bars.get(phase, {})})
     return [record(k, phase) for k, phase in enumerate(phases)]

@@ -38,8 +38,7 @@ RATIO_COLUMNS = (("x_add", "add_us"), ("x_floor", "floor_us"))
 #: Keys of ``extra`` that are measurements of a point, never a series (a copy phase's bytes,
 #: the pinned copy bandwidths, the kind look-ups of a device call).
 MEASUREMENTS = (*(key for _, key in RATIO_COLUMNS), *(key for _, key, _ in EXTRA_COLUMNS),
-                "copy_bytes", "kind_lookups", *(f"copy_{how}_{way}_GBps" for how in ("alone", "at_once")
-                                                for way in ("d2h", "h2d")))
+                "copy_bytes", "kind_lookups", "copy_alone_GBps", "copy_at_once_GBps")
 
 
 # --------------------------------------------------------------------------- formatting

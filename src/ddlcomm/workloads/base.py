@@ -77,19 +77,21 @@ def mean_input(dtype: DType, count: int, ranks) -> np.ndarray:
 
 def timed_steps(comm, plan, spec, step, phases: Sequence[str], *, check: str, nmessages: int,
                 op: Optional[str], server_phases: Sequence[str] = (),
-                copies: Optional[Mapping[str, int]] = None, **more) -> list[dict]:
+                copies: Optional[Mapping[str, int]] = None, path=None, **more) -> list[dict]:
     """Time ``step`` (returning the durations of ``phases``, the whole step last) under the
     protocol (``--steps``/``--iters``/budget, warm-up); rank 0 returns one record per phase.
 
     A phase named after a collective counts that collective's algbw bytes and bus
     factor; a copy phase of ``copies`` (this rank's bytes per phase, see
-    :func:`copy_bytes`) the most bytes a rank copies; ``server_phases`` are the
+    :func:`copy_bytes`) the most bytes a rank copies, and carries the bars ``path``
+    (the opened data path) measures for those bytes; ``server_phases`` are the
     server's (rank 0's) time alone.
     """
     times, iterations, warmup = timing.calibrate(comm, timing.phases(comm, step, len(phases)),
                                                  plan.budget_s, plan.steps or plan.iters,
                                                  plan.warmup)
     copied = copy_bytes(comm, copies or {})
+    bars = path.copy_bars(comm, copied) if path is not None else {}
     gathered = comm.gather(times.reshape(-1), root=0)
     if comm.rank != 0:
         return []
@@ -99,7 +101,8 @@ def timed_steps(comm, plan, spec, step, phases: Sequence[str], *, check: str, nm
     for k, phase in enumerate(phases):
         coll = COLLECTIVES.get(phase)
         if phase in copied:
-            nbytes, factor, extra = copied[phase], 1.0, {**more, "copy_bytes": copied[phase]}
+            nbytes, factor = copied[phase], 1.0
+            extra = {**more, "copy_bytes": copied[phase], **bars.get(phase, {})}
         else:
             nbytes = coll.algbw_bytes(spec.nbytes, p) if coll else spec.nbytes
             factor, extra = coll.busbw_factor(p) if coll else 1.0, more

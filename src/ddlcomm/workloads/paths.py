@@ -68,6 +68,9 @@ class _StagedRun(PathRun):
         super().__init__(side)
         self._pinned = alloc_pinned
 
+    def copy_bars(self, comm, copied):
+        return self.side.copy_bars(comm, copied)
+
     def stage(self, comm, collective, send, recv=None, op=None, root=0) -> Stage:
         side, row = self.side, get_collective(collective)
         hsend = self._pinned(send)
@@ -100,9 +103,7 @@ class HostStaged(DataPath):
 
     def open(self, comm, plan, alloc, server: bool, nbytes: int) -> PathRun:
         side = TorchSide(self.device)
-        run = _StagedRun(side, pinned_alloc(side))
-        run.facts = side.copy_GBps(comm, nbytes)        # the point's size: its copies' peer
-        return run
+        return _StagedRun(side, pinned_alloc(side))
 
 
 class _DirectRun(PathRun):

@@ -8,7 +8,7 @@ gradients with :meth:`subtract`/:meth:`apply_mean` where the data lives.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -101,29 +101,39 @@ class TorchSide:
         raw = self.torch.zeros(count * dtype.itemsize, dtype=self.torch.uint8, pin_memory=True)
         return raw.numpy().view(dtype.numpy)       # the view holds the pinned tensor
 
-    def copy_GBps(self, comm, nbytes: int) -> dict:
-        """Pinned copies of ``nbytes`` each way, the bars the staged copies are held to (GB/s):
-        ``copy_alone_*``, each rank in turn while the others wait (the fastest rank's), and
-        ``copy_at_once_*``, every rank at once as the staged phases copy, sharing the link and
-        the GPU where they share one (the slowest rank's)."""
-        if nbytes <= 0:
-            return {}
+    def copy_bars(self, comm, copied: Mapping[str, int]) -> dict[str, dict[str, float]]:
+        """The bars each copy phase is held to (GB/s), by phase (``copied``: the bytes of each
+        phase, ``<collective>.d2h`` or ``.h2d``, the same on every rank): pinned copies of
+        those bytes that way, ``copy_alone_GBps`` each rank in turn while the others wait
+        (the fastest rank's), and ``copy_at_once_GBps`` every rank at once as the staged
+        phases copy, sharing the link and the GPU where they share one (the slowest
+        rank's).  Each (way, bytes) is measured once: a gather's root copies the whole
+        table back, and its bar is a copy of that size, not of one message."""
+        bars: dict[tuple[str, int], dict[str, float]] = {}
+        out = {}
+        for phase, nbytes in sorted(copied.items()):
+            way = phase.rpartition(".")[2]
+            if nbytes <= 0 or way not in ("d2h", "h2d"):
+                continue
+            if (way, nbytes) not in bars:
+                bars[way, nbytes] = self._copy_bar(comm, way, nbytes)
+            out[phase] = bars[way, nbytes]
+        return out
+
+    def _copy_bar(self, comm, way: str, nbytes: int) -> dict[str, float]:
         dev = self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.device)
         host = self.pinned(dtype_of(np.empty(0, np.uint8)), nbytes)
-        out = {}
-        for name, copy in (("d2h", lambda: self.to_host(dev, host)),
-                           ("h2d", lambda: self.to_device(host, dev))):
-            copy()
-            alone = 0.0
-            for turn in range(comm.size):
-                comm.barrier()
-                if comm.rank == turn:
-                    alone = _median_GBps(copy, nbytes)
+        copy = (lambda: self.to_host(dev, host)) if way == "d2h" else (lambda: self.to_device(host, dev))
+        copy()
+        alone = 0.0
+        for turn in range(comm.size):
             comm.barrier()
-            at_once = _median_GBps(copy, nbytes)
-            out[f"copy_alone_{name}_GBps"] = agree_max(comm, alone)          # the fastest rank's
-            out[f"copy_at_once_{name}_GBps"] = -agree_max(comm, -at_once)    # the slowest rank's
-        return out
+            if comm.rank == turn:
+                alone = _median_GBps(copy, nbytes)
+        comm.barrier()
+        at_once = _median_GBps(copy, nbytes)
+        return {"copy_alone_GBps": agree_max(comm, alone),              # the fastest rank's
+                "copy_at_once_GBps": -agree_max(comm, -at_once)}        # the slowest rank's
 
 
 def _median_GBps(copy: Callable[[], None], nbytes: int) -> float:

@@ -89,6 +89,11 @@ class PathRun:
               root: int = 0) -> Stage:
         raise NotImplementedError
 
+    def copy_bars(self, comm, copied: Mapping[str, int]) -> dict[str, dict[str, float]]:
+        """The bandwidth bars of the copy phases (``copied``: their bytes), by phase; none
+        where the path measures none (called on every rank)."""
+        return {}
+
     def close(self) -> None:
         """Free what the path allocated for the point."""
 

@@ -24,8 +24,7 @@ def measure_staged(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     """Check and time one collective along ``spec.path``; rank 0 returns a record per phase."""
     coll, dtype, op, count, in_place = CollectivePoint.of(plan, spec, comm.size)
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs, \
-            get_path(spec.path).open(comm, plan, bufs.alloc, server=False,
-                                     nbytes=count * dtype.itemsize) as path:
+            get_path(spec.path).open(comm, plan, bufs.alloc, server=False) as path:
         side = path.side
         send, recv = coll.buffers(dtype, count, comm.rank, comm.size, op, plan.root, in_place)
         dsend = side.alloc(dtype, send.size)

@@ -32,7 +32,7 @@ class AllreduceWorkload:
 
     def measure(self, comm, plan, spec, alloc) -> list[dict]:
         dtype, counts = base.counts(plan, spec.nbytes)
-        with get_path(spec.path).open(comm, plan, alloc, server=False, nbytes=spec.nbytes) as path:
+        with get_path(spec.path).open(comm, plan, alloc, server=False) as path:
             return self._measure(comm, plan, spec, path, dtype, counts)
 
     def _measure(self, comm, plan, spec, path, dtype, counts) -> list[dict]:

@@ -55,7 +55,7 @@ class Host(DataPath):
     description = "data in host memory, collectives on host buffers"
     backend_memory = None
 
-    def open(self, comm, plan, alloc, server: bool, nbytes: int) -> PathRun:
+    def open(self, comm, plan, alloc, server: bool) -> PathRun:
         if plan.memory is not None and memory_kind(plan.memory).on_device:
             return _DirectRun(TorchSide("cuda"))       # the backend takes device tensors
         return _HostRun(HostSide(alloc))
@@ -101,7 +101,7 @@ class HostStaged(DataPath):
         #: the torch device the data lives on ("cpu" stands in for a GPU in tests)
         self.device = device
 
-    def open(self, comm, plan, alloc, server: bool, nbytes: int) -> PathRun:
+    def open(self, comm, plan, alloc, server: bool) -> PathRun:
         side = TorchSide(self.device)
         return _StagedRun(side, pinned_alloc(side))
 
@@ -127,7 +127,7 @@ class Direct(DataPath):
         """Only MPI backends, and only an MPI that says at run time it is CUDA-aware."""
         refuse_cuda_unaware(plan.backends)
 
-    def open(self, comm, plan, alloc, server: bool, nbytes: int) -> PathRun:
+    def open(self, comm, plan, alloc, server: bool) -> PathRun:
         return _DirectRun(TorchSide("cuda"))
 
 
@@ -145,7 +145,7 @@ class NCCLChief(DataPath):
     def check(self, plan) -> None:
         chief.check_plan(plan)
 
-    def open(self, comm, plan, alloc, server: bool, nbytes: int) -> PathRun:
+    def open(self, comm, plan, alloc, server: bool) -> PathRun:
         return chief.open_chief(comm, plan, server, self.backend, self.device)
 
 

@@ -52,7 +52,7 @@ class PSSync:
 
     def measure(self, comm, plan, spec, alloc) -> list[dict]:
         dtype, counts = _prepare(self.name, comm, plan, spec)
-        with get_path(spec.path).open(comm, plan, alloc, server=True, nbytes=spec.nbytes) as path:
+        with get_path(spec.path).open(comm, plan, alloc, server=True) as path:
             return self._measure(comm, plan, spec, path, dtype, counts)
 
     def _measure(self, comm, plan, spec, path, dtype, counts) -> list[dict]:

@@ -119,8 +119,7 @@ class DataPath:
     def check(self, plan) -> None:
         """Refuse, before any rank starts, what this path cannot run here (with the reason)."""
 
-    def open(self, comm, plan, alloc, server: bool, nbytes: int) -> PathRun:
+    def open(self, comm, plan, alloc, server: bool) -> PathRun:
         """This path in one rank, for one point (``alloc``: the run's host allocator;
-        ``server``: the workload's rank 0 is a PS server; ``nbytes``: the point's bytes,
-        the size the path's reference copies are timed at)."""
+        ``server``: the workload's rank 0 is a PS server)."""
         raise NotImplementedError

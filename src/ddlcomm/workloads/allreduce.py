@@ -64,7 +64,7 @@ class AllreduceWorkload:
             check = verdict(comm, ok)
         return base.timed_steps(comm, plan, spec, step, (*stages[0].phases(), "apply", "step"),
                                 check=check, nmessages=len(counts), op="avg",
-                                copies=copied(stages), path=path, **path.facts)
+                                copies=copied(stages), path=path)
 
 
 ALLREDUCE = AllreduceWorkload()

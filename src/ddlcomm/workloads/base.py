@@ -77,21 +77,22 @@ def mean_input(dtype: DType, count: int, ranks) -> np.ndarray:
 
 def timed_steps(comm, plan, spec, step, phases: Sequence[str], *, check: str, nmessages: int,
                 op: Optional[str], server_phases: Sequence[str] = (),
-                copies: Optional[Mapping[str, int]] = None, path=None, **more) -> list[dict]:
+                copies: Optional[Mapping[str, int]] = None, path, **more) -> list[dict]:
     """Time ``step`` (returning the durations of ``phases``, the whole step last) under the
     protocol (``--steps``/``--iters``/budget, warm-up); rank 0 returns one record per phase.
 
     A phase named after a collective counts that collective's algbw bytes and bus
     factor; a copy phase of ``copies`` (this rank's bytes per phase, see
     :func:`copy_bytes`) the most bytes a rank copies, and carries the bars ``path``
-    (the opened data path) measures for those bytes; ``server_phases`` are the
-    server's (rank 0's) time alone.
+    (the opened data path) measures for those bytes; every record keeps ``path.facts``;
+    ``server_phases`` are the server's (rank 0's) time alone.
     """
     times, iterations, warmup = timing.calibrate(comm, timing.phases(comm, step, len(phases)),
                                                  plan.budget_s, plan.steps or plan.iters,
                                                  plan.warmup)
     copied = copy_bytes(comm, copies or {})
-    bars = path.copy_bars(comm, copied) if path is not None else {}
+    bars = path.copy_bars(comm, copied)
+    more = {**path.facts, **more}
     gathered = comm.gather(times.reshape(-1), root=0)
     if comm.rank != 0:
         return []

@@ -82,8 +82,7 @@ class PSSync:
             check = verdict(comm, _check_sync(comm, dtype, counts, params, grads, step, side))
         return base.timed_steps(comm, plan, spec, step, phases, check=check,
                                 nmessages=len(counts), op=None, server_phases=("apply",),
-                                copies={**copied(bcasts), **copied(gathers)}, path=path,
-                                **path.facts)
+                                copies={**copied(bcasts), **copied(gathers)}, path=path)
 
 
 def _check_sync(comm, dtype, counts, params, grads, step, side) -> bool:

@@ -19,6 +19,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# The suite starts thousands of Python processes (ranks, CLI runs).  Where the environment
+# turns bytecode caching off (PYTHONDONTWRITEBYTECODE), each one compiles ddlcomm again:
+# 0.47 s instead of 0.24 s for a refused `ddlcomm bench`.  The caches are gitignored.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 try:
     from hypothesis import HealthCheck, Phase, settings

@@ -62,9 +62,18 @@ PIPE_STREAM_BYTES = 8 << 20
 PIPE_SPIN_US = 50.0
 
 
+#: same_node's answer per communicator: its ranks do not move, so it is asked once.
+_ONE_HOST: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def same_node(comm) -> bool:
-    """True when every rank of ``comm`` runs on this host (by hostname)."""
-    return len(set(comm.allgather_object(socket.gethostname()))) == 1
+    """True when every rank of ``comm`` runs on this host (by hostname).
+
+    Collective the first time for ``comm`` (every rank asks in the same order), then cached.
+    """
+    if comm not in _ONE_HOST:
+        _ONE_HOST[comm] = len(set(comm.allgather_object(socket.gethostname()))) == 1
+    return _ONE_HOST[comm]
 
 
 def node_segment(comm, leader: int, nbytes: int):

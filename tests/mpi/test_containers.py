@@ -23,7 +23,8 @@ import pytest
 
 from ddlcomm.errors import UnsupportedError, UsageError
 from ddlcomm.launch import commands, containers, spawn
-from ddlcomm.launch.containers import ContainerSet, check_available, cleanup_stale
+from ddlcomm.launch.containers import ContainerSet, check_available
+from ddlcomm.launch.removal import cleanup_stale
 from ddlcomm.launch.mpirun import HYDRA_OVERSUBSCRIBED, MPILauncher
 
 pytestmark = pytest.mark.mpi

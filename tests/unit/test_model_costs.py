@@ -8,8 +8,9 @@ import pytest
 
 from ddlcomm.comm.native import Schedule
 from ddlcomm.errors import UsageError
-from ddlcomm.model import costs, library
-from ddlcomm.model.costs import Load, Params, Setting
+from ddlcomm.model import costs, library, node
+from ddlcomm.model.costs import Params, Setting
+from ddlcomm.model.node import Load
 
 N = 1000.0
 P = Params(alpha=1.0, beta=0.01, gamma=0.001)
@@ -146,10 +147,10 @@ def test_params_time_by_hand():
 
 
 def test_oversubscription_terms():
-    assert costs.oversubscription(2, 2) == 0
-    assert costs.oversubscription(3, 2) == pytest.approx(1 / 3)
-    assert costs.oversubscription(4, 2) == 0.5
-    assert costs.oversubscription(64, None) == 0
+    assert node.oversubscription(2, 2) == 0
+    assert node.oversubscription(3, 2) == pytest.approx(1 / 3)
+    assert node.oversubscription(4, 2) == 0.5
+    assert node.oversubscription(64, None) == 0
     q = Params(1.0, 0.01, 0.001, alpha_over=2.0, beta_over=0.1)
     s = Schedule(2, 100.0, 50.0)
     assert q.time(s) == pytest.approx(2 + 1 + 0.05)
@@ -173,9 +174,9 @@ def test_oversubscription_terms():
 
 
 def test_oversubscription_by_how_the_library_waits():
-    assert costs.oversubscription(3, 2, "yield") == 1.0 == costs.oversubscription(6, 2, "yield")
-    assert costs.oversubscription(2, 2, "yield") == 0.0
-    assert costs.oversubscription(6, 2, "sleep") == pytest.approx(2 / 3)
+    assert node.oversubscription(3, 2, "yield") == 1.0 == node.oversubscription(6, 2, "yield")
+    assert node.oversubscription(2, 2, "yield") == 0.0
+    assert node.oversubscription(6, 2, "sleep") == pytest.approx(2 / 3)
     assert library.waiting("Open MPI 5.0.11") == "yield"
     assert library.waiting("MPICH") == library.waiting("gloo") == library.waiting(None) == "sleep"
     q = Params(1.0, 0.01, alpha_over=2.0)
@@ -204,7 +205,7 @@ def test_a_lone_copy_of_open_mpi_does_not_wait_per_byte():
     assert mpich == pytest.approx(3 * 1 + 3 * N * 0.01 + 0.5 * (3 * 2 + 3 * N * 0.1))
     # the columns a fit multiplies the parameters by are the prediction's
     load = costs.node_load("broadcast", "chain", 4, N, 4, setting)
-    assert sum(f * v for f, v in zip(costs.features(chain, load), q.to_dict().values())) == \
+    assert sum(f * v for f, v in zip(node.features(chain, load), q.to_dict().values())) == \
         pytest.approx(t)
 
 
@@ -218,10 +219,10 @@ def test_open_mpi_runs_its_chain_broadcast_with_fan_out_1():
 
 def test_cache_spill():
     # working set: all-reduce 2 buffers x 4 ranks x n; gather 2; broadcast 1
-    assert costs.spill("allreduce", 4, 1 << 20, 32 << 20) == 0.0           # 8 MiB fits
-    assert costs.spill("allreduce", 4, 8 << 20, 32 << 20) == pytest.approx(0.5)
-    assert costs.spill("broadcast", 4, 16 << 20, 32 << 20) == pytest.approx(0.5)
-    assert costs.spill("allreduce", 4, 8 << 20, None) == 0.0
+    assert node.spill("allreduce", 4, 1 << 20, 32 << 20) == 0.0           # 8 MiB fits
+    assert node.spill("allreduce", 4, 8 << 20, 32 << 20) == pytest.approx(0.5)
+    assert node.spill("broadcast", 4, 16 << 20, 32 << 20) == pytest.approx(0.5)
+    assert node.spill("allreduce", 4, 8 << 20, None) == 0.0
     q = Params(1.0, 0.01, 0.001, beta_spill=0.02)
     s = Schedule(2, 100.0, 50.0)
     assert q.time(s, Load(spill=0.5)) == pytest.approx(2 + 1 + 0.05 + 0.5 * 150 * 0.02)
@@ -391,15 +392,15 @@ def test_million_ranks_fast():
 
 def test_contention_from_the_copy_bandwidth_by_copies():
     bw = ((1, 10.0), (2, 20.0), (4, 24.0), (8, 24.0))
-    assert costs.contention(None, 8) == 1.0 and costs.contention(bw, 1) == 1.0
-    assert costs.contention(bw, 2) == pytest.approx(1.0)           # two copies: twice the bandwidth
-    assert costs.contention(bw, 4) == pytest.approx(4 * 10 / 24)
-    assert costs.contention(bw, 3) == pytest.approx(3 * 10 / 22)   # between 2 and 4: linear
-    assert costs.contention(bw, 16) == pytest.approx(16 * 10 / 24)  # past the last: flat
-    assert costs.contention(((1, 10.0), (2, 25.0)), 2) == 1.0      # never below 1
-    assert costs.contention(((2, 20.0),), 2) == 1.0                # no single-copy figure
-    assert costs.bandwidth_of({"by_copiers": {"2": 20, "1": 10}}) == ((1, 10.0), (2, 20.0))
-    assert costs.bandwidth_of(None) is None and costs.bandwidth_of({"error": "x"}) is None
+    assert node.contention(None, 8) == 1.0 and node.contention(bw, 1) == 1.0
+    assert node.contention(bw, 2) == pytest.approx(1.0)           # two copies: twice the bandwidth
+    assert node.contention(bw, 4) == pytest.approx(4 * 10 / 24)
+    assert node.contention(bw, 3) == pytest.approx(3 * 10 / 22)   # between 2 and 4: linear
+    assert node.contention(bw, 16) == pytest.approx(16 * 10 / 24)  # past the last: flat
+    assert node.contention(((1, 10.0), (2, 25.0)), 2) == 1.0      # never below 1
+    assert node.contention(((2, 20.0),), 2) == 1.0                # no single-copy figure
+    assert node.bandwidth_of({"by_copiers": {"2": 20, "1": 10}}) == ((1, 10.0), (2, 20.0))
+    assert node.bandwidth_of(None) is None and node.bandwidth_of({"error": "x"}) is None
 
 
 def test_contention_slows_the_bytes_from_memory_of_the_copies_at_once():
@@ -419,7 +420,7 @@ def test_contention_slows_the_bytes_from_memory_of_the_copies_at_once():
     # copies beyond the cores: as many at once as there are cores
     assert costs.node_load("allreduce", "ring", 8, 64 << 20, 8,
                            Setting(cores=2, cache=1 << 20, bandwidth=bw)).contention == \
-        pytest.approx(costs.contention(bw, 2))
+        pytest.approx(node.contention(bw, 2))
 
 
 def test_the_leaders_of_a_hierarchical_all_reduce_are_not_one_node():

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from ddlcomm.model.calibrate import calibrate, family_summary, parse_holdout, select_points, with_cores
-from ddlcomm.model.costs import bandwidth_of
+from ddlcomm.model.node import bandwidth_of
 from ddlcomm.results.export import point_record
 from ddlcomm.results.store import Store
 

@@ -18,7 +18,8 @@ from ..errors import UsageError
 from ..machine.cpus import last_level_cache
 from ..model import ssgd
 from ..model.calibrate import calibrate, load, parse_holdout, select_points, with_cores
-from ..model.costs import Params, bandwidth_of
+from ..model.costs import Params
+from ..model.node import bandwidth_of
 from ..model.predict import check_request, comm_from_fit, predict
 from ..model.ssgd import Phases, model_layers
 from ..outputs import writable_dir, writable_file

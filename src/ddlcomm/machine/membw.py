@@ -8,7 +8,7 @@ copy a private buffer (``np.copyto``, larger than the last-level cache) at
 once, for k = 1, 2, 3, 4, 6, 8, 12, 16, ... up to the CPUs; the answer is the
 bytes copied per second by all k together (median of the rounds).  ``ddlcomm
 info --memory-bandwidth`` reports it and the cost model prices concurrent copies
-with it (:func:`ddlcomm.model.costs.contention`).
+with it (:func:`ddlcomm.model.node.contention`).
 
 The workers are plain interpreters that import only NumPy (nothing of MPI or
 CUDA), started once and driven through their stdin; their clocks

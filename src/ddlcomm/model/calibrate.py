@@ -5,12 +5,14 @@ equation: its measured time = the cost model's terms of the algorithm that
 ran (:mod:`ddlcomm.model.costs`; ``library`` resolved by
 :mod:`ddlcomm.model.library`) times the unknown parameters::
 
-    t = rounds·α + share·(bytes·β + reduced·γ + spill·(bytes + reduced)·β_spill)
+    t = rounds·α + share·(m·bytes·β + m·reduced·γ + spill·c·(bytes + reduced)·β_spill)
         + over·(rounds·α_over + [per_byte]·(bytes + reduced)·β_over)
 
-(:func:`ddlcomm.model.costs.features`, the node's :class:`~ddlcomm.model.costs.Load`
-from :func:`~ddlcomm.model.costs.node_load`, the same as a prediction's).  ``over`` > 0 when there are more ranks on the node than cores, by how the
-library waits (:func:`ddlcomm.model.costs.oversubscription`; the harness
+(:func:`ddlcomm.model.node.features`, the node's :class:`~ddlcomm.model.node.Load`
+from :func:`~ddlcomm.model.costs.node_load`, the same as a prediction's; ``c`` the
+measured memory contention, ``m`` = 1 + spill·(c - 1)).  ``over`` > 0 when there are
+more ranks on the node than cores, by how the
+library waits (:func:`ddlcomm.model.node.oversubscription`; the harness
 runs every rank on one host, so ranks on the node = ranks) and ``share`` =
 max(1, busy ranks / cores) multiplies the β and γ columns
 (:func:`ddlcomm.model.costs.share`); the two ``_over`` columns are left out
@@ -19,7 +21,7 @@ at a time in a library whose lone copies run at full speed
 (:func:`ddlcomm.model.costs.waits_per_byte`).
 ``spill`` = max(0, 1 - cache /
 working set), the part of the ranks' buffers beyond the last-level cache
-(:func:`ddlcomm.model.costs.spill`; ``cache`` is the machine's, 0 leaves the
+(:func:`ddlcomm.model.node.spill`; ``cache`` is the machine's, 0 leaves the
 column out): copies from memory cost β + β_spill a byte, from cache β.
 
 **Weighting.** Weighted least squares with weight 1/t_measured on each
@@ -63,8 +65,9 @@ import numpy as np
 from ..errors import UsageError
 from ..measure.stats import relative_error
 from ..units import format_size, parse_size
-from . import costs
-from .costs import Bandwidth, Params, Setting
+from . import costs, node
+from .costs import Params, Setting
+from .node import Bandwidth
 
 FIT_FORMAT = "ddlcomm-model-fit"
 FIT_VERSION = 1
@@ -193,13 +196,13 @@ class Row:
     key: tuple
     algorithm: str               # the cost model's algorithm (library resolved)
     terms: Any
-    load: costs.Load
+    load: node.Load
     measured_s: float
     heldout: bool
 
     def features(self) -> np.ndarray:
         """The columns of :data:`COLUMNS`: what each parameter is multiplied by."""
-        return np.array(costs.features(self.terms, self.load), float)
+        return np.array(node.features(self.terms, self.load), float)
 
     def model(self, params: Params) -> float:
         return params.time(self.terms, self.load)

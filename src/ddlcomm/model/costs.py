@@ -52,53 +52,22 @@ and the others): posts on the critical path are rounds, but each level's
 receivers copy at once, so a level costs one n of bytes, slowed by
 ``share`` when they outnumber the cores.
 
-Oversubscription: with more ranks on a node than cores (``over`` > 0: how
-likely a message waits for the scheduler, by how the library's ranks wait,
-:data:`OVERSUBSCRIPTION`) two things happen.  Copies and reductions of ranks
-that work at the same time share the cores: the β and γ terms are
-multiplied by ``share`` = max(1, busy ranks / cores), where the busy ranks
-are those of the algorithm that copy or reduce at once (:data:`ACTIVE`: all
-p in a ring, the power-of-two core in recursive halving and doubling, the
-root alone in a linear gather, the widest level of an Open MPI broadcast
-tree, ...).  And ranks wait for the scheduler: the fitted ``alpha_over``
-(seconds per message per unit of ``over``) and ``beta_over`` (seconds per
-byte moved or reduced per unit of ``over``) add ``over·(rounds·alpha_over +
-(bytes + reduced)·beta_over)``: a message whose peer is off its core waits
-for the scheduler.  Both are 0 unless a fit saw oversubscribed points.  The
-per-byte wait is left out where one rank copies at a time in a library whose
-lone copies run at full speed (:func:`waits_per_byte`: Open MPI's chain and
-linear gather): the waiting ranks give it the core.  The node's part of a call
-is a :class:`Load` (:func:`node_load`); :func:`features` gives what each
-parameter is multiplied by, for a prediction and a fit alike.
-
-Cache: when the node's working set (its ranks' buffers, :data:`FOOTPRINT`)
-outgrows the last-level cache, the part ``spill`` beyond it
-(:func:`spill`) streams from memory: ``share·spill·(bytes +
-reduced)·beta_spill`` more.  0 when the cache is not known
-(:class:`Setting`); without oversubscription or spill the time is the plain
-α-β-γ one.
-
-Memory contention: the ranks that copy at once on a node (the busy ranks,
-at most one per core) share its memory bandwidth, so each byte they stream
-from memory (the ``spill`` part) costs ``c`` times what it costs one copy
-alone, with ``c`` = copies·B(1)/B(copies) (:func:`contention`) from the
-node's measured copy bandwidth B by concurrent copies (``ddlcomm info
---memory-bandwidth``).  It is measured, not fitted: 1 where B grows with
-the copies, or where B is not known.
+The node's part of a call (oversubscription, cache, memory contention) is
+:mod:`ddlcomm.model.node`; which of an algorithm's ranks copy or reduce at once
+(:data:`ACTIVE`) and :func:`node_load` are here, since they depend on the algorithm.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Callable, Mapping, NamedTuple, Optional
-
-import numpy as np
+from typing import Callable, Mapping, Optional
 
 from ..comm import native
 from ..comm.hierarchical import leaders_algorithm
 from ..comm.native import Schedule
 from ..errors import UsageError
 from .library import choose, copies_alone, waiting
+from .node import Bandwidth, Load, contention, features, oversubscription, spill
 
 #: The fan-out Open MPI's chain broadcast runs with by default: 1.  The fixed decision
 #: calls ``bcast_intra_do_this(..., alg, 0, 0)``, and ``ompi_coll_base_topo_build_chain``
@@ -127,7 +96,7 @@ class Params:
                     or not math.isfinite(value) or value < 0:
                 raise UsageError(f"model parameter {name} must be a number >= 0, not {value!r}")
 
-    def time(self, terms: Schedule, load: Optional["Load"] = None) -> float:
+    def time(self, terms: Schedule, load: Optional[Load] = None) -> float:
         """Seconds for ``terms`` on a node loaded as ``load`` says (default: not at all)."""
         return sum(f * getattr(self, name) for name, f in zip(PARAMETERS, features(terms, load)))
 
@@ -141,107 +110,6 @@ class Params:
 
 #: The parameters, in the order of :class:`Params` (and of a fit's columns).
 PARAMETERS = tuple(f.name for f in fields(Params))
-
-
-class Load(NamedTuple):
-    """What the node does to a call besides its terms (:func:`node_load`)."""
-
-    #: the oversubscription: 0 with a core per rank (:data:`OVERSUBSCRIPTION`)
-    over: float = 0.0
-    #: busy ranks per core (>= 1), slowing copies and reductions (:func:`share`)
-    share: float = 1.0
-    #: the part of the working set beyond the last-level cache (:func:`spill`)
-    spill: float = 0.0
-    #: an oversubscribed copy waits for the scheduler per byte (False: one rank
-    #: copies at a time, in a library whose lone copies run at full speed;
-    #: :func:`waits_per_byte`)
-    per_byte: bool = True
-    #: how much slower each of the copies that run at once streams from memory than
-    #: one copy alone (>= 1; :func:`contention`)
-    contention: float = 1.0
-
-
-def features(terms: Schedule, load: Optional[Load] = None) -> tuple[float, ...]:
-    """What each parameter of :data:`PARAMETERS` is multiplied by (a fit's columns)::
-
-        t = rounds·α + share·(m·bytes·β + m·reduced·γ + spill·c·(bytes + reduced)·β_spill)
-            + over·(rounds·α_over + [per_byte]·(bytes + reduced)·β_over)
-
-    with ``c`` the contention and ``m = 1 + spill·(c - 1)``: the bytes from the cache
-    cost β (γ) each, those from memory (the part ``spill``) c·(β + β_spill).
-    """
-    over, busy, spilled, per_byte, c = load or Load()
-    busy = max(1.0, busy)
-    c = max(1.0, c)
-    m = busy * (1.0 + spilled * (c - 1.0))
-    moved = terms.bytes + terms.reduced_bytes
-    return (terms.rounds, m * terms.bytes, m * terms.reduced_bytes,
-            over * terms.rounds, over * moved if per_byte else 0.0, busy * spilled * c * moved)
-
-
-#: A node's copy bandwidth by concurrent copies: ((copies, bytes/s of all together), ...),
-#: ascending, as :func:`ddlcomm.machine.membw.copy_bandwidth` measures it.
-Bandwidth = tuple[tuple[int, float], ...]
-
-
-def contention(bandwidth: Optional[Bandwidth], copiers: float) -> float:
-    """How much slower each of ``copiers`` copies that run at once goes than one alone:
-    copiers·B(1)/B(copiers), at least 1, with B the node's ``bandwidth`` by copies
-    (linear between the measured counts, flat past the last); 1 when unknown."""
-    if not bandwidth or copiers <= 1:
-        return 1.0
-    table = dict(bandwidth)
-    if 1 not in table or table[1] <= 0:
-        return 1.0
-    counts = sorted(table)
-    b = float(np.interp(copiers, counts, [table[k] for k in counts]))
-    return max(1.0, copiers * table[1] / b) if b > 0 else 1.0
-
-
-def bandwidth_of(measured: Optional[Mapping[str, Any]]) -> Optional[Bandwidth]:
-    """:data:`Bandwidth` from ``ddlcomm info --memory-bandwidth``'s ``copy_bandwidth``
-    (its ``by_copiers``: {"1": bytes/s, ...}); None without one."""
-    by = (measured or {}).get("by_copiers") or {}
-    return tuple(sorted((int(k), float(v)) for k, v in by.items())) or None
-
-
-#: Bytes a collective's buffers span per rank, in units of the message size:
-#: all-reduce and reduce a send and a receive buffer; broadcast one; gather
-#: one to send, and the root's receive buffer of p of them (2 per rank on average).
-FOOTPRINT = {"allreduce": 2, "reduce": 2, "broadcast": 1, "gather": 2}
-
-
-def spill(collective: str, ranks_on_node: int, nbytes: float, cache: Optional[float]) -> float:
-    """The part of a node's working set (its ranks' buffers) that does not fit
-    in the last-level cache of ``cache`` bytes: max(0, 1 - cache / working set);
-    0 when ``cache`` is unknown."""
-    if not cache:
-        return 0.0
-    working = FOOTPRINT.get(collective, 2) * ranks_on_node * nbytes
-    return max(0.0, 1.0 - cache / working) if working > 0 else 0.0
-
-
-#: How a library's waiting ranks share the cores when they outnumber them
-#: (:data:`ddlcomm.model.library.WAITING`) -> ``over`` for (ranks on the node,
-#: cores), ranks > cores.  ``sleep``: a waiting rank leaves its core (MPICH's
-#: throttled polling, Gloo's blocking waits), so the chance that the rank a
-#: message waits for is off its core is the share of ranks without one,
-#: (ranks - cores) / ranks.  ``yield``: waiting ranks stay runnable and give
-#: the core back at each poll (Open MPI's ``mpi_yield_when_idle``), so a
-#: message waits about one turn of the scheduler however many share the core: 1.
-OVERSUBSCRIPTION = {
-    "sleep": lambda ranks, cores: (ranks - cores) / ranks,
-    "yield": lambda ranks, cores: 1.0,
-}
-
-
-def oversubscription(ranks_per_node: int, cores: Optional[int], waiting: str = "sleep") -> float:
-    """``over`` of ``ranks_per_node`` ranks on ``cores`` cores whose library waits
-    as ``waiting`` says (:data:`OVERSUBSCRIPTION`); 0 without oversubscription
-    or when ``cores`` is None."""
-    if not cores or ranks_per_node <= cores:
-        return 0.0
-    return OVERSUBSCRIPTION[waiting](ranks_per_node, cores)
 
 
 # ------------------------------------------------------------------ helpers

@@ -190,7 +190,7 @@ def gloo(collective: str, p: int, nbytes: float, itemsize: int = 4,
 
 
 #: How each library's ranks wait for a message when there are more ranks than
-#: cores (:data:`ddlcomm.model.costs.OVERSUBSCRIPTION`).  Open MPI yields the
+#: cores (:data:`ddlcomm.model.node.OVERSUBSCRIPTION`).  Open MPI yields the
 #: core at each poll (``mpi_yield_when_idle``, which ``--oversubscribe`` turns
 #: on); MPICH sleeps a moment after each empty poll as ddlcomm launches it
 #: then (``MPIR_CVAR_CH4_PROGRESS_THROTTLE``, ddlcomm.launch.mpirun); Gloo

@@ -1,11 +1,14 @@
 """Tests of the pure parts of ddlcomm.launch: launcher detection, the mpirun command line,
-the layout of ranks over containers and cpus, launcher command lines without containers."""
+the layout of ranks over containers and cpus, launcher command lines without containers,
+and what the containers read of the host's mounts."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from ddlcomm.errors import UnsupportedError, UsageError
-from ddlcomm.launch import commands, containers, mpirun, placement
+from ddlcomm.launch import commands, containers, cpuset, mpirun, namespaces, placement
 from ddlcomm.launch.env import LaunchInfo, detect
 from ddlcomm.launch.mpirun import HYDRA_OVERSUBSCRIBED, MPILauncher, family_of
 
@@ -218,3 +221,12 @@ def test_launch_modules_import_no_circle():
     assert imported(placement) == set()
     assert "commands" not in imported(containers) and "placement" in imported(containers)
     assert {"containers", "placement"} <= imported(commands)
+
+
+def test_mounts_are_read_from_mountinfo(tmp_path):
+    points = {mp: fstype for mp, fstype, _ in namespaces.mountinfo()}
+    assert points.get("/proc") == "proc"
+    assert namespaces.mounted(Path("/proc")) and not namespaces.mounted(tmp_path)
+    # Inside a container's fresh /sys, the host's cgroup hierarchies are mounted again.
+    remount = cpuset.cgroup_remount()
+    assert remount == "true" or "/sys/fs/cgroup" in remount

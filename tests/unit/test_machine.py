@@ -54,6 +54,7 @@ def test_node_memory_bytes():
 def test_cpu_facts_here():
     f = cpus.facts()
     assert f["logical"] == os.cpu_count() and 1 <= f["usable"] <= f["logical"]
+    assert 1 <= f["usable_cores"] <= f["usable"] and f["usable_cores"] <= f["physical_cores"] <= f["logical"]
     assert f["numa"] == [] or all(n["cpus"] for n in f["numa"])
 
 
@@ -332,6 +333,17 @@ def test_render_a_gpu():
         "count": 1, "ranks": 3, "ranks_per_gpu": [3], "devices": [
             {"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_bytes": 80 << 30, "bus_id": "00000000:65:00.0"}]}}
     assert "GPU 0: NVIDIA H100 80GB HBM3, 80GiB, bus 00000000:65:00.0, 3 of 3 ranks" in render_info(f)
+
+
+def test_render_cpus_with_hardware_threads():
+    """Synthetic facts of an 8-core, 2-thread host: the text says that ranks past 8 share cores."""
+    smt = {"model": "X", "logical": 16, "physical_cores": 8, "affinity": "0-15", "usable": 16,
+           "usable_cores": 8, "last_level_cache_bytes": 32 << 20, "numa": []}
+    text = render_info({"host": "h", "probe_s": 1, "cpus": smt})
+    assert "16 logical CPUs on 8 physical cores" in text
+    assert "ranks past 8 share a core" in text
+    older = {k: v for k, v in smt.items() if k not in ("physical_cores", "usable_cores")}
+    assert "16 logical CPUs, this process may use 16" in render_info({"host": "h", "cpus": older})
 
 
 # ------------------------------------------------------------------ the run row

@@ -11,7 +11,8 @@ from ..units import parse_positive_int
 FIELDS = """\
 --json fields (sizes in bytes; a thing that is missing says available: false and its reason):
   host, facts_version, probe_s (seconds the probes took), gpu_verdict (the last line of the text)
-  cpus      model, logical (CPUs), affinity and usable (this process's CPUs), last_level_cache_bytes,
+  cpus      model, logical (CPUs), physical_cores (under the online CPUs), affinity and usable
+            (this process's CPUs), usable_cores (the physical cores under them), last_level_cache_bytes,
             numa: [{node, cpus, memory_bytes, memory_allowed}]
   memory    total_bytes, available_bytes, thp {enabled, defrag}, hugetlb {page_bytes, total, free,
             pools: [{page_bytes, total, free}]}, shm {path, size_bytes, free_bytes}

@@ -1,5 +1,6 @@
-"""The CPUs: model, logical CPUs and this process's affinity, the last-level cache,
-NUMA nodes with their CPUs and memory (sysfs).  Reads files only."""
+"""The CPUs: model, logical CPUs, the physical cores under them and this process's
+affinity, the last-level cache, NUMA nodes with their CPUs and memory (sysfs).  Reads
+files only."""
 from __future__ import annotations
 
 import os
@@ -8,10 +9,11 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..launch.placement import numa_nodes
+from ..launch.placement import numa_nodes, parse_cpulist, physical_cores
 from ..memory.numa import available_nodes
 
 NODE_DIR = Path("/sys/devices/system/node")
+CPU_DIR = Path("/sys/devices/system/cpu")
 
 
 def cpu_model(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> str | None:
@@ -83,17 +85,29 @@ def affinity() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
+def online(cpu_dir: Path = CPU_DIR) -> list[int]:
+    """The online logical CPUs (sysfs), else 0 .. os.cpu_count() - 1."""
+    try:
+        return parse_cpulist((cpu_dir / "online").read_text())
+    except (OSError, ValueError):
+        return list(range(os.cpu_count() or 1))
+
+
 def facts(node_dir: Path = NODE_DIR) -> dict[str, Any]:
-    """``model``, ``logical`` CPUs, ``affinity`` (this process's CPU list) and
-    ``usable`` (their count), ``last_level_cache_bytes``, and ``numa``: per
-    node its ``cpus``, ``memory_bytes`` and whether this process may put memory there."""
+    """``model``, ``logical`` CPUs and the ``physical_cores`` under the online ones (with
+    two hardware threads per core, ranks past the cores share them), ``affinity`` (this
+    process's CPU list), ``usable`` (their count) and ``usable_cores`` (the physical
+    cores under them), ``last_level_cache_bytes``, and ``numa``: per node its ``cpus``,
+    ``memory_bytes`` and whether this process may put memory there."""
     allowed = set(available_nodes())
     mine = affinity()
     return {
         "model": cpu_model(),
         "logical": os.cpu_count(),
+        "physical_cores": physical_cores(online()),
         "affinity": cpu_ranges(mine),
         "usable": len(mine),
+        "usable_cores": physical_cores(mine),
         "last_level_cache_bytes": last_level_cache(),
         "numa": [{"node": node, "cpus": cpu_ranges(cpus), "memory_bytes": _node_memory(node, node_dir),
                   "memory_allowed": node in allowed}

@@ -20,9 +20,18 @@ def _avail(feature: Mapping[str, Any]) -> str:
     return "yes" if feature.get("available") else f"no ({feature.get('reason') or 'unavailable'})"
 
 
+def _on_cores(c: Facts) -> str:
+    """`` on N physical cores`` where the facts say (older facts do not)."""
+    return f" on {c['physical_cores']} physical cores" if c.get("physical_cores") else ""
+
+
 def _cpus(c: Facts) -> list[str]:
-    lines = [f"{c.get('model') or 'unknown CPU'}, {c.get('logical')} logical CPUs, this process may use "
-             f"{c.get('usable')} ({c.get('affinity')}), last-level cache {_size(c.get('last_level_cache_bytes'))}"]
+    lines = [f"{c.get('model') or 'unknown CPU'}, {c.get('logical')} logical CPUs{_on_cores(c)}, "
+             f"this process may use {c.get('usable')} ({c.get('affinity')}), "
+             f"last-level cache {_size(c.get('last_level_cache_bytes'))}"]
+    if c.get("usable_cores") and c["usable_cores"] < c.get("usable", 0):
+        lines.append(f"hardware threads share cores: ranks past {c['usable_cores']} share a core "
+                     f"with another rank")
     for n in c.get("numa") or []:
         lines.append(f"NUMA node {n['node']}: CPUs {n['cpus'] or 'none'}, {_size(n.get('memory_bytes'))}"
                      + ("" if n.get("memory_allowed") else " (memory not allowed to this process)"))

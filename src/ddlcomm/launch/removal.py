@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Sequence
 
 from .cpuset import cpuset_root, own_cgroup, rmdir_cgroup
-from .namespaces import (NETNS_DIR, PREFIX, STATE_DIR, end_processes, links, mounted,
-                         netns_names, sh, tool)
+from .namespaces import (ALIAS_PREFIX, NETNS_DIR, PREFIX, STATE_DIR, end_processes, links,
+                         mounted, netns_names, sh, tool)
 from .processes import owner_alive
 
 _NETNS_RE = re.compile(rf"^{PREFIX}-(\d+)-(\d+)-c\d+$")
 _SET_RE = re.compile(r"^(\d+)-(\d+)$")
-_ALIAS_RE = re.compile(r"ddlcomm owner=(\d+) set=(\S+)")
+_ALIAS_RE = re.compile(re.escape(ALIAS_PREFIX) + r"(\d+) set=(\S+)")
 
 
 def remove_set(ident: str, netns: Sequence[str], nsdirs: Sequence[Path],

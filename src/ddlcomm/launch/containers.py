@@ -291,7 +291,7 @@ class ContainerSet:
                 raise UnsupportedError(f"cannot create bridge {bridge}: {res.stderr.strip()}")
             self.bridge, self.subnet = bridge, str(net)
             self.bridge_address = str(net.network_address + 1)
-            sh([ip, "link", "set", bridge, "alias", f"{ALIAS_PREFIX}{pid} set={self.id}"])
+            self._label(bridge)
             _disable_ipv6(bridge)
             sh([ip, "addr", "add", f"{self.bridge_address}/24", "dev", bridge])
             sh([ip, "link", "set", bridge, "up"])
@@ -300,14 +300,14 @@ class ContainerSet:
                                "remove stale ddlcbr* bridges (ddlcomm cleans its own)")
 
     def _create_container(self, i: int, c: Container) -> None:
-        ip, pid = tool("ip"), os.getpid()
+        ip = tool("ip")
         sh([ip, "netns", "add", c.netns], what=f"netns {c.netns}")
         veth = f"ddlcv{self.bridge[6:]}-{i}"
         c.veth = veth
         self._write_state()
         sh([ip, "link", "add", veth, "type", "veth", "peer", "name", CONTAINER_IFACE,
              "netns", c.netns], what="veth pair")
-        sh([ip, "link", "set", veth, "alias", f"{ALIAS_PREFIX}{pid} set={self.id}"])
+        self._label(veth)
         _disable_ipv6(veth)
         sh([ip, "link", "set", veth, "master", self.bridge, "up"])
         sh([tool("nsenter"), f"--net={NETNS_DIR / c.netns}", "--", "sh", "-c",
@@ -340,6 +340,11 @@ class ContainerSet:
              f"--mount={c.nsdir / 'mnt'}", "--propagation", "private",
              tool("nsenter"), f"--net={NETNS_DIR / c.netns}", "--", "sh", "-c", setup],
             what=f"namespaces of {c.netns}")
+
+    def _label(self, link: str) -> None:
+        """Alias ``link`` with its owner and set, ``ddlcomm owner=PID set=ID``: how
+        :func:`.removal.cleanup_stale` knows a dead owner's links."""
+        sh([tool("ip"), "link", "set", link, "alias", f"{ALIAS_PREFIX}{os.getpid()} set={self.id}"])
 
     def _hosts(self) -> str:
         lines = ["127.0.0.1\tlocalhost", f"{self.bridge_address}\t{PREFIX}-{self.id}-host"]

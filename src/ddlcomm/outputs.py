@@ -39,6 +39,12 @@ def writable_file(path: Path, flag: str) -> Path:
     return path
 
 
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (checked by :func:`writable_file`), making its folders."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
 def writable_dir(path: Path, flag: str) -> Path:
     """``path`` as a folder this process can create or write in (UsageError if not)."""
     if path.exists():

@@ -121,6 +121,9 @@ def test_export_output_checked_before_reading(tmp_path, empty_db):
     assert_one_line_error(proc, "-o", "is a file, not a folder")
     proc = ddlcomm("results", "export", "--all", "-o", str(tmp_path), db=empty_db)
     assert_one_line_error(proc, "-o", "is a folder, not a file")
+    proc = ddlcomm("results", "export", "--all", "-o", str(tmp_path / "new" / "x.csv"), db=empty_db)
+    assert proc.returncode == 0, proc.stderr          # its folder made (FileNotFoundError before)
+    assert (tmp_path / "new" / "x.csv").exists()
 
 
 def test_missing_plugin_is_one_line(db):

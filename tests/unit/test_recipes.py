@@ -257,6 +257,26 @@ def test_a_rewritten_report_lists_what_its_session_could_not_run(tmp_path):
     assert base.session_unavailable(there, tmp_path, "r:abc") == [("GPU half", "no GPU there")]
 
 
+def test_a_rewritten_report_lists_the_runs_that_did_not_complete(tmp_path):
+    """--report-only dropped the list (it knew only the exit codes of steps it ran)."""
+    from ddlcomm.recipes import base
+    results = [(base.Step("a", ()), 0, 1.0), (base.Step("b", ()), base.NOT_RUN, 0.0),
+               (base.Step("c", ()), 3, 2.0)]
+    ran = base.session_incomplete(tmp_path, results, None)
+    assert ran == [("b", "not run (deadline or SIGTERM)"), ("c", "failed (exit 3)")]
+    assert base.session_incomplete(tmp_path, [], "r:abc") == ran
+    assert base.session_incomplete(tmp_path / "elsewhere", [], "r:abc") == []
+
+
+def test_report_only_of_a_missing_session_makes_no_folder(tmp_path):
+    from ddlcomm.recipes.base import reproduce
+    from ddlcomm.results import Store
+    Store(tmp_path / "d.db").close()
+    with pytest.raises(UsageError, match="no points of session"):
+        reproduce(get_recipe("woo2020"), tmp_path / "d.db", report_only="woo2020:abc")
+    assert not (tmp_path / "reports").exists()
+
+
 def test_a_report_names_the_cores_of_the_machine_its_runs_ran_on():
     from ddlcomm.recipes import base
     assert base.cores_of([{"run_cores": 16}, {"run_cores": None}]) == 16

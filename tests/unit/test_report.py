@@ -48,9 +48,16 @@ def test_varying_dimensions_and_series_key(points):
     assert series_key(points[0], []) == ""
     mixed = points + [make_point("allreduce", "buffer", 4, library="MPICH",
                                extra={"segments": 1, "phase": "warm"})]
+    assert varying_dimensions(mixed) == ["library", "form"]     # phase follows the library
+    mixed.append(make_point("allreduce", "buffer", 4, library="MPICH",
+                            extra={"segments": 1, "phase": "cold"}))
     dims = varying_dimensions(mixed)
     assert dims == ["library", "form", "phase"]
     assert series_key(mixed[0], dims) == "mpi/Open MPI buffer phase=-"
+    own = [make_point("allreduce", "buffer", 4, algorithm=a,
+                      extra={"kernel": "C kernel, avx2"} if a != "library" else {})
+           for a in ("library", "ring")]
+    assert varying_dimensions(own) == ["algorithm"]             # the kernel follows it
     assert series_key(make_point("allreduce", "object", 4, ranks=4, in_place=True),
                       ["form", "ranks", "in_place"]) == "object 4 ranks in-place"
 
@@ -85,9 +92,11 @@ def test_number_formats():
 
 def test_render_runs_and_run(points):
     listed = render_runs([dict(RUN, n_points=36, n_passed=35, n_failed=1,
-                               collectives=["broadcast", "gather"])])
+                               collectives=["broadcast", "gather"], point_ranks="2,3",
+                               point_backends="mpi,gloo")])
     head, _, row = listed.splitlines()
-    assert head.split()[:4] == ["id", "started", "status", "host"]
+    assert head.split()[:7] == ["id", "started", "status", "host", "library", "backends", "ranks"]
+    assert " mpi,gloo  2,3 " in row
     assert "2025-11-21 05:50:00" in row and "Open MPI 5.0.11" in row and "broadcast,gather" in row
     assert row.endswith("...") and len(row.split("ddlcomm bench")[1]) <= 60
     shown = render_run(RUN)

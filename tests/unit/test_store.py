@@ -80,6 +80,11 @@ def test_point_round_trip_and_order(store):
     run = store.run(rid)
     assert (run["n_points"], run["n_passed"], run["n_skipped"], run["n_failed"]) == (5, 4, 1, 0)
     assert run["collectives"] == "allreduce,bcast"
+    assert (run["point_ranks"], run["point_backends"]) == ("4", "mpi")
+    store.add_point(rid, make_point(16, ranks=12, backend="gloo"))
+    store.add_point(rid, make_point(16, ranks=2))
+    assert store.run(rid)["point_ranks"] == "2,4,12"              # in numeric order
+    assert set(store.run(rid)["point_backends"].split(",")) == {"mpi", "gloo"}
 
 
 def test_runs_newest_first_and_points_of_all(store):

@@ -117,7 +117,7 @@ def test_model_tune_on_a_committed_machine(tmp_path, capsys):
     db = tmp_path / "openmpi.db"
     with gzip.open(MACHINE / "manycores-openmpi.db.gz", "rb") as src, open(db, "wb") as dst:
         shutil.copyfileobj(src, dst)
-    out = tmp_path / "tune.json"
+    out = tmp_path / "new" / "tune.json"            # its folder made (it raised FileNotFoundError)
     assert main(["model", "tune", "--db", str(db), "--collective", "allreduce",
                  "--out", str(out)]) == 0
     printed = capsys.readouterr()

@@ -22,7 +22,7 @@ from ..model.costs import Params
 from ..model.node import bandwidth_of
 from ..model.predict import check_request, comm_from_fit, predict
 from ..model.ssgd import Phases, model_layers
-from ..outputs import writable_dir, writable_file
+from ..outputs import writable_dir, writable_file, write_text
 from ..report import model as view
 from ..results import Store, default_db_path
 from ..results.export import point_record
@@ -371,10 +371,15 @@ def cmd_predict(args) -> int:
     inter = _params_from_args(args, "inter_")
     if inter is not None and args.algorithm != "hierarchical":
         raise UsageError("--inter-alpha/--inter-beta apply to --algorithm hierarchical")
-    rows = predict(collective, args.algorithm, ranks, sizes,
-                   fit=load(args.fit) if args.fit else None, params=explicit,
+    fit = load(args.fit) if args.fit else None
+    rows = predict(collective, args.algorithm, ranks, sizes, fit=fit, params=explicit,
                    want=_selection(args),
                    ranks_per_node=per_node, cores=cores, inter=inter, leaders=args.leaders)
+    node = cores or max((g.cores or 0 for g in fit.groups), default=0) if fit else cores
+    if per_node is None and node and max(ranks) > node:
+        print(f"note: ranks past {node} (the cores of a node) are priced as several nodes of "
+              f"{node} ranks; --ranks-per-node N prices N ranks sharing one node",
+              file=sys.stderr)
     if args.json:
         print(json.dumps(rows if len(rows) > 1 else rows[0], indent=1))
     else:
@@ -403,8 +408,11 @@ def _read_layers(path: str) -> tuple:
         raise UsageError(f"no layers file at {path}") from None
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read layers file {path}: {exc}") from None
-    if not isinstance(data, list) or not all(isinstance(x, list) and len(x) == 2 for x in data):
-        raise UsageError(f"{path} must be a JSON list of [backward seconds, gradient bytes]")
+    if not isinstance(data, list) or not all(
+            isinstance(x, list) and len(x) == 2 and all(isinstance(v, (int, float)) for v in x)
+            for x in data):
+        raise UsageError(f"{path} must be a JSON list of [backward seconds, gradient bytes] "
+                         "number pairs")
     return tuple((float(s), int(b)) for s, b in data)
 
 
@@ -447,7 +455,7 @@ def cmd_tune(args) -> int:
     table = tuning.build(_load_points(args), source={
         "databases": [str(p) for p in _db_paths(args)],
         "command": "ddlcomm model " + " ".join(sys.argv[2:])})
-    out.write_text(json.dumps(table, indent=1) + "\n")
+    write_text(out, json.dumps(table, indent=1) + "\n")
     print(json.dumps(table, indent=1) if args.json else view.render_tuning(table))
     print(f"tuning table: {out} (use: ddlcomm bench --algorithm auto --tuning {out})",
           file=sys.stderr)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import UsageError
-from ..outputs import writable_file
+from ..outputs import writable_file, write_text
 from ..report import tables, train
 from ..results import Store, compare, export, merge, versus
 from ..units import parse_size
@@ -100,7 +100,7 @@ def export_points(store: Store, args: argparse.Namespace) -> None:
         store.run(common.run_id(args.run))
     text = export.to_csv(points) if args.format == "csv" else export.to_json(points)
     if output is not None:
-        output.write_text(text)
+        write_text(output, text)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
@@ -110,6 +110,10 @@ def compare_runs(store: Store, args: argparse.Namespace) -> None:
     run_a, run_b = store.run(a), store.run(b)
     rows = compare.compare(store.points(a), store.points(b))
     print(tables.render_compare(rows, run_a, run_b))
+    apart = compare.unmatched(rows)
+    if apart:
+        print(f"note: no point of run {a} matches one of run {b}: they differ in "
+              f"{', '.join(apart)}", file=sys.stderr)
 
 
 def merge_sources(names: list[str], db: Path) -> list[Path]:

@@ -209,6 +209,8 @@ class Row:
 
 
 KEY_FIELDS = ("backend", "library", "placement", "form", "algorithm", "collective", "regime")
+#: The fields that tell a fit's parameter sets apart (what --backend/--library/... choose).
+SET_KEYS = KEY_FIELDS[:4]
 
 
 def regime_of(nbytes: float, split: Sequence[int]) -> str:
@@ -342,7 +344,12 @@ class Fit:
             raise UsageError(f"no fitted parameters match {_describe(want)}",
                              f"the fit has: {self.describe_groups()}")
         own = [g for g in pool if g.key.get("collective") == collective]
-        pool = own or [g for g in pool if g.key.get("collective") == "*"] or pool
+        pool = own or [g for g in pool if g.key.get("collective") == "*"]
+        if not pool:
+            had = sorted({str(g.key.get("collective")) for g in self.groups})
+            raise UsageError(f"the fit has no {collective} parameters"
+                             + (f" for {_describe(want)}" if any(want.values()) else ""),
+                             f"it has: {', '.join(had)}; calibrate on points of {collective} too")
         exact = [g for g in pool if g.key.get("algorithm") == algorithm]
         pool = exact or [g for g in pool if g.key.get("algorithm") == "library"] or pool
         if nbytes is not None:
@@ -372,10 +379,20 @@ class Fit:
         """The copy bandwidth by concurrent copies the fit assumed, None if it had none."""
         return tuple((int(k), float(b)) for k, b in self.meta.get("copy_bandwidth") or ()) or None
 
+    def parameter_sets(self) -> list[dict[str, Optional[str]]]:
+        """The fit's parameter sets, in order, as the ``want`` that selects each: backend,
+        library, placement and form."""
+        seen = dict.fromkeys(tuple(g.key.get(k) for k in SET_KEYS) for g in self.groups)
+        return [dict(zip(SET_KEYS, s)) for s in seen]
+
+    def has(self, collective: str, **want: Optional[str]) -> bool:
+        """Whether the set ``want`` picks has parameters for ``collective`` (its own or shared)."""
+        return any(g.key.get("collective") in (collective, "*") for g in self.groups
+                   if all(v is None or _match(g.key.get(k), v) for k, v in want.items()))
+
     def describe_groups(self) -> str:
-        seen = dict.fromkeys(f"{g.key.get('backend')}/{g.key.get('library')}/"
-                             f"{g.key.get('placement')}/{g.key.get('form')}" for g in self.groups)
-        return ", ".join(seen) or "nothing"
+        return ", ".join("/".join(str(v) for v in s.values()) for s in self.parameter_sets()) \
+            or "nothing"
 
     # -------------------------------------------------------------- files
     def to_dict(self) -> dict:
@@ -411,7 +428,11 @@ def load(path: str | Path) -> Fit:
         raise UsageError(f"cannot read fit file {p}: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{p} is not a ddlcomm fit file")
-    return Fit.from_dict(data)
+    try:
+        return Fit.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UsageError(f"fit file {p} is malformed ({type(exc).__name__}: {exc})",
+                         "make it again with `ddlcomm model calibrate`") from None
 
 
 def _match(have: Any, want: str) -> bool:
@@ -467,8 +488,10 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         by_key.setdefault(r.key, []).append(r)
     groups: list[Group] = []
     residuals: list[dict] = []
+    notes: list[str] = []
     for key, members in by_key.items():
         train = [r for r in members if not r.heldout]
+        notes += fit_notes(key, members, train)
         if not train:
             continue                                   # nothing left to fit this group from
         params = fit_group(train)
@@ -484,8 +507,12 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         groups.append(Group(dict(zip(KEY_FIELDS, key)), params,
                             max(run_cores) if run_cores else None, len(train),
                             s["median_rel_err"], s["max_rel_err"]))
+    if not groups:
+        raise UsageError("nothing left to fit: every matching point is held out",
+                         "hold out fewer points (--holdout), or measure more rank counts")
     info = dict(meta or {})
     info.update({
+        "notes": notes,
         "metric": METRICS[metric], "combine": combine,
         "weighting": "1/t (relative error), non-negative",
         "shared": shared, "split": list(split), "holdout": [h.text for h in holdout],
@@ -495,6 +522,19 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         "summary": error_summary(residuals, summary_bytes),
     })
     return Fit(groups, residuals, info)
+
+
+def fit_notes(key: tuple, members: Sequence[Row], train: Sequence[Row]) -> list[str]:
+    """What a reader of one group's fit must know (pure): held-out points left unpredicted
+    because nothing beside them was fitted, and parameters the fitted points cannot fix."""
+    name = "/".join(str(v) for v in key if v not in (None, "*"))
+    if not train:
+        return [f"{name}: {len(members)} held-out points, none fitted beside them: not predicted"]
+    sizes = len({r.point.get("bytes") for r in train})
+    if sizes < 3:
+        return [f"{name}: fitted from {len(train)} point(s) at {sizes} size(s): its per-byte "
+                "terms are not determined, predictions at other sizes are guesses"]
+    return []
 
 
 def _residual(r: Row, model_s: float, err: float) -> dict:

@@ -192,6 +192,8 @@ def cores_of(points: Sequence[dict]) -> int:
 
 #: The report folder's record of what the session could not run, with the reasons.
 UNAVAILABLE_FILE = "unavailable.json"
+#: ... and of the runs that did not complete (label, why), for a report rewritten later.
+INCOMPLETE_FILE = "incomplete.json"
 
 
 def session_unavailable(recipe: Recipe, out: Path,
@@ -209,12 +211,27 @@ def session_unavailable(recipe: Recipe, out: Path,
     return recipe.unavailable()
 
 
+def session_incomplete(out: Path, results, report_only: Optional[str]) -> list[tuple[str, str]]:
+    """The runs that did not complete, with why: from the steps' exit codes, recorded in
+    ``out``, when the session runs; read back from there when only its report is rewritten."""
+    path = out / INCOMPLETE_FILE
+    if report_only is None:
+        found = [(s.label, _why_incomplete(rc)) for s, rc, _ in results if rc != 0]
+        path.write_text(json.dumps(found, indent=1))
+        return found
+    return [(label, why) for label, why in json.loads(path.read_text())] if path.exists() else []
+
+
 def reproduce(recipe: Recipe, db: Path, *, full: bool = False, report_only: Optional[str] = None,
               out: Optional[Path] = None, timeout_s: Optional[float] = None) -> int:
     """Run ``recipe`` into ``db`` (or, with ``report_only``, only rewrite that session's
-    report) and print a summary; 1 if a step or a check failed, else 0.  ``timeout_s``:
-    seconds a run may take (default :func:`limits`)."""
+    report) and print a summary; 1 if a run did not complete or a check failed, else 0.
+    ``timeout_s``: seconds a run may take (default :func:`limits`)."""
     tag = session_tag(recipe, report_only)
+    if report_only is not None:
+        if not db.exists():
+            raise UsageError(f"no results database at {db}", "pass the --db the session used")
+        points = session_points(db, tag)
     out = out or db.parent / "reports" / tag.replace(":", "-")
     out.mkdir(parents=True, exist_ok=True)
     results = []
@@ -227,19 +244,19 @@ def reproduce(recipe: Recipe, db: Path, *, full: bool = False, report_only: Opti
             print(f"  not available here: {variant}: {reason}")
         run_limit, extra = limits(full, timeout_s)
         results = run_steps(steps, db, tag, log, run_limit, extra)
-    elif not db.exists():
-        raise UsageError(f"no results database at {db}", "pass the --db the session used")
-    try:
-        points = session_points(db, tag)
-    except UsageError:
-        require_ok(results)         # no point: say why, where every step failed or none ran
-        raise
+        try:
+            points = session_points(db, tag)
+        except UsageError:
+            require_ok(results)     # no point: say why, where every step failed or none ran
+            raise
     page = recipe.report(recipe, points, out, unavailable)
-    incomplete = [(s.label, _why_incomplete(rc)) for s, rc, _ in results if rc != 0]
+    incomplete = session_incomplete(out, results, report_only)
     _note_incomplete(page, incomplete)
     checks_failed = sum(p["check"] == "failed" for p in points)
     if results:
         print(f"{len(results) - len(incomplete)} of {len(results)} runs completed", end=", ")
+    elif incomplete:
+        print(f"{len(incomplete)} runs did not complete", end=", ")
     print(f"{len(points)} points, {checks_failed} failed checks")
     for label, why in incomplete:
         print(f"  {why}: {label}")

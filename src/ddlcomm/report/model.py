@@ -14,9 +14,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
 from ..model import costs
-from ..model.calibrate import family_summary, summarize
+from ..model.calibrate import SET_KEYS, family_summary, summarize
 from ..units import format_size
 from . import plots
 from .html import _CSS, _inline_svg, _safe_name
@@ -49,14 +48,21 @@ def render_groups(fit) -> str:
 
 
 def render_residuals(residuals: Sequence[Mapping[str, Any]]) -> str:
-    headers = ["library", "collective", "model_alg", "ranks", "size", "measured_us", "model_us",
-               "error", "set"]
-    rows = [[str(r["library"]), str(r["collective"]), str(r["model_algorithm"]), str(r["ranks"]),
-             format_size(r["bytes"]), format_us(r["measured_s"] * 1e6),
-             format_us(r["model_s"] * 1e6), f"{100 * r['rel_err']:+.1f}%",
-             "holdout" if r["heldout"] else "fit"]
-            for r in sorted(residuals, key=lambda r: (r["heldout"], str(r["library"]),
-                                                      str(r["collective"]), r["ranks"], r["bytes"]))]
+    """Measured against modelled per point; backend, placement, form and the algorithm that
+    ran are columns where the points differ in them (else rows would look alike)."""
+    differ = [k for k in ("backend", "placement", "form", "algorithm")
+              if len({str(r.get(k)) for r in residuals}) > 1]
+    headers = ["library", *differ, "collective", "model_alg", "ranks", "size", "measured_us",
+               "model_us", "error", "set"]
+
+    def order(r):
+        return (r["heldout"], str(r["library"]), *(str(r.get(k)) for k in differ),
+                str(r["collective"]), r["ranks"], r["bytes"])
+    rows = [[str(r["library"]), *(str(r.get(k)) for k in differ), str(r["collective"]),
+             str(r["model_algorithm"]), str(r["ranks"]), format_size(r["bytes"]),
+             format_us(r["measured_s"] * 1e6), format_us(r["model_s"] * 1e6),
+             f"{100 * r['rel_err']:+.1f}%", "holdout" if r["heldout"] else "fit"]
+            for r in sorted(residuals, key=order)]
     return format_table(headers, rows)
 
 
@@ -71,7 +77,8 @@ def render_summary(fit) -> str:
                 lines.append(f"{name:8} {label:>12}: {v['points']:4} points, median |error| "
                              f"{_pct(v['median_rel_err'])}, max {_pct(v['max_rel_err'])}")
     held = [r for r in fit.residuals if r["heldout"] and r["bytes"] >= from_b]
-    for lib in sorted({str(r["library"]) for r in held}):
+    libraries = sorted({str(r["library"]) for r in held})
+    for lib in libraries if len(libraries) > 1 else ():
         v = summarize([r["rel_err"] for r in held if str(r["library"]) == lib])
         lines.append(f"heldout  {'>= ' + format_size(from_b):>12}: {v['points']:4} points, median "
                      f"|error| {_pct(v['median_rel_err'])}, max {_pct(v['max_rel_err'])}  ({lib})")
@@ -101,6 +108,9 @@ def render_fit(fit, residuals: bool = False) -> str:
                  f"cache: {format_size(cache) if cache else 'none (no spill term)'}; "
                  f"copy bandwidth by concurrent copies: {copies}")
     parts.append(render_summary(fit))
+    notes = fit.meta.get("notes") or []
+    if notes:
+        parts.append("notes:\n" + "\n".join(f"  {n}" for n in notes))
     return "\n\n".join(p for p in parts if p)
 
 
@@ -224,10 +234,12 @@ def fit_figure(fit, group) -> Any:
 
 
 def scaling_rows(fit, max_ranks: int, sizes: Sequence[int]) -> list[dict]:
-    """Predicted all-reduce (library and ring) and PS step time per library of the
-    fit, at 2, 4, ..., ``max_ranks`` ranks (one node's cores per node: no
-    oversubscription), for each size."""
-    libraries = list(dict.fromkeys(g.key.get("library") for g in fit.groups))
+    """Predicted all-reduce (library and ring) and PS step time per parameter set of the
+    fit (``set``: its library, and its backend, placement or form where the sets differ in
+    them), at 2, 4, ..., ``max_ranks`` ranks (one node's cores per node: no
+    oversubscription), for each size.  A set without the collectives a line needs has none."""
+    sets = fit.parameter_sets()
+    differ = [k for k in SET_KEYS if k == "library" or len({s[k] for s in sets}) > 1]
     ranks = []
     p = 2
     while p <= max_ranks:
@@ -236,36 +248,34 @@ def scaling_rows(fit, max_ranks: int, sizes: Sequence[int]) -> list[dict]:
     if ranks[-1] != max_ranks:
         ranks.append(max_ranks)
     rows = []
-    for lib in libraries:
-        for n in sizes:
-            for what, coll, alg in (("allreduce (library)", "allreduce", "library"),
-                                    ("allreduce (ring)", "allreduce", "ring"),
-                                    ("PS step (library)", "ps", "library")):
-                price = costs.ps_time if coll == "ps" else costs.allreduce_time
-                try:
-                    times = [price(fit, alg, p, n, library=lib) for p in ranks]
-                except UsageError:                     # the fit lacks this collective
-                    continue
-                rows += [{"library": lib, "what": what, "bytes": n, "ranks": p, "seconds": t}
-                         for p, t in zip(ranks, times)]
+    for want in sets:
+        label = " ".join(str(want[k]) for k in differ)
+        for what, needs, alg in (("allreduce (library)", ("allreduce",), "library"),
+                                 ("allreduce (ring)", ("allreduce",), "ring"),
+                                 ("PS step (library)", ("broadcast", "gather"), "library")):
+            if not all(fit.has(c, **want) for c in needs):
+                continue
+            price = costs.ps_time if needs[0] == "broadcast" else costs.allreduce_time
+            rows += [{"set": label, "what": what, "bytes": n, "ranks": p,
+                      "seconds": price(fit, alg, p, n, **want)} for n in sizes for p in ranks]
     return rows
 
 
 def scaling_figure(rows: Sequence[Mapping[str, Any]], nbytes: int) -> Any:
-    """Predicted time versus ranks (log-log) at one size, a line per library × what."""
+    """Predicted time versus ranks (log-log) at one size, a line per parameter set × what."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.6), layout="constrained")
     chosen = [r for r in rows if r["bytes"] == nbytes]
     series: dict[tuple, list] = {}
     for r in chosen:
-        series.setdefault((r["library"], r["what"]), []).append(r)
+        series.setdefault((r["set"], r["what"]), []).append(r)
     styles = {"allreduce (library)": "-", "allreduce (ring)": "--", "PS step (library)": ":"}
-    libs = list(dict.fromkeys(k[0] for k in series))
-    for (lib, what), rs in series.items():
+    sets = list(dict.fromkeys(k[0] for k in series))
+    for (label, what), rs in series.items():
         rs = sorted(rs, key=lambda r: r["ranks"])
         ax.plot([r["ranks"] for r in rs], [r["seconds"] * 1e3 for r in rs],
                 linestyle=styles.get(what, "-"), marker="o", markersize=3,
-                color=f"C{libs.index(lib)}", label=f"{lib}: {what}")
+                color=f"C{sets.index(label) % 10}", label=f"{label}: {what}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("ranks")

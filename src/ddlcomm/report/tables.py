@@ -116,19 +116,24 @@ def varying_dimensions(points: Sequence[Point]) -> list[str]:
     among the points of one collective (so ``op`` is not "varying" merely
     because broadcast has none and allreduce has ``sum``).  A key of ``extra``
     (e.g. ``phase``) counts when its scalar values differ between points of
-    the same collective and size, so per-size details such as a segment count
-    are not mistaken for a series.
+    the same collective and size that the varying fields do not tell apart, so
+    per-size details such as a segment count, and details that follow a field
+    (the kernel of an algorithm), are not mistaken for a series.
     """
     by_coll: dict[Any, list[Point]] = {}
-    by_size: dict[tuple[Any, Any], list[Point]] = {}
     for p in points:
         by_coll.setdefault(p.get("collective"), []).append(p)
-        by_size.setdefault((p.get("collective"), p.get("bytes")), []).append(p)
 
     def varies(dim: str, groups: Iterable[list[Point]]) -> bool:
         return any(len({repr(dimension_value(p, dim)) for p in g}) > 1 for g in groups)
 
     dims = [d for d in DIMENSIONS if varies(d, by_coll.values())]
+    # points the fields do not tell apart: an extra key that follows a field (the kernel
+    # of an algorithm) names no series of its own
+    by_size: dict[tuple, list[Point]] = {}
+    for p in points:
+        by_size.setdefault((p.get("collective"), p.get("bytes"),
+                            *(repr(p.get(d)) for d in dims)), []).append(p)
     extra_keys: list[str] = []
     for p in points:
         for k, v in (p.get("extra") or {}).items():
@@ -350,8 +355,8 @@ def render_runs(runs: Iterable[Mapping[str, Any]]) -> str:
     missing ones show ``-``.  A ``stale`` run (running, but its owner died) shows
     as ``stale``.
     """
-    headers = ["id", "started", "status", "host", "mpi", "points", "passed", "failed",
-               "collectives", "command"]
+    headers = ["id", "started", "status", "host", "library", "backends", "ranks", "points",
+               "passed", "failed", "collectives", "command"]
     rows = []
     for r in runs:
         colls = r.get("collectives")
@@ -359,13 +364,14 @@ def render_runs(runs: Iterable[Mapping[str, Any]]) -> str:
             colls = ",".join(map(str, colls))
         status = "stale" if r.get("stale") else str(r.get("status") or "-")
         rows.append([str(r.get("id", "-")), format_when(r.get("started_at")), status,
-                     str(r.get("host") or "-"), _mpi(r),
+                     str(r.get("host") or "-"), _mpi(r), r.get("point_backends") or "-",
+                     r.get("point_ranks") or "-",
                      *[str(r.get(k, "-")) if r.get(k) is not None else "-"
                        for k in ("n_points", "n_passed", "n_failed")],
                      _truncate(colls, 40) or "-", _truncate(r.get("command"), 60) or "-"])
     if not rows:
         return "(no runs)"
-    right = [True, False, False, False, False, True, True, True, False, False]
+    right = [True, False, False, False, False, False, False, True, True, True, False, False]
     return format_table(headers, rows, right)
 
 

@@ -84,3 +84,19 @@ def compare(points_a: Iterable[Mapping[str, Any]],
         rows.append(row)
     rows.sort(key=_sort_key)
     return rows
+
+
+def unmatched(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Where two runs' points never meet (pure): the key fields whose values differ wholly
+    between the points of A and of B (``ranks``: 2 against 3), or ``[]`` if some row has both
+    sides or a side has no points."""
+    rows = list(rows)
+    if any(r["t_avg_us_a"] is not None and r["t_avg_us_b"] is not None for r in rows):
+        return []
+    side_a = [r for r in rows if r["t_avg_us_a"] is not None]
+    side_b = [r for r in rows if r["t_avg_us_b"] is not None]
+    if not side_a or not side_b:
+        return []
+    return [f for f in KEY_FIELDS + ("phase",)
+            if not {r[f] for r in side_a} & {r[f] for r in side_b}]
+

@@ -384,7 +384,9 @@ class Store:
             "SELECT r.*, COUNT(p.id) AS n_points,"
             " COALESCE(SUM(p.\"check\" = 'passed'), 0) AS n_passed,"
             " COALESCE(SUM(p.\"check\" = 'failed'), 0) AS n_failed,"
-            " COALESCE(SUM(p.\"check\" = 'skipped'), 0) AS n_skipped"
+            " COALESCE(SUM(p.\"check\" = 'skipped'), 0) AS n_skipped,"
+            " GROUP_CONCAT(DISTINCT p.ranks) AS rank_counts,"
+            " GROUP_CONCAT(DISTINCT p.backend) AS backend_names"
             f" FROM runs r LEFT JOIN points p ON p.run_id = r.id {where}"
             " GROUP BY r.id ORDER BY r.started_at DESC, r.id DESC", args)
         firsts = self._read(
@@ -402,6 +404,9 @@ class Store:
             for name in ("n_points", "n_passed", "n_failed", "n_skipped"):
                 d[name] = int(row[name])
             d["collectives"] = ",".join(colls.get(row["id"], []))
+            d["point_ranks"] = ",".join(sorted(filter(None, (row["rank_counts"] or "").split(",")),
+                                               key=int))
+            d["point_backends"] = row["backend_names"] or ""
             d["stale"] = d["status"] == "running" and owner_gone(d["owner"])
             out.append(d)
         return out
@@ -409,7 +414,7 @@ class Store:
     def runs(self) -> list[dict[str, Any]]:
         """Every run, newest first, each with ``n_points``, ``n_passed``,
         ``n_failed``, ``n_skipped``, ``collectives`` (comma-separated, in the
-        order first measured) and ``stale`` (still ``running``, but the process
+        order first measured), ``point_ranks`` and ``point_backends`` (comma-separated) and ``stale`` (still ``running``, but the process
         that owns it has died on this host)."""
         return self._run_dicts()
 

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..errors import UsageError
-from ..memory.gpu import cuda_available
 from ..measure.timing import clock
-from ..memory.gpu import use_gpu
+from ..memory.gpu import cuda_available, use_gpu
 
 
 def _no_sync() -> None:

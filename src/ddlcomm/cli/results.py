@@ -84,7 +84,9 @@ def show(store: Store, args: argparse.Namespace) -> None:
     run_id = common.run_id(args.run)
     print(tables.render_run(store.run(run_id)))
     points = store.points(run_id)
-    if points:
+    if not points:
+        print("(no points)")
+    else:
         print(train.render_summary(points) if train.is_train_run(points)
               else tables.render_points(points))
 

@@ -94,7 +94,8 @@ def write_recipe_report(title: str, points: Sequence[Point], out_dir: str | Path
     trs = "".join(
         f"<tr class=\"{'failed' if p.get('check') == 'failed' else ''}\">"
         f"<td>{escape(str(figure_of(p)))}</td><td>{escape(str(panel_of(p)))}</td>"
-        f"<td>{escape(str(line_of(p)))}</td><td class=num>{escape(str(x_of(p)))}</td>"
+        f"<td>{escape(str(line_of(p)))}</td>"
+        f"<td class=num>{escape(format_size(x_of(p)) if x_bytes else str(x_of(p)))}</td>"
         f"<td class=num>{format_us(p['t_avg_us'])}</td><td class=num>{format_us(p['t_p50_us'])}</td>"
         f"<td class=num>{format_us(p['t_p99_us'])}</td><td>{format_check(p['check'])}</td>"
         f"<td class=num>{p.get('run_id', '')}</td></tr>" for p in rows)

@@ -186,7 +186,7 @@ class Store:
                 Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise StoreError(f"cannot create the folder of database {self.path}: {e}",
-                                 "set DDLCOMM_DB to a writable path") from None
+                                 "give --db (or DDLCOMM_DB) a writable path") from None
         try:
             # isolation_level=None: we issue BEGIN/COMMIT ourselves.
             self._db = sqlite3.connect(os.path.expanduser(self.path), timeout=BUSY_TIMEOUT_S,
@@ -199,7 +199,7 @@ class Store:
             msg = str(e)
             if "not a database" in msg or "malformed" in msg or "encrypted" in msg:
                 raise StoreError(f"{self.path} is not an SQLite database ({msg})",
-                                 "move it away or set DDLCOMM_DB to another path") from None
+                                 "move it away, or give --db (or DDLCOMM_DB) another path") from None
             raise StoreError(f"cannot open database {self.path}: {msg}") from None
         except StoreError:
             self.close()
@@ -213,7 +213,7 @@ class Store:
         if "meta" not in tables:
             if tables - {"sqlite_sequence"}:
                 raise StoreError(f"{self.path} is an SQLite database but not a ddlcomm one",
-                                 "set DDLCOMM_DB to another path")
+                                 "give --db (or DDLCOMM_DB) another path")
             return 0
         row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         try:
@@ -225,7 +225,7 @@ class Store:
         if version > len(MIGRATIONS):
             raise StoreError(f"database {self.path} was written by a newer ddlcomm (schema {version})",
                              f"this ddlcomm reads schema {len(MIGRATIONS)} and older; "
-                             "upgrade ddlcomm or set DDLCOMM_DB to another path")
+                             "upgrade ddlcomm, or give --db (or DDLCOMM_DB) another path")
 
     def _open_schema(self) -> None:
         """Refuse foreign or newer files, then migrate to :data:`SCHEMA_VERSION`."""

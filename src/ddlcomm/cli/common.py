@@ -60,11 +60,18 @@ def existing_db(args: argparse.Namespace) -> Path:
     return db
 
 
+def reports_beside(db: Path) -> Path:
+    """The folder of a database's run reports: ``reports`` beside it, ``reports/NAME`` for
+    a database ``NAME.db`` other than ``ddlcomm.db`` (two databases in one folder would
+    otherwise write their run 1 into one ``run-1``)."""
+    return db.parent / "reports" if db.name == "ddlcomm.db" else db.parent / "reports" / db.stem
+
+
 def report_dir(args: argparse.Namespace, db: Path) -> Optional[Path]:
     """Where a run's report goes (None with ``--no-report``), checked writable up front."""
     if args.no_report:
         return None
-    path = Path(args.report_dir).expanduser().resolve() if args.report_dir else db.parent / "reports"
+    path = Path(args.report_dir).expanduser().resolve() if args.report_dir else reports_beside(db)
     return writable_dir(path, "--report-dir")
 
 

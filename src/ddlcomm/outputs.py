@@ -3,7 +3,9 @@ cannot write at the end (``--db``, ``--report-dir``, ``--out``, ``-o``)."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+from typing import Callable, Optional
 
 from .errors import UsageError
 
@@ -55,3 +57,18 @@ def writable_dir(path: Path, flag: str) -> Path:
         return path
     _check_parent(path, flag)
     return path
+
+
+def print_report(write: Callable[[Path], Path], folder: Path, run_id: int) -> Optional[Path]:
+    """``write(folder)``, a run's report, and its ``report:`` line; where the folder cannot
+    be written after all (root passes every access check; a full disk), one warning line
+    instead: the run is stored, and ``ddlcomm report N --out DIR`` writes it elsewhere."""
+    try:
+        index = write(folder)
+    except OSError as exc:
+        print(f"warning: report not written to {folder}: {exc.strerror or exc} "
+              f"(`ddlcomm report {run_id} --out DIR` writes it elsewhere)", file=sys.stderr)
+        return None
+    print(f"report:   {index}")
+    return index
+

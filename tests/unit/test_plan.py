@@ -133,11 +133,29 @@ def test_resolve_defaults():
     ({"impl": "c", "backend": "gloo"}, "--impl c needs --backend mpi"),
     ({"root": "2", "ranks": "2"}, "--root 2 is not one of the 2 ranks"),
     ({"algorithm": "ring", "workload": "allreduce"}, "--algorithm applies to collectives"),
+    # these measured nothing (own algorithms run in buffer form only) or were ignored
+    ({"algorithm": "ring", "collective": "allreduce", "form": "object"}, "run in buffer form"),
+    ({"algorithm": "ring", "collective": "allreduce", "impl": "c"}, "run in buffer form"),
+    ({"workload": "ps-sync", "op": "max"}, "--op applies to --collective runs"),
+    ({"workload": "ps-sync", "form": "object"}, "--form applies to --collective runs"),
+    ({"workload": "allreduce", "in_place": True}, "--in-place applies to --collective runs"),
+    ({"sizes": ""}, "empty size list"),
+    ({"collective": "reduce_scatter", "sizes": "4B:8B", "ranks": "3"}, "no size given is 12B"),
 ])
 def test_resolve_refuses(over, message):
     from ddlcomm.bench.plan import resolve
     with pytest.raises(UsageError, match=message):
         resolve(options(**over), default_ranks=2)
+
+
+def test_block_cutting_collectives_measure_each_whole_block_message_once():
+    from ddlcomm.bench.plan import resolve
+    p = resolve(options(collective="reduce_scatter,alltoall,allreduce", sizes="4B:32B",
+                        form="buffer"), default_ranks=3)
+    got = [(s.name, s.nbytes) for s in p.points(3)]
+    assert got == [("reduce_scatter", 16), ("reduce_scatter", 32), ("alltoall", 16),
+                   ("alltoall", 32), *(("allreduce", n) for n in (4, 8, 16, 32))]
+    assert len(p.points()) == 12                        # the rank count unknown: every size
 
 
 def test_check_fits_refuses_a_point_too_big_for_memory():

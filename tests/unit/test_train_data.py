@@ -63,3 +63,46 @@ def test_bad_folders_and_files(tmp_path):
     with pytest.raises(UsageError, match="lacks array x or y"):
         data.next()
     data.close()
+
+
+def test_data_checked_from_headers_before_any_rank(tmp_path):
+    """A file of no images hung the ranks until --timeout; pickled or non-zip files failed in
+    a rank after the start, and images of another size trained as --image-size's."""
+    from ddlcomm.train.data import data_shape
+    assert data_shape(data_files(write(tmp_path / "d"))) == (30, 4, 4)
+    cases = {"zero": dict(x=np.zeros((0, 3, 4, 4), np.uint8), y=np.zeros(0)),
+             "flat": dict(x=np.zeros((2, 4, 4), np.uint8), y=np.zeros(2)),
+             "pickled": dict(x=np.array([None, None], object).reshape(2, 1, 1, 1), y=np.zeros(2)),
+             "oblong": dict(x=np.zeros((2, 3, 4, 5), np.uint8), y=np.zeros(2))}
+    match = {"zero": "no images", "flat": "must be", "pickled": "must be", "oblong": "square"}
+    for name, arrays in cases.items():
+        (tmp_path / name).mkdir()
+        np.savez(tmp_path / name / "a.npz", **arrays)
+        with pytest.raises(UsageError, match=match[name]):
+            data_shape(data_files(tmp_path / name))
+    (tmp_path / "text").mkdir()
+    (tmp_path / "text" / "a.npz").write_text("not a zip")
+    with pytest.raises(UsageError, match="not a readable .npz"):
+        data_shape(data_files(tmp_path / "text"))
+
+
+def test_a_share_smaller_than_a_batch_is_refused_not_awaited(tmp_path):
+    data = FolderData(data_files(write(tmp_path / "d", n_files=1, n=3)), 4, 10, 0, 1)
+    with pytest.raises(UsageError, match="holds 3 images, fewer than a batch of 4"):
+        data.next()
+    data.close()
+
+
+def test_the_image_size_is_the_datas(tmp_path, capsys):
+    from ddlcomm.cli import main
+    folder = tmp_path / "d"
+    folder.mkdir()
+    np.savez(folder / "a.npz", x=np.zeros((8, 3, 28, 28), np.uint8), y=np.zeros(8))
+    assert main(["train", "--db", str(tmp_path / "t.db"), "--data", str(folder),
+                 "--image-size", "32", "--no-report"]) == 2
+    assert "--image-size 32, but the --data images are 28x28" in capsys.readouterr().err
+    from ddlcomm.cli.train import options
+    from ddlcomm.cli import build_parser
+    from ddlcomm.train.config import base_config
+    args = build_parser().parse_args(["train", "--data", str(folder)])
+    assert base_config(options(args)).image_size == 28

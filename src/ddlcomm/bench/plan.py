@@ -68,6 +68,23 @@ class CollectivePoint(NamedTuple):
                    coll.count_for(spec.nbytes, dtype, size), plan.in_place and coll.in_place_ok)
 
 
+def _whole_blocks(specs: list[PointSpec], dtype: DType, size: int) -> list[PointSpec]:
+    """``specs`` less the points of block-cutting collectives (reduce_scatter, alltoall)
+    that would repeat an earlier point at ``size`` ranks: their message is rounded down to
+    whole blocks, so at 3 ranks of float32 4 B and 8 B both move nothing, 16 B moves 12 B."""
+    seen, kept = set(), []
+    for spec in specs:
+        coll = COLLECTIVES[spec.name]
+        if coll.divisible:
+            count = coll.count_for(spec.nbytes, dtype, size)
+            key = (spec.kind, spec.name, spec.form, spec.backend, spec.algorithm, spec.path, count)
+            if count == 0 or key in seen:
+                continue
+            seen.add(key)
+        kept.append(spec)
+    return kept
+
+
 @dataclass
 class BenchPlan:
     """The resolved options of one ``ddlcomm bench`` run."""
@@ -100,23 +117,26 @@ class BenchPlan:
     root: int = 0
     extra: dict = field(default_factory=dict)
 
-    def points(self) -> list[PointSpec]:
+    def points(self, size: Optional[int] = None) -> list[PointSpec]:
         """What is measured, in order: per collective, per size, every backend in turn.
 
         Backends (and workloads) alternate at each size, so drift of the
         machine hits them alike.
         A barrier moves no data, so it is measured once, not once per size.
+        At ``size`` ranks, a collective that cuts its message into one block per
+        rank measures each whole-block message once (:func:`_whole_blocks`).
         """
         if self.workloads:
             return [PointSpec("workload", w, s, "buffer", b, path=p)
                     for s in self.sizes for w in self.workloads for p in self.paths
                     for b in self.backends]
-        return [PointSpec(_kind(f, p), c, s, f, b, a, path=p)
-                for c in self.collectives
-                for s in (self.sizes if COLLECTIVES[c].moves_data else self.sizes[:1])
-                for p in self.paths for b in self.backends for a in self.algorithms
-                for f in self.forms
-                if (a == "library" or f == "buffer") and (p == "host" or f == "buffer")]
+        specs = [PointSpec(_kind(f, p), c, s, f, b, a, path=p)
+                 for c in self.collectives
+                 for s in (self.sizes if COLLECTIVES[c].moves_data else self.sizes[:1])
+                 for p in self.paths for b in self.backends for a in self.algorithms
+                 for f in self.forms
+                 if (a == "library" or f == "buffer") and (p == "host" or f == "buffer")]
+        return specs if size is None else _whole_blocks(specs, get_dtype(self.dtype), size)
 
     def as_config(self) -> dict:
         """A JSON-able record of the plan for the run row."""
@@ -311,6 +331,12 @@ def _targets(o: BenchOptions, dtype: DType, op: ReduceOp) -> tuple[list[str], li
         workloads_ = parse_list(o.workload, "--workload")
         if o.collective is not None:
             raise UsageError("give --collective or --workload, not both")
+        for flag, given in (("--form", o.form not in (None, "buffer")),
+                            ("--impl", o.impl not in (None, "buffer")),
+                            ("--op", o.op != "sum"), ("--in-place", o.in_place)):
+            if given:
+                raise UsageError(f"{flag} applies to --collective runs",
+                                 "a workload sums its gradients in buffer form")
         return [], workloads_
     for flag in ("model", "fusion", "steps"):
         if getattr(o, flag) is not None:
@@ -328,7 +354,7 @@ def _sizes(o: BenchOptions, dtype: DType) -> list[int]:
 
     The default sweep starts at one element of the dtype (4B:64MiB for float32).
     """
-    sizes = parse_sizes(o.sizes or f"{dtype.itemsize}B:{DEFAULT_MAX_SIZE}")
+    sizes = parse_sizes(f"{dtype.itemsize}B:{DEFAULT_MAX_SIZE}" if o.sizes is None else o.sizes)
     if o.model is not None:
         if o.sizes is not None:
             raise UsageError("give --sizes or --model, not both", "--model sets the sizes")
@@ -371,10 +397,15 @@ def check(plan: BenchPlan) -> None:
     check_backend_memory(plan)
     if "c" in plan.forms:
         C_REFERENCE.check_request(plan.backends, plan.collectives, plan.dtype, plan.op)
+    if plan.ranks is not None:
+        check_whole_blocks(plan, plan.ranks)
     if plan.containers and plan.ranks is not None and plan.containers > plan.ranks:
         raise UsageError(f"--containers {plan.containers} needs at least as many ranks",
                          f"use --ranks {plan.containers} or more")
     if plan.algorithms != ["library"]:
+        if "buffer" not in plan.forms:
+            raise UsageError("ddlcomm's own algorithms run in buffer form, which --form/--impl "
+                             f"leaves out ({', '.join(plan.forms)})", "add buffer to --form or --impl")
         for name in plan.collectives:
             for algorithm in plan.algorithms:
                 algorithms.check(name, algorithm)
@@ -387,6 +418,17 @@ def check(plan: BenchPlan) -> None:
                 if algorithms.split(algorithm)[1] in kernels_device.DEVICE_KERNELS:
                     raise UsageError(f"{algorithm}: the {algorithms.split(algorithm)[1]} kernel "
                                      "reduces device buffers", "add --memory device, or use +c or +numpy")
+
+
+def check_whole_blocks(plan: BenchPlan, ranks: int) -> None:
+    """Refuse a block-cutting collective none of whose sizes holds a block per rank."""
+    kept = {spec.name for spec in plan.points(ranks)}
+    for name in plan.collectives:
+        if COLLECTIVES[name].divisible and name not in kept:
+            least = ranks * get_dtype(plan.dtype).itemsize
+            raise UsageError(f"{name} at {ranks} ranks cuts the message into {ranks} blocks: "
+                             f"no size given is {format_size(least)} or more",
+                             f"give sizes from {format_size(least)}")
 
 
 def check_kind_cache(plan: BenchPlan, given: Optional[str]) -> None:

@@ -33,7 +33,7 @@ from ..workloads import get_workload
 from ..workloads.paths import PATHS
 from .buffers import PointBuffers
 from .cimpl import measure_c
-from .plan import BenchPlan, CollectivePoint, PointSpec
+from .plan import BenchPlan, CollectivePoint, PointSpec, check_whole_blocks
 from .staged import measure_staged
 from .watchdog import Watchdog
 
@@ -155,8 +155,10 @@ def gpu_fields(uuids: list[str], gpus: list[int]) -> dict:
 
 
 def check_plan(comms: dict, plan: BenchPlan) -> None:
-    """Refuse, before measuring anything, what a backend declares it cannot do."""
+    """Refuse, before measuring anything, what a backend declares it cannot do, and sizes
+    too small for the job's ranks (started by a launcher of the user's, they were not known)."""
     dtype = get_dtype(plan.dtype)
+    check_whole_blocks(plan, next(iter(comms.values())).size)
     for spec in plan.points():
         comm = comms[spec.backend]
         if dtype.name not in comm.dtypes:
@@ -185,7 +187,7 @@ def run_sweep(comms: dict, plan: BenchPlan, watchdog: Watchdog, store: Any,
     Returns the number of records whose check failed (the same on every rank).
     """
     first = next(iter(comms.values()))
-    points = plan.points()
+    points = plan.points(first.size)
     progress = None
     if first.rank == 0:
         # Into a log file, a redraw every few seconds is enough.

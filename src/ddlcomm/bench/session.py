@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -18,6 +19,7 @@ from ..comm import registry
 from ..launch import commands, mpirun, spawn
 from ..launch.containers import ContainerSet
 from ..launch.env import LaunchInfo
+from ..outputs import print_report
 from ..report import html, tables
 from ..results import Store
 from .plan import BenchPlan
@@ -72,13 +74,15 @@ def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path],
         print(tables.render_points(points), flush=True)
     for warning in tables.run_warnings(run):
         print(f"warning: {warning}", flush=True)
-    summary = (f"run {run_id}: {len(points)} points, {len(points) - failed} passed"
-               f"{f', {failed} FAILED' if failed else ''}; status {run['status']}")
-    print(summary)
+    passed = sum(p["check"] == "passed" for p in points)
+    skipped = sum(p["check"] == "skipped" for p in points)
+    print(f"run {run_id}: {len(points)} points, {passed} passed"
+          f"{f', {skipped} not checked' if skipped else ''}"
+          f"{f', {failed} FAILED' if failed else ''}; status {run['status']}")
     print(f"database: {db_path}")
     if report_dir is not None and points:
-        index = html.write_run_report(run, points, report_dir / f"run-{run_id}")
-        print(f"report:   {index}")
+        print_report(partial(html.write_run_report, run, points), report_dir / f"run-{run_id}",
+                     run_id)
     if rc:
         return rc
     return EXIT_CHECK_FAILED if failed else 0

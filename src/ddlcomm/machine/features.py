@@ -41,7 +41,8 @@ def slurm_job(environ: Mapping[str, str]) -> Optional[dict[str, str]]:
 
 
 def slurm() -> dict[str, Any]:
-    """Slurm's tools on PATH, its version (``srun --version``), and the current job."""
+    """Slurm's tools on PATH, its version (``srun --version``, which must answer for Slurm
+    to count as available), and the current job."""
     tools = {name: probe.which(name) for name in SLURM_TOOLS}
     out: dict[str, Any] = {"available": tools["srun"] is not None,
                            "tools": {k: v for k, v in tools.items() if v}, "job": slurm_job(os.environ)}
@@ -50,8 +51,8 @@ def slurm() -> dict[str, Any]:
         return out
     text, why = probe.command([tools["srun"], "--version"])
     out["version"] = None if why else (text or "").strip()
-    if why:
-        out["reason"] = why
+    if why:                      # a Slurm with no configuration to read starts no job
+        out["available"], out["reason"] = False, why
     return out
 
 

@@ -23,7 +23,7 @@ from ..errors import UnsupportedError, UsageError
 from ..units import (MAX_ITERS, MAX_SEED, format_size, parse_list, parse_positive_int,
                      parse_seconds, parse_size)
 from .aggregate import ARCHS
-from .data import data_files
+from .data import data_files, data_shape
 from .device import get_device
 from .nets import check_image_size, get_net
 from .wire import wire_for
@@ -46,7 +46,7 @@ class TrainConfig:
     image_size: int = 32
     iters: int = 20
     warmup: int = 3
-    lr: float = 0.05
+    lr: float = 0.02
     seed: int = 1
     threads: int = 1                 # torch intra-op threads per rank
     peer: str = "ddlcomm"            # ddlcomm | ddp (torch DistributedDataParallel over gloo)
@@ -131,6 +131,14 @@ def base_config(o: TrainOptions) -> TrainConfig:
     """The configuration every one of the run's starts from (checked)."""
     spec = get_net(o.model)
     image = parse_positive_int(o.image_size, "--image-size") if o.image_size else spec.image_size
+    data = None
+    if o.data is not None:
+        _, side, _ = data_shape(data_files(o.data))    # refuse a folder it cannot train on now
+        if o.image_size and image != side:
+            raise UsageError(f"--image-size {image}, but the --data images are {side}x{side}",
+                             f"give --image-size {side}, or leave it out")
+        image = side
+        data = str(Path(o.data).expanduser().resolve())
     check_image_size(spec, image)
     lr = spec.lr
     if o.lr is not None:
@@ -141,10 +149,6 @@ def base_config(o: TrainOptions) -> TrainConfig:
         if not 0 < lr < 10:
             raise UsageError(f"--lr must be above 0 and below 10, got {o.lr}")
     fusion = parse_size(o.fusion)
-    data = None
-    if o.data is not None:
-        data_files(o.data)                         # refuse a missing or empty folder now
-        data = str(Path(o.data).expanduser().resolve())
     return TrainConfig(
         model=spec.name, fusion=fusion, batch=spec.batch, image_size=image,
         iters=parse_positive_int(o.iters, "--iters", 1, MAX_ITERS),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import zipfile
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -59,6 +60,44 @@ def data_files(folder: str | Path) -> list[Path]:
     return files
 
 
+def _header(archive: zipfile.ZipFile, name: str) -> tuple[tuple, np.dtype]:
+    """(shape, dtype) of one array of an ``.npz``, from its header alone."""
+    with archive.open(name) as member:
+        major, _ = np.lib.format.read_magic(member)
+        read = np.lib.format.read_array_header_1_0 if major == 1 else \
+            np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(member)
+    return shape, dtype
+
+
+def data_shape(files: list[Path]) -> tuple[int, int, int]:
+    """(samples in all, height, width) of the data files, read from their headers before any
+    rank starts; UsageError naming the file where one cannot be trained on."""
+    total, sizes = 0, set()
+    for f in files:
+        try:
+            with zipfile.ZipFile(f) as archive:
+                names = set(archive.namelist())
+                if not {"x.npy", "y.npy"} <= names:
+                    raise UsageError(f"--data file {f} lacks array x or y",
+                                     "each file needs arrays x (N, 3, H, W) and y (N,)")
+                (xs, xt), (ys, yt) = _header(archive, "x.npy"), _header(archive, "y.npy")
+        except (zipfile.BadZipFile, OSError, ValueError) as exc:
+            raise UsageError(f"--data file {f} is not a readable .npz: {exc}") from None
+        if len(xs) != 4 or xs[1] != 3 or ys != xs[:1] or xt.hasobject or yt.hasobject:
+            raise UsageError(f"--data file {f}: x must be (N, 3, H, W) and y (N,) of numbers, "
+                             f"got {xs} {xt} and {ys} {yt}")
+        total += xs[0]
+        sizes.add(xs[2:])
+    if len(sizes) > 1 or any(h != w for h, w in sizes):
+        raise UsageError(f"--data images must be square and of one size, got "
+                         f"{', '.join(f'{h}x{w}' for h, w in sorted(sizes))}")
+    if total == 0:
+        raise UsageError("--data holds no images (every file's x has 0 rows)")
+    (h, w), = sizes
+    return total, h, w
+
+
 class FolderData:
     """Batches from ``.npz`` files, read ahead by one thread into a queue of ``prefetch`` batches."""
 
@@ -76,6 +115,7 @@ class FolderData:
     def _batches(self, files: list[Path]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         carry_x, carry_y = None, None
         while True:                                     # epochs, until stopped
+            seen = 0
             for f in files:
                 with np.load(f) as z:
                     if "x" not in z or "y" not in z:
@@ -83,12 +123,17 @@ class FolderData:
                     x, y = z["x"], z["y"]
                 if x.ndim != 4 or x.shape[1] != 3 or len(y) != len(x):
                     raise UsageError(f"{f}: x must be (N, 3, H, W) and y (N,), got {x.shape}, {y.shape}")
+                seen += len(x)
                 if carry_x is not None:
                     x, y = np.concatenate([carry_x, x]), np.concatenate([carry_y, y])
                 n = len(x) // self.batch * self.batch
                 for i in range(0, n, self.batch):
                     yield x[i:i + self.batch], y[i:i + self.batch]
                 carry_x, carry_y = x[n:], y[n:]
+            if seen < self.batch:                       # an epoch would never fill a batch
+                raise UsageError(f"this rank's share of --data ({len(files)} files) holds "
+                                 f"{seen} images, fewer than a batch of {self.batch}",
+                                 "give more images, more files per rank, or a smaller --batch")
 
     def _read(self, files: list[Path]) -> None:
         # torch is optional: imported only when training reads its data

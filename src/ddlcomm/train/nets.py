@@ -158,7 +158,7 @@ def mobilenet(classes: int = 1000):
 
 
 NETS: dict[str, NetSpec] = {s.name: s for s in (
-    NetSpec("smallcnn", smallcnn, 32, 8, 10, 128, 0.05, None),
+    NetSpec("smallcnn", smallcnn, 32, 8, 10, 128, 0.02, None),
     NetSpec("alexnet", alexnet, 224, 63, 1000, 4, 0.01, "alexnet"),
     NetSpec("googlenet", googlenet, 224, 32, 1000, 2, 0.01, "googlenet"),
     NetSpec("resnet50", resnet50, 224, 32, 1000, 2, 0.01, "resnet50"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -24,6 +25,7 @@ from ..comm import registry
 from ..errors import RankFailure, UsageError
 from ..launch import mpirun, spawn
 from ..launch.env import detect
+from ..outputs import print_report
 from ..report import train as train_report
 from ..results import Store
 from .config import TrainJob, TrainOptions, plan_jobs
@@ -95,7 +97,8 @@ def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path], scal
     print(f"run {run_id}: {len(points)} points, status {run['status']}")
     print(f"database: {db_path}")
     if report_dir is not None and points:
-        print(f"report:   {train_report.write_train_report(run, points, report_dir / f'run-{run_id}')}")
+        print_report(partial(train_report.write_train_report, run, points),
+                     report_dir / f"run-{run_id}", run_id)
     if rc:
         return rc
     return EXIT_CHECK_FAILED if failed else 0

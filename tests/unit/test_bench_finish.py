@@ -1,0 +1,33 @@
+"""The end of a bench run: its summary line and its report, in-process."""
+from __future__ import annotations
+
+from ddlcomm.bench.session import finish
+from ddlcomm.results import Store
+from test_store import make_point
+
+
+def stored(tmp_path, checks):
+    db = tmp_path / "d.db"
+    with Store(db) as store:
+        run = store.create_run({"status": "running"})
+        for i, check in enumerate(checks):
+            store.add_point(run, make_point(4 << i, check=check))
+    return db, run
+
+
+def test_points_not_checked_are_not_counted_passed(tmp_path, capsys):
+    db, run = stored(tmp_path, ["skipped", "skipped", "passed"])
+    assert finish(db, run, 0, None) == 0
+    assert f"run {run}: 3 points, 1 passed, 2 not checked; status passed" in capsys.readouterr().out
+
+
+def test_a_report_folder_that_cannot_be_written_warns_and_keeps_the_exit_code(tmp_path, capsys):
+    """Root passes the up-front access check of any path: the report failed at the end with
+    a traceback and exit 1, the points stored."""
+    db, run = stored(tmp_path, ["passed"])
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert finish(db, run, 0, blocker / "reports") == 0
+    out, err = capsys.readouterr()
+    assert "report:" not in out and err.startswith("warning: report not written to ")
+    assert f"`ddlcomm report {run} --out DIR`" in err and len(err.strip().splitlines()) == 1

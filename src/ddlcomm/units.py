@@ -65,12 +65,16 @@ def parse_sizes(text: str) -> list[int]:
             sizes.append(s)
             s *= factor
         return sizes
-    return sorted({parse_size(part) for part in text.split(",")})
+    sizes = sorted({parse_size(part) for part in text.split(",")})
+    if sizes[0] <= 0:
+        raise UsageError("sizes must be above 0 bytes, got 0", "a barrier moves none: measure it "
+                         "with --collective barrier")
+    return sizes
 
 
 def format_size(nbytes: int) -> str:
     """Format a byte count the short way: ``4B``, ``64KiB``, ``1.5MiB``."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if nbytes >= scale:
             value = nbytes / scale
             return f"{value:.0f}{unit}" if value == int(value) else f"{value:.3g}{unit}"

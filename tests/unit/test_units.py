@@ -53,6 +53,7 @@ def test_parse_sizes(text, sizes):
 @pytest.mark.parametrize("text, words", [
     ("64MiB:4B", "ends below its start"),
     ("0B:1KiB", "above 0"),
+    ("0,4B", "above 0"),
     ("4B:1KiBx1", "at least 2"),
     ("4B:1KiBx0", "at least 2"),
     ("", "empty"),
@@ -68,7 +69,7 @@ def test_parse_sizes_errors(text, words):
 
 @pytest.mark.parametrize("nbytes, text", [
     (0, "0B"), (4, "4B"), (1023, "1023B"), (KiB, "1KiB"), (64 * KiB, "64KiB"),
-    (3 * MiB // 2, "1.5MiB"), (64 * MiB, "64MiB"), (GiB, "1GiB"), (2048 * GiB, "2048GiB"),
+    (3 * MiB // 2, "1.5MiB"), (64 * MiB, "64MiB"), (GiB, "1GiB"), (2048 * GiB, "2TiB"),
 ])
 def test_format_size(nbytes, text):
     assert format_size(nbytes) == text

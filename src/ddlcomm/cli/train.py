@@ -79,7 +79,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     t.add_argument("--data", metavar="DIR",
                    help="train on the .npz files (arrays x (N,3,H,W), y (N,)) of DIR, read ahead by "
                         "a reader thread, instead of synthetic data")
-    t.add_argument("--prefetch", default="4", help="with --data: batches read ahead (default 4)")
+    t.add_argument("--prefetch", help="with --data: batches read ahead (default 4)")
     t.add_argument("--comm-reps", default="10",
                    help="repetitions of the buckets' aggregation timed alone for the model (default 10)")
     t.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,

@@ -23,9 +23,9 @@ from .base import Buffer, Region, from_mapping, require_linux
 from .pageable import map_small_pages
 
 LIBRARY = "libmemkind.so.0"
-_INSTALL = "apt-get install libmemkind0 (dnf install memkind), or pass hbw_fallback='dram' (--hbw-fallback dram) to use ordinary DRAM"
+_INSTALL = "apt-get install libmemkind0 (dnf install memkind), or give --hbw-fallback dram (hbw_fallback='dram' in Python) to use ordinary DRAM"
 _NO_HBW = ("hbw needs high-bandwidth memory (e.g. MCDRAM of a Xeon Phi in flat mode, or nodes named in "
-           "MEMKIND_HBW_NODES); pass hbw_fallback='dram' (--hbw-fallback dram) to run in ordinary DRAM")
+           "MEMKIND_HBW_NODES); give --hbw-fallback dram (hbw_fallback='dram' in Python) to run in ordinary DRAM")
 _lib: ctypes.CDLL | None = None
 
 
@@ -74,7 +74,7 @@ def allocate(spec: str, arg: str | None, nbytes: int, hbw_fallback: str | None) 
     code = lib.hbw_posix_memalign(ctypes.byref(pointer), vm.PAGE_BYTES, max(nbytes, 1))
     if code != 0 or not pointer.value:
         raise UnsupportedError(f"hbw_posix_memalign of {nbytes} bytes failed: {os.strerror(code)}",
-                               "allocate less, or pass hbw_fallback='dram' (--hbw-fallback dram)")
+                               "allocate less, or give --hbw-fallback dram (hbw_fallback='dram' in Python)")
     address = pointer.value
     region = Region(address, nbytes, lambda: lib.hbw_free(ctypes.c_void_p(address)))
     return HbwBuffer("hbw", spec, nbytes, region=region, exclusive=False,

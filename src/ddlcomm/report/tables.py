@@ -167,7 +167,7 @@ def series_key(point: Point, varying: Sequence[str]) -> str:
         if dim in ("backend", "library"):
             continue
         if dim == "ranks":
-            parts.append(f"{value} ranks")
+            parts.append(f"{value} rank{'s' if value != 1 else ''}")
         elif dim == "in_place":
             parts.append("in-place" if value else "out-of-place")
         elif dim in DIMENSIONS:
@@ -203,7 +203,7 @@ def heading(points: Sequence[Point], varying: Sequence[str] | None = None) -> st
     if fixed:
         parts.append(" ".join(fixed))
     if "ranks" not in varying and first.get("ranks") is not None:
-        parts.append(f"{first['ranks']} ranks")
+        parts.append(f"{first['ranks']} rank{'s' if first['ranks'] != 1 else ''}")
     for dim, default in (("form", "buffer"), ("algorithm", "library")):
         if dim not in varying and first.get(dim) not in (None, default):
             parts.append(f"{dim} {first[dim]}")

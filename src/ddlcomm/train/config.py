@@ -118,7 +118,7 @@ class TrainOptions:
     seed: str
     threads: str
     data: Optional[str]
-    prefetch: str
+    prefetch: Optional[str]
     comm_reps: str
     check: bool
     timeout: str
@@ -132,6 +132,8 @@ def base_config(o: TrainOptions) -> TrainConfig:
     spec = get_net(o.model)
     image = parse_positive_int(o.image_size, "--image-size") if o.image_size else spec.image_size
     data = None
+    if o.prefetch is not None and o.data is None:
+        raise UsageError("--prefetch applies to --data runs (synthetic batches are not read)")
     if o.data is not None:
         _, side, _ = data_shape(data_files(o.data))    # refuse a folder it cannot train on now
         if o.image_size and image != side:
@@ -156,7 +158,7 @@ def base_config(o: TrainOptions) -> TrainConfig:
         seed=parse_positive_int(o.seed, "--seed", 0, MAX_SEED),
         threads=parse_positive_int(o.threads, "--threads", 1,
                                    MAX_RANKS_PER_CORE * usable_cores()), data=data,
-        prefetch=parse_positive_int(o.prefetch, "--prefetch"),
+        prefetch=parse_positive_int(o.prefetch or "4", "--prefetch"),
         comm_reps=parse_positive_int(o.comm_reps, "--comm-reps", 1, MAX_ITERS), check=o.check)
 
 
@@ -207,6 +209,9 @@ def plan_jobs(o: TrainOptions, launcher_size: Optional[int]) -> list[TrainJob]:
 def _check_algorithm(o: TrainOptions, archs: list[str], overlaps: tuple, waits: tuple,
                      device: str) -> None:
     """Refuse an ``--algorithm`` that cannot aggregate these configurations' buckets."""
+    if "," in o.algorithm:
+        raise UsageError(f"train's --algorithm takes one name, got {o.algorithm!r}",
+                         "run train once per algorithm")
     algorithms.check("allreduce", o.algorithm)
     if o.algorithm == "library":
         return

@@ -43,3 +43,19 @@ def test_phase_and_key_fields_separate_points():
     bwd = [r for r in rows if r["phase"] == "bwd"]
     assert len(bwd) == 1 and bwd[0]["ratio"] == 2.0
     assert compare([], []) == []
+
+
+def test_median_ratio_beside_the_averages():
+    """An average pulled up by a few slow iterations (7 us against a p50 of 2.5) read 0.17x."""
+    a = [point("allreduce", 4, 7.0) | {"t_p50_us": 2.5, "t_p99_us": 3.1}]
+    b = [point("allreduce", 4, 1.2) | {"t_p50_us": 1.5, "t_p99_us": 1.9}]
+    (row,) = compare(a, b)
+    assert row["ratio"] == pytest.approx(1.2 / 7) and row["ratio_p50"] == pytest.approx(0.6)
+
+
+def test_runs_that_share_no_point_say_where_they_differ():
+    from ddlcomm.results.compare import unmatched
+    a = [point("allreduce", 4, 1.0)]
+    assert unmatched(compare(a, [point("allreduce", 4, 1.0) | {"ranks": 3}])) == ["ranks"]
+    assert unmatched(compare(a, a)) == []
+    assert unmatched(compare(a, [])) == []

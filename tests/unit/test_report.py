@@ -116,15 +116,15 @@ def test_render_compare():
                     algorithm="library", dtype="float32", op="sum", bytes=nbytes, ranks=2,
                     in_place=False, t_avg_us_a=a, t_avg_us_b=b, ratio=(b / a if a and b else None),
                     busbw_GBps_a=1.5, busbw_GBps_b=2.0, check_a="passed", check_b="failed", **kw)
-    text = render_compare([row(1024, 10.0, 12.3), row(4, 2.0, None)], RUN, 9)
+    text = render_compare([row(1024, 10.0, 12.3, ratio_p50=0.9), row(4, 2.0, None)], RUN, 9)
     lines = text.splitlines()
     assert lines[0].startswith("a = run 7 (node<1>, Open MPI 5.0.11") and lines[1] == "b = run 9"
     assert lines[3] == "# allreduce  float32 sum  2 ranks  (Open MPI)"
-    assert lines[4].split() == ["size", "avg_us_a", "avg_us_b", "b/a", "busbw_a", "busbw_b",
-                                "check_a", "check_b"]
+    assert lines[4].split() == ["size", "avg_us_a", "avg_us_b", "b/a", "b/a_p50", "busbw_a",
+                                "busbw_b", "check_a", "check_b"]
     first, second = lines[6].split(), lines[7].split()
     assert first[0] == "4B" and first[3] == "-" and first[2] == "-"
-    assert second[:4] == ["1KiB", "10.0", "12.3", "1.23x"] and second[-1] == "FAILED"
+    assert second[:5] == ["1KiB", "10.0", "12.3", "1.23x", "0.90x"] and second[-1] == "FAILED"
 
 
 def test_write_run_report(points, tmp_path):

@@ -448,11 +448,11 @@ def render_compare(rows: Iterable[Mapping[str, Any]], run_a: Mapping[str, Any] |
         varying = [d for d in varying_dimensions(group) if d in DIMENSIONS]
         group = sorted(group, key=lambda r: (r.get("bytes") or 0,
                                              [_sort_value(r.get(d)) for d in varying]))
-        headers = ["size", *varying, "avg_us_a", "avg_us_b", "b/a",
+        headers = ["size", *varying, "avg_us_a", "avg_us_b", "b/a", "b/a_p50",
                    "busbw_a", "busbw_b", "check_a", "check_b"]
         table = [[format_size(int(r.get("bytes") or 0)), *[_cell(d, r.get(d)) for d in varying],
                   format_us(r.get("t_avg_us_a")), format_us(r.get("t_avg_us_b")),
-                  _compare_ratio(r),
+                  _compare_ratio(r), format_ratio(r.get("ratio_p50")),
                   format_gbps(r.get("busbw_GBps_a")), format_gbps(r.get("busbw_GBps_b")),
                   format_check(r.get("check_a")), format_check(r.get("check_b"))]
                  for r in group]

@@ -63,7 +63,8 @@ def compare(points_a: Iterable[Mapping[str, Any]],
     Each row holds the key fields and ``phase`` (None unless the points have
     ``extra['phase']``), ``t_avg_us_a``/``_b`` (microseconds), ``ratio`` =
     ``t_avg_us_b / t_avg_us_a`` (above 1: B is slower; None when either time
-    is missing or A's is 0), ``noise`` (:func:`within_noise`: True when the
+    is missing or A's is 0), ``ratio_p50`` the same of the medians (an average that
+    a few slow iterations pulled away from its median shows against it), ``noise`` (:func:`within_noise`: True when the
     difference is within the points' own p50..p99 spread, None when unknown),
     ``busbw_GBps_a``/``_b`` and ``check_a``/``_b``.
     A key measured on one side only still gets a row, the other side None.
@@ -78,6 +79,8 @@ def compare(points_a: Iterable[Mapping[str, Any]],
         ta, tb = pa.get("t_avg_us"), pb.get("t_avg_us")
         row["t_avg_us_a"], row["t_avg_us_b"] = ta, tb
         row["ratio"] = tb / ta if ta and tb is not None else None
+        ma, mb = pa.get("t_p50_us"), pb.get("t_p50_us")
+        row["ratio_p50"] = mb / ma if ma and mb is not None else None
         row["noise"] = within_noise(pa, pb)
         row["busbw_GBps_a"], row["busbw_GBps_b"] = pa.get("busbw_GBps"), pb.get("busbw_GBps")
         row["check_a"], row["check_b"] = pa.get("check"), pb.get("check")

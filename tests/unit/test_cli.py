@@ -219,3 +219,15 @@ def test_importing_the_cli_loads_no_optional_library():
             "print([m for m in ('torch', 'mpi4py', 'matplotlib') if m in sys.modules])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "[]", proc.stderr
+
+
+def test_a_file_error_past_the_checks_is_one_line(monkeypatch, capsys):
+    """Root passes every access check: `report --out /proc/x` ended in a traceback."""
+    from ddlcomm import cli
+    from ddlcomm.cli import report
+
+    def fail(args, argv):
+        raise FileNotFoundError(2, "No such file or directory", "/proc/x")
+    monkeypatch.setattr(report, "run", fail)
+    assert cli.main(["report", "1"]) == 2
+    assert capsys.readouterr().err == "ddlcomm: error: /proc/x: No such file or directory\n"

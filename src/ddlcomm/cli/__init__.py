@@ -56,6 +56,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:      # a file the checks let through (root passes every access check)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"ddlcomm: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

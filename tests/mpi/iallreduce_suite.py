@@ -63,6 +63,22 @@ def run_cases(comm) -> list[str]:
                     ok = ok and np.array_equal(inputs[0], inputs[1])   # sendbuf untouched
                 if not ok:
                     failures.append(f"rank {rank}: iallreduce {name}")
+    return failures + temporary_send_buffers(comm)
+
+
+def temporary_send_buffers(comm) -> list[str]:
+    """A send buffer no one else holds (``iallreduce(x * 2)``): Open MPI read it after it
+    was freed and its memory reused (mpi4py does not keep it), so the sums were wrong."""
+    import gc
+    failures = []
+    for count in (4, 1000, 100000):
+        req = comm.iallreduce(np.full(count, comm.rank + 1, np.float32))
+        gc.collect()
+        reused = [np.zeros(count, np.float32) for _ in range(8)]
+        got = req.wait()
+        if not np.all(got == comm.size * (comm.size + 1) // 2):
+            failures.append(f"rank {comm.rank}: iallreduce of a temporary, count={count}")
+        del reused
     return failures
 
 

@@ -65,11 +65,15 @@ class CollectiveRequest:
     returns whether it is complete (finishing it if so) without blocking.
     """
 
-    __slots__ = ("_wait", "_test", "_finish", "buffer", "done")
+    __slots__ = ("_wait", "_test", "_finish", "_sending", "buffer", "done")
 
     def __init__(self, wait: Callable[[], object], test: Callable[[], bool],
-                 buffer: np.ndarray, finish: Optional[Callable[[], None]] = None) -> None:
+                 buffer: np.ndarray, finish: Optional[Callable[[], None]] = None,
+                 sending: Any = None) -> None:
         self._wait, self._test, self._finish = wait, test, finish
+        #: the send buffer, held until done: a temporary one (``iallreduce(x * 2)``) was freed
+        #: and its memory reused while Open MPI still read it (mpi4py does not hold it)
+        self._sending = sending
         self.buffer = buffer
         self.done = False
 
@@ -77,6 +81,7 @@ class CollectiveRequest:
         if not self.done:
             self._wait()
             self.done = True
+            self._sending = None
             if self._finish is not None:
                 self._finish()
         return self.buffer
@@ -204,8 +209,12 @@ class Communicator(abc.ABC):
             raise UsageError(f"{what} needs {count} elements, got none")
         if recvbuf is not sendbuf:
             self.check_buffer(recvbuf)
-            if recvbuf.dtype != sendbuf.dtype:
-                raise UsageError(f"{what} is {recvbuf.dtype}, not {sendbuf.dtype} as the send buffer")
+            have, want = buffers.numpy_dtype(recvbuf), buffers.numpy_dtype(sendbuf)
+            if have != want:
+                raise UsageError(f"{what} is {have}, not {want} as the send buffer")
+            if recvbuf.__class__ is np.ndarray and np.may_share_memory(recvbuf, sendbuf):
+                raise UsageError(f"{what} overlaps the send buffer",
+                                 "pass the send buffer itself as recvbuf to work in place")
         got = recvbuf.size if recvbuf.__class__ is np.ndarray else buffers.count(recvbuf)
         if got != count:
             raise UsageError(f"{what} needs {count} elements, got {got}")
@@ -280,18 +289,20 @@ class Communicator(abc.ABC):
         """Concatenate every rank's ``sendbuf`` in rank order at the root."""
         self.check_buffer(sendbuf)
         if self.rank == self.check_root(root):
+            n = buffers.count(sendbuf) * self.size
             if recvbuf is None:
-                recvbuf = np.empty(sendbuf.size * self.size, sendbuf.dtype)
-            self._check_recv(recvbuf, sendbuf, sendbuf.size * self.size, "gather's receive buffer")
+                recvbuf = buffers.empty(n, sendbuf)
+            self._check_recv(recvbuf, sendbuf, n, "gather's receive buffer")
         self._gather(sendbuf, recvbuf if self.rank == root else None, root)
         return recvbuf if self.rank == root else None
 
     def allgather(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None) -> np.ndarray:
         """Concatenate every rank's ``sendbuf`` in rank order on every rank."""
         self.check_buffer(sendbuf)
+        n = buffers.count(sendbuf) * self.size
         if recvbuf is None:
-            recvbuf = np.empty(sendbuf.size * self.size, sendbuf.dtype)
-        self._check_recv(recvbuf, sendbuf, sendbuf.size * self.size, "allgather's receive buffer")
+            recvbuf = buffers.empty(n, sendbuf)
+        self._check_recv(recvbuf, sendbuf, n, "allgather's receive buffer")
         self._allgather(sendbuf, recvbuf)
         return recvbuf
 
@@ -305,8 +316,8 @@ class Communicator(abc.ABC):
         rop = self.check_op(op, dtype)
         if self.rank == self.check_root(root):
             if recvbuf is None:
-                recvbuf = np.empty_like(sendbuf)
-            self._check_recv(recvbuf, sendbuf, sendbuf.size, "reduce's receive buffer")
+                recvbuf = buffers.empty(buffers.count(sendbuf), sendbuf)
+            self._check_recv(recvbuf, sendbuf, buffers.count(sendbuf), "reduce's receive buffer")
         else:
             recvbuf = None
         self._reduce(sendbuf, recvbuf, rop, root)
@@ -319,8 +330,9 @@ class Communicator(abc.ABC):
         """(recvbuf, op) of an all-reduce, checked: recvbuf allocated when None."""
         rop = self.check_op(op, self.check_buffer(sendbuf))
         if recvbuf is None:
-            return np.empty_like(sendbuf), rop
-        return self._check_recv(recvbuf, sendbuf, sendbuf.size, f"{what}'s receive buffer"), rop
+            return buffers.empty(buffers.count(sendbuf), sendbuf), rop
+        return self._check_recv(recvbuf, sendbuf, buffers.count(sendbuf),
+                                f"{what}'s receive buffer"), rop
 
     def allreduce(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
                   op: str | ReduceOp = "sum") -> np.ndarray:
@@ -349,16 +361,16 @@ class Communicator(abc.ABC):
         recvbuf, rop = self._allreduce_args("iallreduce", sendbuf, recvbuf, op)
         wait, test = self._iallreduce(sendbuf, recvbuf, rop)
         finish = functools.partial(rop.finish, recvbuf, self.size) if rop.divide_by_ranks else None
-        return CollectiveRequest(wait, test, recvbuf, finish)
+        return CollectiveRequest(wait, test, recvbuf, finish, sendbuf)
 
     def reduce_scatter(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
                        op: str | ReduceOp = "sum") -> np.ndarray:
         """Reduce ``sendbuf`` (p equal blocks); rank i gets the reduced block i."""
         dtype = self.check_buffer(sendbuf)
         rop = self.check_op(op, dtype)
-        block = self._block(sendbuf.size, "reduce_scatter")
+        block = self._block(buffers.count(sendbuf), "reduce_scatter")
         if recvbuf is None:
-            recvbuf = np.empty(block, sendbuf.dtype)
+            recvbuf = buffers.empty(block, sendbuf)
         self._check_recv(recvbuf, sendbuf, block, "reduce_scatter's receive buffer")
         self._reduce_scatter(sendbuf, recvbuf, rop)
         rop.finish(recvbuf, self.size)
@@ -367,10 +379,11 @@ class Communicator(abc.ABC):
     def alltoall(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None) -> np.ndarray:
         """Send block j of ``sendbuf`` to rank j; block i of ``recvbuf`` comes from rank i."""
         self.check_buffer(sendbuf)
-        self._block(sendbuf.size, "alltoall")
+        n = buffers.count(sendbuf)
+        self._block(n, "alltoall")
         if recvbuf is None:
-            recvbuf = np.empty_like(sendbuf)
-        self._check_recv(recvbuf, sendbuf, sendbuf.size, "alltoall's receive buffer")
+            recvbuf = buffers.empty(n, sendbuf)
+        self._check_recv(recvbuf, sendbuf, n, "alltoall's receive buffer")
         self._alltoall(sendbuf, recvbuf)
         return recvbuf
 

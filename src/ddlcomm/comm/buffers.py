@@ -58,3 +58,12 @@ def check_tensor(tensor: Any) -> DType:
     if not tensor.is_contiguous():
         raise UsageError("tensor buffers must be contiguous", "pass tensor.contiguous()")
     return dtype
+
+
+def empty(count_: int, like: Any) -> Any:
+    """A new buffer of ``count_`` elements of ``like``'s dtype, where ``like`` lives: a NumPy
+    array for an array, a tensor on the same device for a tensor."""
+    if isinstance(like, np.ndarray):
+        return np.empty(count_, like.dtype)
+    return like.new_empty(count_)
+

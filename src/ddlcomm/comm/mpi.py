@@ -151,29 +151,29 @@ class MPICommunicator(Communicator):
         self._comm.Barrier()
 
     def _send(self, buf, dest, tag):
-        self._comm.Send([buf, self._types[buf.dtype]], dest, tag)
+        self._comm.Send([buf, self._types[numpy_dtype(buf)]], dest, tag)
 
     def _recv(self, buf, source, tag):
-        self._comm.Recv([buf, self._types[buf.dtype]], source, tag)
+        self._comm.Recv([buf, self._types[numpy_dtype(buf)]], source, tag)
 
     def _sendrecv(self, sendbuf, dest, recvbuf, source, tag):
         types = self._types
-        self._comm.Sendrecv([sendbuf, types[sendbuf.dtype]], dest, tag,
-                            [recvbuf, types[recvbuf.dtype]], source, tag)
+        self._comm.Sendrecv([sendbuf, types[numpy_dtype(sendbuf)]], dest, tag,
+                            [recvbuf, types[numpy_dtype(recvbuf)]], source, tag)
 
     def _isend(self, buf, dest, tag):
         # mpi4py's Request keeps buf alive until it completes; .wait() ends it.
-        return self._comm.Isend([buf, self._types[buf.dtype]], dest, tag)
+        return self._comm.Isend([buf, self._types[numpy_dtype(buf)]], dest, tag)
 
     def _irecv(self, buf, source, tag):
-        return self._comm.Irecv([buf, self._types[buf.dtype]], source, tag)
+        return self._comm.Irecv([buf, self._types[numpy_dtype(buf)]], source, tag)
 
     def _recv_any(self, buf, tag):
         # MPI's blocking receive spins a core in most MPIs. Poll a non-blocking
         # one instead: spin for SPIN_S (a busy server answers at once), then
         # sleep between polls, 50 µs growing to 1 ms, so an idle one leaves the core free.
         status = self._MPI.Status()
-        req = self._comm.Irecv([buf, self._types[buf.dtype]], self._MPI.ANY_SOURCE, tag)
+        req = self._comm.Irecv([buf, self._types[numpy_dtype(buf)]], self._MPI.ANY_SOURCE, tag)
         spin_until = time.perf_counter() + SPIN_S
         delay = 5e-5
         while not req.Test(status):
@@ -183,7 +183,7 @@ class MPICommunicator(Communicator):
         return status.Get_source()
 
     def _broadcast(self, buf, root):
-        self._comm.Bcast([buf, self._types[buf.dtype]], root)
+        self._comm.Bcast([buf, self._types[numpy_dtype(buf)]], root)
 
     def _gather(self, sendbuf, recvbuf, root):
         t = self._types[numpy_dtype(sendbuf)]
@@ -194,16 +194,16 @@ class MPICommunicator(Communicator):
         self._comm.Allgather([sendbuf, t], [recvbuf, t])
 
     def _reduce(self, sendbuf, recvbuf, op, root):
-        t = self._types[numpy_dtype(sendbuf)]
-        mop = self._ops[op.ufunc, sendbuf.dtype]
+        dt = numpy_dtype(sendbuf)
+        t, mop = self._types[dt], self._ops[op.ufunc, dt]
         if recvbuf is sendbuf:
             self._comm.Reduce(self._MPI.IN_PLACE, [recvbuf, t], mop, root)
         else:
             self._comm.Reduce([sendbuf, t], [recvbuf, t] if recvbuf is not None else None, mop, root)
 
     def _allreduce(self, sendbuf, recvbuf, op):
-        t = self._types[numpy_dtype(sendbuf)]
-        mop = self._ops[op.ufunc, sendbuf.dtype]
+        dt = numpy_dtype(sendbuf)
+        t, mop = self._types[dt], self._ops[op.ufunc, dt]
         if recvbuf is sendbuf:
             self._comm.Allreduce(self._MPI.IN_PLACE, [recvbuf, t], mop)
         else:
@@ -212,15 +212,16 @@ class MPICommunicator(Communicator):
     def _iallreduce(self, sendbuf, recvbuf, op):
         # MPI_Iallreduce: without an asynchronous progress thread it advances
         # inside MPI calls, so callers overlap by calling test() now and then.
-        t = self._types[numpy_dtype(sendbuf)]
-        mop = self._ops[op.ufunc, sendbuf.dtype]
+        dt = numpy_dtype(sendbuf)
+        t, mop = self._types[dt], self._ops[op.ufunc, dt]
         send = self._MPI.IN_PLACE if recvbuf is sendbuf else [sendbuf, t]
         req = self._comm.Iallreduce(send, [recvbuf, t], mop)
         return req.Wait, req.Test
 
     def _reduce_scatter(self, sendbuf, recvbuf, op):
-        t = self._types[numpy_dtype(sendbuf)]
-        self._comm.Reduce_scatter_block([sendbuf, t], [recvbuf, t], self._ops[op.ufunc, sendbuf.dtype])
+        dt = numpy_dtype(sendbuf)
+        self._comm.Reduce_scatter_block([sendbuf, self._types[dt]], [recvbuf, self._types[dt]],
+                                        self._ops[op.ufunc, dt])
 
     def _alltoall(self, sendbuf, recvbuf):
         t = self._types[numpy_dtype(sendbuf)]

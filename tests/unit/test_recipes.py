@@ -266,6 +266,8 @@ def test_a_rewritten_report_lists_the_runs_that_did_not_complete(tmp_path):
     assert ran == [("b", "not run (deadline or SIGTERM)"), ("c", "failed (exit 3)")]
     assert base.session_incomplete(tmp_path, [], "r:abc") == ran
     assert base.session_incomplete(tmp_path / "elsewhere", [], "r:abc") == []
+    # rewritten into another folder (--out): the session's own folder has the list
+    assert base.session_incomplete(tmp_path / "elsewhere", [], "r:abc", tmp_path) == ran
 
 
 def test_report_only_of_a_missing_session_makes_no_folder(tmp_path):
@@ -302,3 +304,22 @@ def test_a_recipe_figure_draws_panels_it_was_not_told_of(tmp_path):
                                x_of=lambda p: p["ranks"], line_of=lambda p: "l", x_label="ranks",
                                panel_order=["z"])
     assert "<svg" in page.read_text()
+
+
+def test_a_deadline_that_is_not_seconds_is_refused_before_anything_starts(tmp_path, monkeypatch):
+    from ddlcomm.recipes import base
+    assert base.deadline_s({}) is None and base.deadline_s({base.DEADLINE_ENV: "0"}) == 0.0
+    monkeypatch.setenv(base.DEADLINE_ENV, "abc")
+    with pytest.raises(UsageError, match="must be a number of seconds"):
+        base.reproduce(get_recipe("shi2018"), tmp_path / "d.db")
+    assert not (tmp_path / "reports").exists()
+
+
+def test_choi2021_runs_each_cpu_placement_once(monkeypatch):
+    """One worker's all-reduce is one rank in one container either way: it ran twice, and
+    both points were drawn on one line."""
+    from ddlcomm.recipes import choi2021
+    monkeypatch.setattr(choi2021, "containers_here", lambda: (True, ""))
+    steps = choi2021.cpu_steps(False)
+    assert len({(s.env, s.args) for s in steps}) == len(steps) == 2 * (4 * 2 * 2 - 1)
+    assert "openmpi allreduce 1 worker, all in one container" in [s.label for s in steps]

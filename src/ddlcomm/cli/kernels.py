@@ -35,7 +35,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     op_name(args.op)
     nbytes = parse_size(args.size)
     check_request(dtypes, nbytes, mem_available())
-    rounds = parse_positive_int(args.rounds, "--rounds")
+    rounds = parse_positive_int(args.rounds, "--rounds", 1, 10_000)
     kernels = [k for k in KERNELS if not available()[k].startswith("missing")]
     with tqdm(total=rounds * (len(dtypes) * len(kernels) + 1), unit="pass", file=sys.stderr,
               desc=f"kernels {format_size(nbytes)}", leave=False) as bar:

@@ -28,8 +28,10 @@ from . import probe
 LAUNCHER_PREFIXES = ("PMIX_", "PMI_", "PRTE_", "HYDRA_", "MPI_LOCAL", "OMPI_COMM_WORLD_",
                      "OMPI_WORLD_", "OMPI_UNIVERSE_", "OMPI_FILE_LOCATION", "OMPI_NUM_APP_CTX",
                      "OMPI_ARGV", "OMPI_COMMAND", "OMPI_TOOL_NAME", "OMPI_FIRST_RANKS", "OMPI_APP_CTX")
-#: The BTLs of the Open MPI singleton child (see :func:`singleton_env`).
-SINGLETON_BTL = "^ofi"
+#: The BTLs of the Open MPI singleton child (see :func:`singleton_env`): itself only.  With
+#: the shared-memory BTL it left a segment in /dev/shm at every probe (``sm_segment.*``),
+#: and with ofi it looked for fabric providers for 1.0 of its 1.02 s MPI_Init.
+SINGLETON_BTL = "self"
 #: MPICH's MPIX_GPU_query_support() kind for CUDA (mpi_proto.h: MPIX_GPU_SUPPORT_CUDA).
 MPIX_GPU_SUPPORT_CUDA = 0
 
@@ -48,10 +50,9 @@ def parse_library_version(text: str) -> tuple[str, str]:
 
 
 def singleton_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` without the variables of an enclosing launcher's job, and without
-    Open MPI's ofi BTL unless the user chose BTLs (pure): looking for fabric providers
-    took 1.0 of Open MPI 5's 1.02 s singleton MPI_Init here, for a process that talks
-    to nobody; the CUDA answer comes from the accelerator framework, not from a BTL."""
+    """``environ`` without the variables of an enclosing launcher's job, and with Open MPI's
+    BTLs cut to ``self`` unless the user chose BTLs (pure): the process talks to nobody,
+    and the CUDA answer comes from the accelerator framework, not from a BTL."""
     env = {k: v for k, v in environ.items() if not k.startswith(LAUNCHER_PREFIXES)}
     env.setdefault("OMPI_MCA_btl", SINGLETON_BTL)
     return env

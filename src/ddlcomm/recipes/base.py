@@ -118,7 +118,7 @@ def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
     """
     results = []
     t_start = time.monotonic()
-    deadline = float(os.environ[DEADLINE_ENV]) if os.environ.get(DEADLINE_ENV) else None
+    deadline = deadline_s(os.environ)
     # A SIGTERM while the steps run: start no more, and write the report of what ran (a
     # launcher's or `timeout`'s SIGTERM reaches the running step's processes too: they end it).
     stopped: list[int] = []
@@ -146,6 +146,21 @@ def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
     finally:
         signal.signal(signal.SIGTERM, previous)
     return results
+
+
+def deadline_s(environ) -> Optional[float]:
+    """``$DDLCOMM_RECIPE_DEADLINE_S`` as seconds (None: not set); UsageError if not a number."""
+    text = environ.get(DEADLINE_ENV)
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise UsageError(f"${DEADLINE_ENV} must be a number of seconds, got {text!r}",
+                         "unset it to run every step")
+    return value
 
 
 def new_tag(recipe: str) -> str:
@@ -196,30 +211,38 @@ UNAVAILABLE_FILE = "unavailable.json"
 INCOMPLETE_FILE = "incomplete.json"
 
 
-def session_unavailable(recipe: Recipe, out: Path,
-                        report_only: Optional[str]) -> list[tuple[str, str]]:
+def session_unavailable(recipe: Recipe, out: Path, report_only: Optional[str],
+                        home: Optional[Path] = None) -> list[tuple[str, str]]:
     """What the session could not run: asked of this machine and recorded in ``out`` when
-    it runs; read back from there when only its report is rewritten (perhaps on another
-    machine, which would list its own), this machine's answer where nothing was recorded."""
-    path = out / UNAVAILABLE_FILE
+    it runs; read back when only its report is rewritten (perhaps on another machine, which
+    would list its own) from ``out`` or the session's own folder ``home``, this machine's
+    answer where neither recorded it."""
     if report_only is None:
         found = recipe.unavailable()
-        path.write_text(json.dumps(found, indent=1))
+        (out / UNAVAILABLE_FILE).write_text(json.dumps(found, indent=1))
         return found
-    if path.exists():
-        return [(variant, why) for variant, why in json.loads(path.read_text())]
-    return recipe.unavailable()
+    recorded = _recorded(UNAVAILABLE_FILE, out, home)
+    return recipe.unavailable() if recorded is None else recorded
 
 
-def session_incomplete(out: Path, results, report_only: Optional[str]) -> list[tuple[str, str]]:
+def session_incomplete(out: Path, results, report_only: Optional[str],
+                       home: Optional[Path] = None) -> list[tuple[str, str]]:
     """The runs that did not complete, with why: from the steps' exit codes, recorded in
-    ``out``, when the session runs; read back from there when only its report is rewritten."""
-    path = out / INCOMPLETE_FILE
+    ``out``, when the session runs; read back (``out``, else ``home``) when only its report
+    is rewritten."""
     if report_only is None:
         found = [(s.label, _why_incomplete(rc)) for s, rc, _ in results if rc != 0]
-        path.write_text(json.dumps(found, indent=1))
+        (out / INCOMPLETE_FILE).write_text(json.dumps(found, indent=1))
         return found
-    return [(label, why) for label, why in json.loads(path.read_text())] if path.exists() else []
+    return _recorded(INCOMPLETE_FILE, out, home) or []
+
+
+def _recorded(name: str, *folders: Optional[Path]) -> Optional[list[tuple[str, str]]]:
+    """A session's list ``name`` from the first of ``folders`` that has it (None if none)."""
+    for folder in folders:
+        if folder is not None and (folder / name).exists():
+            return [(a, b) for a, b in json.loads((folder / name).read_text())]
+    return None
 
 
 def reproduce(recipe: Recipe, db: Path, *, full: bool = False, report_only: Optional[str] = None,
@@ -228,14 +251,16 @@ def reproduce(recipe: Recipe, db: Path, *, full: bool = False, report_only: Opti
     report) and print a summary; 1 if a run did not complete or a check failed, else 0.
     ``timeout_s``: seconds a run may take (default :func:`limits`)."""
     tag = session_tag(recipe, report_only)
+    deadline_s(os.environ)                   # refused before anything starts
     if report_only is not None:
         if not db.exists():
             raise UsageError(f"no results database at {db}", "pass the --db the session used")
         points = session_points(db, tag)
-    out = out or db.parent / "reports" / tag.replace(":", "-")
+    home = db.parent / "reports" / tag.replace(":", "-")      # the session's own folder
+    out = out or home
     out.mkdir(parents=True, exist_ok=True)
     results = []
-    unavailable = session_unavailable(recipe, out, report_only)
+    unavailable = session_unavailable(recipe, out, report_only, home)
     if report_only is None:
         steps = recipe.steps(full)
         log = out / "runs.log"
@@ -250,7 +275,7 @@ def reproduce(recipe: Recipe, db: Path, *, full: bool = False, report_only: Opti
             require_ok(results)     # no point: say why, where every step failed or none ran
             raise
     page = recipe.report(recipe, points, out, unavailable)
-    incomplete = session_incomplete(out, results, report_only)
+    incomplete = session_incomplete(out, results, report_only, home)
     _note_incomplete(page, incomplete)
     checks_failed = sum(p["check"] == "failed" for p in points)
     if results:

@@ -9,6 +9,7 @@ it, chunked so that objects above 2 GiB work everywhere.
 from __future__ import annotations
 
 import abc
+import contextlib
 import functools
 from typing import Any, Callable, Optional, Protocol, Sequence
 
@@ -16,7 +17,7 @@ import numpy as np
 
 from ..collectives import Collective, get_collective
 from ..dtypes import DTYPES, OPS, DType, ReduceOp, dtype_of, get_op
-from ..errors import UnsupportedError, UsageError
+from ..errors import DdlcommError, UnsupportedError, UsageError
 from . import buffers, objects
 
 
@@ -139,6 +140,13 @@ class Communicator(abc.ABC):
     def close(self) -> None:
         """Release the backend's resources; the communicator is unusable afterwards."""
 
+    def __enter__(self) -> "Communicator":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        """``with ddlcomm.init(...) as comm:`` closes it at the end of the block."""
+        self.close()
+
     # ------------------------------------------------------------ checks
     def check_buffer(self, array: np.ndarray) -> DType:
         """The array's DType if this backend can carry it and it is C-contiguous (checked
@@ -221,6 +229,17 @@ class Communicator(abc.ABC):
         check_writable(recvbuf, what)
         return recvbuf
 
+    @contextlib.contextmanager
+    def _rooted(self, call_anyway: Callable[[], None]):
+        """Around a check only the root can make (its receive buffer): where it refuses, the
+        root still takes part in the call (``call_anyway``, into scratch memory) before the
+        error rises, so the other ranks are not left in it, nor matched by its next call."""
+        try:
+            yield
+        except DdlcommError:
+            call_anyway()
+            raise
+
     def _block(self, count: int, what: str) -> int:
         if count % self.size:
             raise UsageError(f"{what}: {count} elements do not split evenly over {self.size} ranks")
@@ -288,13 +307,16 @@ class Communicator(abc.ABC):
                root: int = 0) -> Optional[np.ndarray]:
         """Concatenate every rank's ``sendbuf`` in rank order at the root."""
         self.check_buffer(sendbuf)
-        if self.rank == self.check_root(root):
-            n = buffers.count(sendbuf) * self.size
-            if recvbuf is None:
-                recvbuf = buffers.empty(n, sendbuf)
+        if self.rank != self.check_root(root):
+            self._gather(sendbuf, None, root)
+            return None
+        n = buffers.count(sendbuf) * self.size
+        if recvbuf is None:
+            recvbuf = buffers.empty(n, sendbuf)
+        with self._rooted(lambda: self._gather(sendbuf, buffers.empty(n, sendbuf), root)):
             self._check_recv(recvbuf, sendbuf, n, "gather's receive buffer")
-        self._gather(sendbuf, recvbuf if self.rank == root else None, root)
-        return recvbuf if self.rank == root else None
+        self._gather(sendbuf, recvbuf, root)
+        return recvbuf
 
     def allgather(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None) -> np.ndarray:
         """Concatenate every rank's ``sendbuf`` in rank order on every rank."""
@@ -315,9 +337,11 @@ class Communicator(abc.ABC):
         dtype = self.check_buffer(sendbuf)
         rop = self.check_op(op, dtype)
         if self.rank == self.check_root(root):
+            n = buffers.count(sendbuf)
             if recvbuf is None:
-                recvbuf = buffers.empty(buffers.count(sendbuf), sendbuf)
-            self._check_recv(recvbuf, sendbuf, buffers.count(sendbuf), "reduce's receive buffer")
+                recvbuf = buffers.empty(n, sendbuf)
+            with self._rooted(lambda: self._reduce(sendbuf, buffers.empty(n, sendbuf), rop, root)):
+                self._check_recv(recvbuf, sendbuf, n, "reduce's receive buffer")
         else:
             recvbuf = None
         self._reduce(sendbuf, recvbuf, rop, root)

@@ -9,6 +9,10 @@ shorter than the longest one pad with zeros; lengths travel first.
 
 Reductions of objects fold the gathered objects in rank order with the op
 (``ReduceOp.combine``), so any objects that support ``+``/``*``/min/max work.
+
+A rank that cannot pickle its object, or a root that cannot fold the objects, still
+takes part in the call with a marker (a length of -1, a :class:`_Failed`), so that every
+rank raises a UsageError instead of the others waiting for a message that never comes.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from typing import Any, Optional, Protocol, Sequence
 import numpy as np
 
 from ..dtypes import ReduceOp
+from ..errors import UsageError
 
 
 
@@ -45,8 +50,34 @@ CHUNK_BYTES = 1 << 30
 _INT_MAX = (1 << 31) - 1
 
 
+#: The length a rank sends in place of its object's where it could not pickle it.
+UNPICKLABLE = -1
+
+
+class _Failed:
+    """Sent in place of a result its root could not make: every rank raises with ``why``."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
 def _dumps(obj: Any) -> np.ndarray:
     return np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
+
+
+def _try_dumps(obj: Any) -> tuple[Optional[np.ndarray], str]:
+    """(payload, "") or (None, why) where ``obj`` cannot be pickled."""
+    try:
+        return _dumps(obj), ""
+    except Exception as exc:          # noqa: BLE001 - pickling raises many kinds
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _refuse(ranks: Sequence[int], why: str = "") -> UsageError:
+    """The error of a call in which ``ranks`` could not pickle their objects."""
+    who = ", ".join(map(str, ranks))
+    return UsageError(f"rank {who} could not pickle its object{f' ({why})' if why else ''}",
+                      "the object calls take picklable objects")
 
 
 def _loads(data: np.ndarray) -> Any:
@@ -72,8 +103,10 @@ def _padded(payload: np.ndarray, length: int) -> np.ndarray:
 
 
 def send(comm: "Communicator", obj: Any, dest: int, tag: int) -> None:
-    payload = _dumps(obj)
-    comm._send(np.array([payload.size], np.int64), dest, tag)
+    payload, why = _try_dumps(obj)
+    comm._send(np.array([UNPICKLABLE if payload is None else payload.size], np.int64), dest, tag)
+    if payload is None:
+        raise _refuse([comm.rank], why)
     for lo, hi in _ranges(payload.size, CHUNK_BYTES):
         comm._send(payload[lo:hi], dest, tag)
 
@@ -81,6 +114,8 @@ def send(comm: "Communicator", obj: Any, dest: int, tag: int) -> None:
 def recv(comm: "Communicator", source: int, tag: int) -> Any:
     length = np.zeros(1, np.int64)
     comm._recv(length, source, tag)
+    if length[0] == UNPICKLABLE:
+        raise _refuse([source])
     data = np.empty(int(length[0]), np.uint8)
     for lo, hi in _ranges(data.size, CHUNK_BYTES):
         comm._recv(data[lo:hi], source, tag)
@@ -88,17 +123,23 @@ def recv(comm: "Communicator", source: int, tag: int) -> Any:
 
 
 def broadcast(comm: "Communicator", obj: Any, root: int) -> Any:
+    why = ""
     if comm.rank == root:
-        payload = _dumps(obj)
-        length = np.array([payload.size], np.int64)
+        payload, why = _try_dumps(obj)
+        length = np.array([UNPICKLABLE if payload is None else payload.size], np.int64)
     else:
         length = np.zeros(1, np.int64)
     comm._broadcast(length, root)
+    if length[0] == UNPICKLABLE:
+        raise _refuse([root], why)
     if comm.rank != root:
         payload = np.empty(int(length[0]), np.uint8)
     for lo, hi in _ranges(payload.size, CHUNK_BYTES):
         comm._broadcast(payload[lo:hi], root)
-    return obj if comm.rank == root else _loads(payload)
+    got = obj if comm.rank == root else _loads(payload)
+    if isinstance(got, _Failed):
+        raise UsageError(got.why)
+    return got
 
 
 def _lengths(comm: "Communicator", mine: Sequence[int]) -> np.ndarray:
@@ -111,8 +152,10 @@ def _lengths(comm: "Communicator", mine: Sequence[int]) -> np.ndarray:
 
 def _gather_payloads(comm: "Communicator", obj: Any, root: Optional[int]) -> Optional[list]:
     """Gather (root given) or allgather (root None) every rank's pickled object."""
-    payload = _dumps(obj)
-    lengths = _lengths(comm, [payload.size])[:, 0]
+    payload, why = _try_dumps(obj)
+    lengths = _lengths(comm, [UNPICKLABLE if payload is None else payload.size])[:, 0]
+    if (lengths == UNPICKLABLE).any():
+        raise _refuse(np.flatnonzero(lengths == UNPICKLABLE).tolist(), why)
     width = int(lengths.max()) if lengths.size else 0
     receives = root is None or comm.rank == root
     table = np.empty((comm.size, width), np.uint8) if receives else None
@@ -142,8 +185,12 @@ def allgather(comm: "Communicator", obj: Any) -> list:
 
 
 def alltoall(comm: "Communicator", objs: Sequence[Any]) -> list:
-    payloads = [_dumps(o) for o in objs]
-    lengths = _lengths(comm, [p.size for p in payloads])     # [sender, receiver]
+    tried = [_try_dumps(o) for o in objs]
+    payloads = [p for p, _ in tried]
+    lengths = _lengths(comm, [UNPICKLABLE if p is None else p.size for p in payloads])
+    if (lengths == UNPICKLABLE).any():                      # [sender, receiver]
+        raise _refuse(sorted(set(np.nonzero(lengths == UNPICKLABLE)[0].tolist())),
+                      next((why for _, why in tried if why), ""))
     width = int(lengths.max()) if lengths.size else 0
     table = np.empty((comm.size, width), np.uint8)
     chunk = _chunk(comm.size)
@@ -162,9 +209,8 @@ def _fold(objs: Sequence[Any], op: ReduceOp) -> Any:
     out = objs[0]
     for o in objs[1:]:
         out = op.combine(out, o)
-    if op.divide_by_ranks:
-        n = len(objs)
-        out = op.finish(np.array(out, copy=True), n) if isinstance(out, np.ndarray) else out / n
+    if op.divide_by_ranks:           # true division, as for Python numbers (an int array's
+        out = out / len(objs)        # average is not truncated to ints)
     return out
 
 
@@ -174,7 +220,15 @@ def reduce(comm: "Communicator", obj: Any, op: ReduceOp, root: int) -> Any:
 
 
 def allreduce(comm: "Communicator", obj: Any, op: ReduceOp) -> Any:
-    return broadcast(comm, reduce(comm, obj, op, 0), 0)
+    objs = gather(comm, obj, 0)
+    result = None
+    if objs is not None:
+        try:
+            result = _fold(objs, op)
+        except Exception as exc:     # noqa: BLE001 - every rank raises it (broadcast)
+            result = _Failed(f"allreduce_object could not {op.name} the objects "
+                             f"({type(exc).__name__}: {exc})")
+    return broadcast(comm, result, 0)
 
 
 def reduce_scatter(comm: "Communicator", objs: Sequence[Any], op: ReduceOp) -> Any:

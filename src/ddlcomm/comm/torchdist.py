@@ -249,6 +249,11 @@ _BINDERS: dict[str, Callable[..., Callable[[], object]]] = {
 }
 
 
+#: Whether the default process group is one ddlcomm made, and how many communicators use it:
+#: a second communicator shares it, and closing the first no longer ends the second.
+_OURS: dict = {"made": False, "users": 0}
+
+
 class TorchDistCommunicator(Communicator):
     """Communicator over torch.distributed's default process group; a subclass names the
     torch.distributed backend (``backend``) and may choose a device before the ranks meet."""
@@ -287,6 +292,10 @@ class TorchDistCommunicator(Communicator):
         else:
             options = self._before_init(info)
             self.rendezvous = init_process_group(info, timeout_s, self.backend, **options)
+            _OURS["made"] = True
+        #: whether the group is ddlcomm's (made by this communicator or another), counted
+        self._ours = _OURS["made"]
+        _OURS["users"] += self._ours
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
         self._closed = False
@@ -311,9 +320,14 @@ class TorchDistCommunicator(Communicator):
         os._exit(code)
 
     def close(self) -> None:
-        # A process group the caller set up before us is theirs to destroy.
-        if not self._closed and self.rendezvous is not None and dist.is_initialized():
-            dist.destroy_process_group()
+        # A process group the caller set up before us is theirs to destroy; ours goes with
+        # the last communicator that uses it (torch has one default group per process).
+        if not self._closed and self._ours:
+            _OURS["users"] -= 1
+            if _OURS["users"] == 0:
+                _OURS["made"] = False
+                if dist.is_initialized():
+                    dist.destroy_process_group()
         self._closed = True
 
     def sync(self) -> None:

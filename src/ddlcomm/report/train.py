@@ -180,6 +180,7 @@ def scaling_figure(points: Sequence[Point]) -> Any:
             ax.plot([1] + [a for a, _ in pm], [1.0] + [b for _, b in pm], linestyle="--", marker="x",
                     color=f"C{i % 10}", label=f"{name} (model)")
     ax.plot([1, top], [1, top], color="gray", linewidth=1, label="ideal (linear)")
+    _whole_workers(ax)
     ax.set_xlabel("workers")
     ax.set_ylabel("speed-up (weak scaling)")
     ax.set_ylim(bottom=0)
@@ -206,6 +207,7 @@ def throughput_figure(points: Sequence[Point]) -> Any:
     for name, fs in sorted(groups.items()):
         fs = sorted(fs, key=lambda f: f["workers"])
         ax.plot([f["workers"] for f in fs], [f["images_per_s"] for f in fs], marker="o", label=name)
+    _whole_workers(ax)
     ax.set_xlabel("workers")
     ax.set_ylabel("images/s (whole job)")
     ax.set_ylim(bottom=0)
@@ -254,9 +256,17 @@ def layers_figure(points: Sequence[Point]) -> Any:
         twin = ax.twinx()
         twin.plot(x, mib, color="#1f77b4", linewidth=1, label="gradient MiB")
         twin.set_ylabel("gradient (MiB)")
+        bars, line = ax.get_legend_handles_labels(), twin.get_legend_handles_labels()
+        ax.legend(bars[0] + line[0], bars[1] + line[1], loc="upper right", fontsize="x-small")
         ax.set_title(f"{label(f)}: {len(ms)} tensors, last layer first", fontsize="small")
     axes[-1, 0].set_xlabel("parameter tensor, in the order its gradient became ready")
     return fig
+
+
+def _whole_workers(ax) -> None:
+    """Ticks at whole worker counts only (1.5 workers is no configuration)."""
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _size() -> tuple[float, float]:

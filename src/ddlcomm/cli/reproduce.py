@@ -14,7 +14,10 @@ def add_parser(sub) -> None:
                                           "shi2018, awan2019)",
                         description="Run a named experiment as a series of `ddlcomm bench` runs in "
                                     "one database and write its report, laid out like the paper's "
-                                    "figures. Defaults are scaled to finish in minutes here.")
+                                    "figures. Defaults are scaled to finish in minutes here. "
+                                    "$DDLCOMM_RECIPE_DEADLINE_S (seconds from the start) starts no "
+                                    "run past it and ends the one running then; the report lists "
+                                    "what did not complete, and the exit code is 1.")
     rp.add_argument("name", help="woo2020, choi2021, shi2018 or awan2019")
     rp.add_argument("--full", action="store_true",
                     help="the paper's sizes and 1000 repetitions (hours: no limit on a run, "

@@ -57,7 +57,7 @@ def _inline_svg(path: Path) -> str:
 
 def _safe_name(name: str) -> str:
     """A collective name usable as a file name."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "collective"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "collective"
 
 
 def _meta_table(run: Mapping[str, Any]) -> str:

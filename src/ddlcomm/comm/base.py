@@ -220,7 +220,8 @@ class Communicator(abc.ABC):
             have, want = buffers.numpy_dtype(recvbuf), buffers.numpy_dtype(sendbuf)
             if have != want:
                 raise UsageError(f"{what} is {have}, not {want} as the send buffer")
-            if recvbuf.__class__ is np.ndarray and np.may_share_memory(recvbuf, sendbuf):
+            if recvbuf.__class__ is np.ndarray and sendbuf.__class__ is np.ndarray \
+                    and np.may_share_memory(recvbuf, sendbuf):
                 raise UsageError(f"{what} overlaps the send buffer",
                                  "pass the send buffer itself as recvbuf to work in place")
         got = recvbuf.size if recvbuf.__class__ is np.ndarray else buffers.count(recvbuf)

@@ -265,8 +265,7 @@ def layers_figure(points: Sequence[Point]) -> Any:
 
 def _whole_workers(ax) -> None:
     """Ticks at whole worker counts only (1.5 workers is no configuration)."""
-    from matplotlib.ticker import MaxNLocator
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(plots._pyplot().MaxNLocator(integer=True))
 
 
 def _size() -> tuple[float, float]:

@@ -72,6 +72,11 @@ def parse_sizes(text: str) -> list[int]:
     return sizes
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless one: ``1 rank``, ``3 ranks``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def format_size(nbytes: int) -> str:
     """Format a byte count the short way: ``4B``, ``64KiB``, ``1.5MiB``."""
     for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):

@@ -130,3 +130,8 @@ def test_parse_list_keeps_order_and_refuses_empty_and_repeats():
         parse_list(" , ", "--x")
     with pytest.raises(UsageError, match="--x names something twice: a,a"):
         parse_list("a,a", "--x")
+
+
+def test_counted():
+    from ddlcomm.units import counted
+    assert [counted(n, "rank") for n in (0, 1, 3)] == ["0 ranks", "1 rank", "3 ranks"]

@@ -29,6 +29,7 @@ from ..measure.checks import verdict
 from ..measure.records import backend_facts, collective_records, merge_facts
 from ..memory import kind as memory_kind
 from ..memory.gpu import use_gpu
+from ..units import counted
 from ..workloads import get_workload
 from ..workloads.paths import PATHS
 from .buffers import PointBuffers
@@ -193,7 +194,8 @@ def run_sweep(comms: dict, plan: BenchPlan, watchdog: Watchdog, store: Any,
         # Into a log file, a redraw every few seconds is enough.
         plain = os.environ.get(PROGRESS_ENV, "plain" if not sys.stderr.isatty() else "tty") == "plain"
         progress = tqdm(total=len(points), unit="pt", file=sys.stderr, leave=True,
-                        desc=f"{','.join(plan.backends)} {first.size} rank{'s' if first.size > 1 else ''}", dynamic_ncols=not plain,
+                        desc=f"{','.join(plan.backends)} {counted(first.size, 'rank')}",
+                        dynamic_ncols=not plain,
                         mininterval=5.0 if plain else 0.1, ncols=100 if plain else None)
     failed = 0
     place = use_gpu(first.local_rank) if needs_gpu(plan) else None

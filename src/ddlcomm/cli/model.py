@@ -375,7 +375,7 @@ def cmd_predict(args) -> int:
     rows = predict(collective, args.algorithm, ranks, sizes, fit=fit, params=explicit,
                    want=_selection(args),
                    ranks_per_node=per_node, cores=cores, inter=inter, leaders=args.leaders)
-    node = cores or max((g.cores or 0 for g in fit.groups), default=0) if fit else cores
+    node = cores or (max((g.cores or 0 for g in fit.groups), default=0) if fit else 0)
     if per_node is None and node and max(ranks) > node:
         print(f"note: ranks past {node} (the cores of a node) are priced as several nodes of "
               f"{node} ranks; --ranks-per-node N prices N ranks sharing one node",

@@ -25,6 +25,7 @@ from ..machine import mpi as mpi_facts
 from ..machine.features import namespaces
 from ..memory.gpu import cuda_available
 from ..report.recipe import write_recipe_report
+from ..units import counted
 from .base import Recipe, Step
 
 FULL_BYTES = 1 << 30
@@ -66,7 +67,7 @@ def cpu_steps(full: bool) -> list[Step]:
                     containers = ranks if placement == PLACEMENTS[0] else 1
                     args = ["--workload", workload, "--sizes", f"{size}B", "--ranks", str(ranks),
                             "--containers", str(containers), "--steps", str(iters)]
-                    out.append(Step(f"{env} {workload} {workers} worker{'s' * (workers > 1)}, "
+                    out.append(Step(f"{env} {workload} {counted(workers, 'worker')}, "
                                     f"{placement}", tuple(args), env=env))
     return out
 

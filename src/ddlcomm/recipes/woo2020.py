@@ -16,6 +16,7 @@ import os
 
 from .. import memory
 from ..report.recipe import write_recipe_report
+from ..units import counted
 from .base import Recipe, Step, cores_of
 
 FULL_SIZES = {"broadcast": 256 << 20, "gather": 16 << 20, "allreduce": 256 << 20}
@@ -67,7 +68,7 @@ def unavailable() -> list[tuple[str, str]]:
 
 def _environment(p: dict) -> str:
     k = p.get("containers") or 0
-    return "host" if k == 0 else f"{k} container{'s' if k > 1 else ''}"
+    return "host" if k == 0 else counted(k, "container")
 
 
 def report(recipe, points, out_dir, missing=()):

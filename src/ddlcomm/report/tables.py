@@ -17,7 +17,7 @@ from typing import Any, Optional
 from ..machine import load
 from ..measure import noise
 from ..results.versus import targets
-from ..units import format_size
+from ..units import counted, format_size
 
 Point = Mapping[str, Any]
 
@@ -167,7 +167,7 @@ def series_key(point: Point, varying: Sequence[str]) -> str:
         if dim in ("backend", "library"):
             continue
         if dim == "ranks":
-            parts.append(f"{value} rank{'s' if value != 1 else ''}")
+            parts.append(counted(value, "rank"))
         elif dim == "in_place":
             parts.append("in-place" if value else "out-of-place")
         elif dim in DIMENSIONS:
@@ -203,7 +203,7 @@ def heading(points: Sequence[Point], varying: Sequence[str] | None = None) -> st
     if fixed:
         parts.append(" ".join(fixed))
     if "ranks" not in varying and first.get("ranks") is not None:
-        parts.append(f"{first['ranks']} rank{'s' if first['ranks'] != 1 else ''}")
+        parts.append(counted(first["ranks"], "rank"))
     for dim, default in (("form", "buffer"), ("algorithm", "library")):
         if dim not in varying and first.get(dim) not in (None, default):
             parts.append(f"{dim} {first[dim]}")
@@ -276,7 +276,7 @@ def noise_notes(points: Sequence[Point]) -> list[str]:
         if flag in flagged:
             which = flagged[flag]
             listed = ", ".join(which[:8]) + (f", ... ({len(which) - 8} more)" if len(which) > 8 else "")
-            notes.append(f"{mark} ({len(which)} point{'s' if len(which) > 1 else ''}: {listed}): {meaning}")
+            notes.append(f"{mark} ({counted(len(which), 'point')}: {listed}): {meaning}")
     return notes
 
 
@@ -516,7 +516,7 @@ def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: boo
                  _spread_ratio(r.auto) + (f" [{','.join(r.auto_ran)}]" if r.auto_ran else ""),
                  _spread_ratio(r.x_floor)] for r in t.rows]
         title = (f"{t.library}, {t.ranks} ranks, {t.dtype}, {t.memory} memory "
-                 f"({t.runs} run{'s' * (t.runs > 1)})")
+                 f"({counted(t.runs, 'run')})")
         got = targets(t, **goals)
         summary = [
             f"lib / best from {format_size(goals['speedup_from'])}: lowest {_ratio_at(got.min_speedup)}",

@@ -28,6 +28,7 @@ from ..launch.env import detect
 from ..outputs import print_report
 from ..report import train as train_report
 from ..results import Store
+from ..units import counted
 from .config import TrainJob, TrainOptions, plan_jobs
 from .ddp import run_ddp
 from .loop import progress, run_config
@@ -71,8 +72,8 @@ def launch(jobs: list[TrainJob], argv: Sequence[str], db_path: Path, config: dic
     """Own a run: create it, run every job in turn, add scaling points, finish."""
     def start_all(env: dict) -> int:
         for job in jobs:
-            print(f"== {job.ranks} rank{'s' if job.ranks > 1 else ''}, backend {job.backend}: "
-                  f"{len(job.configs)} configuration{'s' if len(job.configs) > 1 else ''}",
+            print(f"== {counted(job.ranks, 'rank')}, backend {job.backend}: "
+                  f"{counted(len(job.configs), 'configuration')}",
                   file=sys.stderr, flush=True)
             rc = start(job, argv, env)
             if rc != 0:
@@ -120,7 +121,7 @@ def rank_main(job: TrainJob, argv: Sequence[str], db_path: Path,
 
     def body(watchdog, store, run_id) -> int:
         for n, cfg in enumerate(job.configs, 1):
-            progress(comm.rank, f"[{n}/{len(job.configs)}] {comm.size} rank{'s' if comm.size > 1 else ''} "
+            progress(comm.rank, f"[{n}/{len(job.configs)}] {counted(comm.size, 'rank')} "
                                 f"{comm.name}: {cfg.label()}")
             with watchdog.guard(f"training {cfg.label()}"):
                 records = run_ddp(comm, gloo, cfg) if cfg.peer == "ddp" else run_config(comm, cfg)

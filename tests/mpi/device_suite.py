@@ -33,7 +33,7 @@ from ddlcomm.comm import device as dev
 from ddlcomm.comm.device.peers import shared_tensor
 from ddlcomm.dtypes import get_op
 from ddlcomm.errors import UnsupportedError
-from suite_kit import Checks, conclude, data, guarded, reference
+from suite_kit import THIN_HELP, Checks, conclude, data, guarded, reference, thinned
 
 DTYPES = ("float32", "float16", "bfloat16", "int32")
 OPS = ("sum", "prod", "min", "max", "avg")
@@ -182,7 +182,7 @@ def shm_refused_across_nodes(suite: Suite) -> None:
         os.environ.pop("DDLCOMM_NODE", None)
 
 
-def run(comm, device: str) -> Suite:
+def run(comm, device: str, thin: bool = False) -> Suite:
     suite = Suite(comm, device)
     bench_path(suite)
     shm_refused_across_nodes(suite)
@@ -190,7 +190,7 @@ def run(comm, device: str) -> Suite:
         for transport in transports:
             for dtype in DTYPES:
                 ops = ["sum"] if coll == "broadcast" else [o for o in OPS if o != "avg" or dtype != "int32"]
-                for op in ops:
+                for op in (o for o in ops if not thinned(dtype, o, thin)):
                     for count in COUNTS:
                         for in_place in ((False, True) if coll != "broadcast" else (True,)):
                             suite.one(coll, alg, transport, dtype, op, count, in_place,
@@ -204,13 +204,14 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", default="mpi")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--thin", action="store_true", help=THIN_HELP)
     args = parser.parse_args()
     comm = ddlcomm.init(args.backend)
     if args.device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", comm.rank)) %
                               torch.cuda.device_count())
     start = time.perf_counter()
-    suite = guarded(comm, lambda: run(comm, args.device))
+    suite = guarded(comm, lambda: run(comm, args.device, args.thin))
     elapsed = time.perf_counter() - start
     return conclude(comm, suite.failures,
                     lambda n, cases: f"{comm.library} {comm.library_version}: {comm.size} ranks, "

@@ -31,7 +31,7 @@ import ddlcomm
 from ddlcomm.comm import native
 from ddlcomm.dtypes import DTYPES, OPS
 from ddlcomm.errors import UsageError
-from suite_kit import Checks, conclude, data, guarded, is_float, reference
+from suite_kit import THIN_HELP, Checks, conclude, data, guarded, is_float, reference, thinned
 
 COUNTS = (0, 1, 7, 13)
 BIG = 1_000_003
@@ -247,8 +247,9 @@ def avg_tol(want: np.ndarray, dtype) -> np.ndarray:
     return 2 * eps(dtype) * np.abs(want)
 
 
-def run(comm, only: Optional[list[str]] = None) -> Suite:
-    """Every case; ``only`` narrows the dtypes (default: every one the backend carries)."""
+def run(comm, only: Optional[list[str]] = None, thin: bool = False) -> Suite:
+    """Every case; ``only`` narrows the dtypes (default: every one the backend carries);
+    ``thin`` the reductions' (dtype, op) pairs (:func:`suite_kit.thinned`)."""
     suite = Suite(comm)
     p = comm.size
     roots = range(p)
@@ -264,7 +265,7 @@ def run(comm, only: Optional[list[str]] = None) -> Suite:
             for count in COUNTS:
                 if coll in ("allreduce", "reduce"):
                     for op, rop in OPS.items():
-                        if rop.floats_only and not is_float(dtype):
+                        if rop.floats_only and not is_float(dtype) or thinned(dtype, op, thin):
                             continue
                         if coll == "allreduce":
                             suite.allreduce(fn, label, kw, dtype, op, count)
@@ -302,11 +303,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", default="mpi")
     parser.add_argument("--dtypes", help="comma list of dtypes (default: all the backend carries)")
+    parser.add_argument("--thin", action="store_true", help=THIN_HELP)
     args = parser.parse_args()
     only = args.dtypes.split(",") if args.dtypes else None
     comm = ddlcomm.init(args.backend)
     start = time.perf_counter()
-    suite = guarded(comm, lambda: run(comm, only))
+    suite = guarded(comm, lambda: run(comm, only, args.thin))
     elapsed = time.perf_counter() - start
     return conclude(comm, suite.failures,
                     lambda n, cases: f"{comm.library} {comm.library_version}: {comm.size} ranks, "

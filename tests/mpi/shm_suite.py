@@ -21,7 +21,7 @@ from ddlcomm import memory
 from ddlcomm.comm import hierarchical, shm
 from ddlcomm.dtypes import DTYPES, OPS
 from ddlcomm.kernels import reducer
-from suite_kit import conclude
+from suite_kit import THIN_HELP, conclude, thinned
 
 COUNTS = (0, 1, 7, 13, 10007)
 #: float32 elements above the leaders' ring threshold (1 MiB), not divisible by 2..5.
@@ -55,12 +55,13 @@ def close(got, want, dt) -> bool:
     return np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=8 * dt.eps, atol=0)
 
 
-def cases(comm, held):
-    """(label, bound call, send, its input, recv, expected, dtype) for every variant."""
+def cases(comm, held, thin=False):
+    """(label, bound call, send, its input, recv, expected, dtype) for every variant
+    (``thin``: the (dtype, op) pairs of :func:`suite_kit.thinned`)."""
     p = comm.size
     for dname, dt in DTYPES.items():
         for opname, op in OPS.items():
-            if op.floats_only and not dt.is_float:
+            if op.floats_only and not dt.is_float or thinned(dname, opname, thin):
                 continue
             counts = COUNTS + ((LARGE,) if dname == "float32" and opname in ("sum", "avg") else ())
             for n in counts:
@@ -106,10 +107,11 @@ def cases(comm, held):
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", default="mpi")
+    parser.add_argument("--thin", action="store_true", help=THIN_HELP)
     args = parser.parse_args()
     comm = ddlcomm.init(args.backend)
     failures, held = [], []
-    for label, call, send, mine, recv, want, dt in cases(comm, held):
+    for label, call, send, mine, recv, want, dt in cases(comm, held, args.thin):
         for attempt in (1, 2):              # the second call reuses the segment
             send[:] = mine                  # (in place, the first call overwrote it)
             call()

@@ -15,6 +15,19 @@ def data(rank: int, count: int, dtype, op: str, salt: int) -> np.ndarray:
     return rng.integers(1, 3 if op == "prod" else 20, size=count).astype(dtype)
 
 
+def thinned(dtype, op: str, thin: bool) -> bool:
+    """Whether a ``--thin`` pass leaves the pair (``dtype``, a dtype or its name; ``op``) out: it keeps every
+    dtype with ``sum`` and every op with float32.  For a backend that only carries the
+    bytes of ddlcomm's own reductions (Gloo's point-to-point, a signal beside shared
+    memory): what depends on the backend is each dtype's bytes, while the reductions are
+    ddlcomm's kernels, which the full product checks under both MPIs."""
+    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    return thin and op != "sum" and name != "float32"
+
+
+THIN_HELP = "every dtype with sum and every op with float32 (a backend that only carries bytes)"
+
+
 def is_float(dtype) -> bool:
     return np.dtype(dtype).kind == "f" or np.dtype(dtype).name == "bfloat16"
 

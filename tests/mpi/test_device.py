@@ -4,7 +4,8 @@ The rank-side suite ``device_suite.py`` runs every device algorithm (allreduce r
 rhd, shm; broadcast and reduce binomial) over both transports on CPU tensors that
 stand in for GPU memory: the ``ipc`` transport and the shm all-reduce map peers'
 buffers from /dev/shm files, torch's CPU kernels reduce, and the messages go over a
-real MPI (both) and Gloo.  These test the algorithms' plumbing (the ready/done
+real MPI (both) and Gloo (``--thin``: every dtype with sum, every op with float32;
+the full product runs under the MPIs).  These test the algorithms' plumbing (the ready/done
 protocol, handles sent once per buffer, blocks, in place, avg's finish, the facts of a
 point), not CUDA: tests/mpi/test_gpu_device.py runs the same suite on CUDA tensors.
 """
@@ -30,5 +31,5 @@ def test_device_algorithms_on_cpu_stand_ins_under_mpi(mpi, nranks):
 @pytest.mark.mpi
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_device_algorithms_on_cpu_stand_ins_over_gloo(gloo, nranks, tmp_path):
-    out = gloo_suite(gloo, nranks, SUITE, tmp_path, 300, mpich_ranks=())
+    out = gloo_suite(gloo, nranks, SUITE, tmp_path, 300, mpich_ranks=(), args=("--thin",))
     assert f"{nranks} ranks, 0 failures" in out and out.startswith("Gloo torch "), out

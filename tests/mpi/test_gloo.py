@@ -135,13 +135,13 @@ def _dump(ranks: list[Rank]) -> str:
 
 
 def gloo_suite(gloo, nranks: int, suite: Path, tmp_path: Path, timeout: float,
-               mpich_ranks: tuple[int, ...]) -> str:
-    """Run a rank-side ``suite`` over Gloo at ``nranks`` (spawned as torchrun would);
-    every rank must exit 0; rank 0's output.  Gloo does not depend on the MPI
-    beside it, so in the other environments only ``mpich_ranks`` run."""
+               mpich_ranks: tuple[int, ...], args: tuple[str, ...] = ()) -> str:
+    """Run a rank-side ``suite`` (with ``args``) over Gloo at ``nranks`` (spawned as
+    torchrun would); every rank must exit 0; rank 0's output.  Gloo does not depend on
+    the MPI beside it, so in the other environments only ``mpich_ranks`` run."""
     if gloo.name != "openmpi" and nranks not in mpich_ranks:
         pytest.skip(f"Gloo does not depend on the MPI beside it: {nranks} ranks run in .venv/openmpi")
-    ranks, _ = spawn(nranks, [gloo.python, suite, "--backend", "gloo"], clean_env(gloo.env()),
+    ranks, _ = spawn(nranks, [gloo.python, suite, "--backend", "gloo", *args], clean_env(gloo.env()),
                      tmp_path, timeout=timeout)
     assert [r.code for r in ranks] == [0] * nranks, _dump(ranks)
     return ranks[0].out

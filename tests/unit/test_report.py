@@ -4,10 +4,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from matplotlib.colors import to_rgba
 
 from ddlcomm.report import (render_compare, render_points, render_run, render_runs, series_key,
                             varying_dimensions, write_run_report)
-from ddlcomm.report.tables import format_gbps, format_us
+from ddlcomm.report.tables import avg_busbw, format_gbps, format_us
 
 COLLECTIVES = {"broadcast": (None, 1.0), "gather": (None, 0.5), "allreduce": ("sum", 1.0)}
 SIZES = [4, 64, 1024, 16384, 1 << 20, 16 << 20]
@@ -125,6 +126,12 @@ def test_render_compare():
     first, second = lines[6].split(), lines[7].split()
     assert first[0] == "4B" and first[3] == "-" and first[2] == "-"
     assert second[:5] == ["1KiB", "10.0", "12.3", "1.23x", "0.90x"] and second[-1] == "FAILED"
+    # a workload's phases are a row's own key: a column where they differ
+    phases = [dict(row(1024, t, t), collective="ps-sync", phase=ph)
+              for t, ph in ((5.0, "broadcast"), (1.0, "apply"), (9.0, "step"))]
+    lines = render_compare(phases, RUN, 9).splitlines()
+    assert lines[4].split()[:2] == ["size", "phase"]
+    assert [line.split()[1] for line in lines[6:9]] == ["apply", "broadcast", "step"]
 
 
 def test_write_run_report(points, tmp_path):
@@ -148,7 +155,38 @@ def test_write_run_report(points, tmp_path):
     assert csv[0].startswith("run_id,backend,library,collective") and len(csv) == len(points) + 1
     assert "avg bus bandwidth: buffer <b>" in page and "<th>avg bus bandwidth (GB/s)</th>" in page
     assert "<th>iters</th>" in page
-    assert "Warning" not in page and "noise" not in page       # a quiet run, no flagged point
+    # a quiet run, no flagged point: its one warning is the failed point, named in the summary
+    assert page.count("<li>") == 2 and "noise" not in page and "oversubscribed" not in page
+    assert '<span class="bad">1 point failed the check</span>' in page
+    assert "<li>gather 1KiB object: rank 1: wrong value at index 3</li>" in page
+
+
+def test_failed_points_break_the_lines_and_leave_the_averages(points):
+    from ddlcomm.report.plots import bandwidth_figure, latency_figure
+    gather = [p for p in points if p["collective"] == "gather"]
+    obj = [p for p in gather if p["form"] == "object"]
+    healthy = [p["busbw_GBps"] for p in obj if p["check"] == "passed"]
+    assert dict((name, (v, n)) for name, v, n in avg_busbw(gather))["object"] == \
+        (pytest.approx(sum(healthy) / len(healthy)), len(SIZES) - 1)
+    for make, key in ((latency_figure, "t_p50_us"), (bandwidth_figure, "busbw_GBps")):
+        fig = make(gather, "gather")
+        ax = fig.axes[0]
+        line = next(line for line in ax.get_lines() if line.get_label() == "object")
+        y = list(line.get_ydata())
+        failed = [i for i, p in enumerate(sorted(obj, key=lambda p: p["bytes"])) if p["check"] == "failed"]
+        assert [i for i, v in enumerate(y) if v != v] == failed           # NaN: the line breaks
+        cross = ax.collections[-1]                                         # the cross, in its colour
+        assert tuple(cross.get_edgecolor()[0]) == pytest.approx(to_rgba(line.get_color()))
+        assert any(t.get_text() == "check failed (line broken there)" for t in fig.legends[0].texts)
+    assert "mean time" in bandwidth_figure(gather, "gather").axes[0].get_ylabel()
+
+
+def test_run_report_warns_of_a_run_that_did_not_end(points, tmp_path):
+    run = dict(RUN, status="interrupted", error="interrupted (SIGTERM) during allreduce 512KiB")
+    page = write_run_report(run, points, tmp_path / "r").read_text()
+    assert "the run is <b>interrupted</b>: interrupted (SIGTERM) during allreduce 512KiB" in page
+    page = write_run_report(dict(RUN, status="running", stale=True), points, tmp_path / "s").read_text()
+    assert "the run is <b>stale (its owner died while it ran)</b>" in page
 
 
 def test_run_report_warns_of_noise_and_shows_ps_async(points, tmp_path):

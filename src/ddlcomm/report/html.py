@@ -18,10 +18,12 @@ from typing import Any
 
 from ..machine import load
 from ..results import export
-from ..units import format_size
+from ..results.store import ENDINGS
+from ..units import counted, format_size
 from . import plots
 from .tables import (EXTRA_COLUMNS, RATIO_COLUMNS, Point, avg_busbw, format_gbps, format_when,
-                     group_by_collective, heading, noise_notes, points_table, run_warnings)
+                     group_by_collective, heading, noise_notes, points_table, run_warnings,
+                     series_key, varying_dimensions)
 
 #: The CSV of the run's points, written beside index.html.
 CSV_NAME = "points.csv"
@@ -86,9 +88,20 @@ def _meta_table(run: Mapping[str, Any]) -> str:
 
 
 def _warnings(run: Mapping[str, Any], points: Sequence[Point]) -> str:
-    """A visible box of what makes this run's numbers doubtful: the machine's load
+    """A visible box of what makes this run's numbers doubtful: a run that did not end
+    (interrupted, failed: its error), points whose check failed, the machine's load
     (:func:`run_warnings`) and how many points a noise marker flagged."""
-    items = [escape(w) for w in run_warnings(run)]
+    items = []
+    status = "stale (its owner died while it ran)" if run.get("stale") else run.get("status")
+    if run.get("stale") or status in ENDINGS:
+        items.append(f"the run is <b>{escape(str(status))}</b>"
+                     + (f": {escape(str(run['error']))}" if run.get("error") else "")
+                     + " (what it asked for and did not measure is not in the tables)")
+    failed = sum(p.get("check") == "failed" for p in points)
+    if failed:
+        items.append(f'<span class="bad">{counted(failed, "point")} failed the check</span> '
+                     "(listed in the summary; left out of the plots' lines and the averages)")
+    items += [escape(w) for w in run_warnings(run)]
     if any(noise_notes(group) for group in group_by_collective(points).values()):
         items.append("some points look like scheduler noise: see the <b>noise</b> column and "
                      "the notes under each table")
@@ -119,7 +132,9 @@ def _summary(points: Sequence[Point]) -> str:
             f'All points as CSV: <a href="{CSV_NAME}">{CSV_NAME}</a>.</p>')
     errors = [p for p in points if p.get("error")]
     if errors:
-        items = "".join(f"<li>{escape(str(p.get('collective')))} {escape(str(p.get('bytes')))} B: "
+        varying = varying_dimensions(points)
+        items = "".join(f"<li>{escape(str(p.get('collective')))} {format_size(int(p.get('bytes') or 0))}"
+                        f"{escape(' ' + series_key(p, varying) if series_key(p, varying) else '')}: "
                         f"{escape(str(p['error']))}</li>" for p in errors)
         html += f'<ul class="bad">{items}</ul>'
     return html + _busbw_table(points)

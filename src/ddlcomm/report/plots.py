@@ -72,12 +72,28 @@ def _finish(fig: Any, ax: Any, title: str, extra_handles: Sequence[Any] = ()) ->
     return fig
 
 
-def _mark_failed(ax: Any, points: Sequence[Point], key: str) -> None:
-    """Red crosses (with a legend entry) on points whose check failed."""
-    bad = [p for p in points if p.get("check") == "failed" and (p.get(key) or 0) > 0]
+def _values(ps: Sequence[Point], key: str) -> list[float]:
+    """Each point's ``key``, NaN where its check failed (the series' line breaks there: a
+    wrong result is no time of the collective) or where it has none."""
+    return [math.nan if p.get("check") == "failed" or p.get(key) is None else float(p[key])
+            for p in ps]
+
+
+def _mark_failed(ax: Any, ps: Sequence[Point], key: str, color: Any) -> bool:
+    """Crosses in the series' colour on its points whose check failed; whether any."""
+    bad = [p for p in ps if p.get("check") == "failed" and (p.get(key) or 0) > 0]
     if bad:
         ax.scatter([p["bytes"] for p in bad], [p[key] for p in bad], marker="x", s=70,
-                   color="red", linewidths=2, zorder=5, label="check failed")
+                   color=color, linewidths=2, zorder=5)
+    return bool(bad)
+
+
+def _failed_handle() -> Any:
+    """The legend entry of :func:`_mark_failed`'s crosses."""
+    # matplotlib is slow to import: only when a figure is drawn (see _pyplot)
+    from matplotlib.lines import Line2D
+    return Line2D([], [], color="gray", marker="x", linestyle="", markersize=8, markeredgewidth=2,
+                  label="check failed (line broken there)")
 
 
 def _title(points: Sequence[Point], what: str) -> str:
@@ -98,28 +114,31 @@ def latency_figure(points: Sequence[Point], collective: str) -> Any:
     from matplotlib.patches import Patch
     chosen = _select(points, collective)
     fig, ax = plt.subplots(figsize=_FIGSIZE, layout="constrained")
+    failed = False
     for label, ps in _series(chosen):
         ps = [p for p in ps if (p.get("t_p50_us") or 0) > 0]
         if not ps:
             continue
         x = [p["bytes"] for p in ps]
-        p50 = [p["t_p50_us"] for p in ps]
+        p50 = _values(ps, "t_p50_us")
         (line,) = ax.plot(x, p50, marker="o", markersize=4, label=label or collective)
         p99 = [max(p.get("t_p99_us") or p50_, p50_) for p, p50_ in zip(ps, p50)]
         if len(x) > 1:
             ax.fill_between(x, p50, p99, color=line.get_color(), alpha=0.2, linewidth=0)
         else:               # one size: no area to shade, a bar from p50 to p99 instead
             ax.vlines(x, p50, p99, color=line.get_color(), alpha=0.3, linewidth=8)
-    _mark_failed(ax, chosen, "t_p50_us")
+        failed |= _mark_failed(ax, ps, "t_p50_us", line.get_color())
     _size_axis(ax, chosen)
     ax.set_yscale("log")
     ax.set_ylabel("median time per call, p50 (µs)")
     band = Patch(color="gray", alpha=0.3, label="p50..p99 over iterations")
-    return _finish(fig, ax, _title(chosen, "latency"), [band])
+    return _finish(fig, ax, _title(chosen, "latency"), [band, *([_failed_handle()] if failed else [])])
 
 
 def bandwidth_figure(points: Sequence[Point], collective: str) -> Any:
-    """Bus bandwidth (GB/s) versus size per series; algbw dashed where it differs.
+    """Bus bandwidth (GB/s, bytes over the mean time, as nccl-tests and the tables) versus
+    size per series; algbw dashed where it differs.  Points without a bandwidth (a
+    workload's local apply phase) are left out.
 
     Returns a matplotlib Figure; raises ValueError if ``collective`` has no
     point above 0 bytes.
@@ -129,22 +148,25 @@ def bandwidth_figure(points: Sequence[Point], collective: str) -> Any:
     from matplotlib.lines import Line2D
     chosen = _select(points, collective)
     fig, ax = plt.subplots(figsize=_FIGSIZE, layout="constrained")
-    dashed = False
+    dashed = failed = False
     for label, ps in _series(chosen):
+        ps = [p for p in ps if p.get("busbw_GBps") is not None]
+        if not ps:
+            continue
         x = [p["bytes"] for p in ps]
-        bus = [p.get("busbw_GBps") or 0.0 for p in ps]
-        alg = [p.get("algbw_GBps") or 0.0 for p in ps]
+        bus, alg = _values(ps, "busbw_GBps"), _values(ps, "algbw_GBps")
         (line,) = ax.plot(x, bus, marker="o", markersize=4, label=label or collective)
-        if any(not math.isclose(a, b, rel_tol=1e-6) for a, b in zip(alg, bus)):
+        if any(not math.isclose(a, b, rel_tol=1e-6) for a, b in zip(alg, bus) if a == a):
             ax.plot(x, alg, linestyle="--", linewidth=1, color=line.get_color(), alpha=0.8)
             dashed = True
-    _mark_failed(ax, chosen, "busbw_GBps")
+        failed |= _mark_failed(ax, ps, "busbw_GBps", line.get_color())
     _size_axis(ax, chosen)
     ax.set_ylim(bottom=0)
-    ax.set_ylabel("bandwidth (GB/s)" if dashed else "bus bandwidth (GB/s)")
+    ax.set_ylabel(f"{'' if dashed else 'bus '}bandwidth: bytes / mean time (GB/s)")
     styles = [Line2D([], [], color="gray", label="busbw (solid)"),
               Line2D([], [], color="gray", linestyle="--", label="algbw (dashed)")] if dashed else []
-    return _finish(fig, ax, _title(chosen, "bandwidth"), styles)
+    return _finish(fig, ax, _title(chosen, "bandwidth"),
+                   [*styles, *([_failed_handle()] if failed else [])])
 
 
 def save(fig: Any, path_without_suffix: str | Path) -> dict[str, Path]:

@@ -282,11 +282,13 @@ def noise_notes(points: Sequence[Point]) -> list[str]:
 
 def avg_busbw(points: Sequence[Point]) -> list[tuple[str, float, int]]:
     """nccl-tests' "avg bus bandwidth" of one collective's points, per series:
-    (series name, mean busbw in GB/s over its sizes above 0 bytes, number of sizes)."""
+    (series name, mean busbw in GB/s over its sizes above 0 bytes, number of sizes).
+    A point whose check failed is left out: its time is not the collective's."""
     varying = varying_dimensions(points)
     series: dict[str, list[float]] = {}
     for p in points:
-        if (p.get("bytes") or 0) > 0 and p.get("busbw_GBps") is not None:
+        if (p.get("bytes") or 0) > 0 and p.get("busbw_GBps") is not None \
+                and p.get("check") != "failed":
             series.setdefault(series_key(p, varying), []).append(float(p["busbw_GBps"]))
     return [(name, sum(v) / len(v), len(v)) for name, v in series.items()]
 
@@ -446,6 +448,8 @@ def render_compare(rows: Iterable[Mapping[str, Any]], run_a: Mapping[str, Any] |
     out = [f"a = {_run_label(run_a)}", f"b = {_run_label(run_b)}"]
     for group in group_by_collective(rows).values():
         varying = [d for d in varying_dimensions(group) if d in DIMENSIONS]
+        if len({r.get("phase") for r in group}) > 1:      # a workload's phases (a row's own key)
+            varying.append("phase")
         group = sorted(group, key=lambda r: (r.get("bytes") or 0,
                                              [_sort_value(r.get(d)) for d in varying]))
         headers = ["size", *varying, "avg_us_a", "avg_us_b", "b/a", "b/a_p50",

@@ -18,7 +18,7 @@ from . import base
 from .paths import get_path
 from .stages import copied, run_stages
 
-PHASES = ("allreduce", "apply", "step")
+PHASES = ("allreduce", base.APPLY, "step")
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class AllreduceWorkload:
                 mean = base.mean_input(dtype, n, range(comm.size))
                 ok = ok and close(side.read(g), mean) and close(side.read(p), -mean)
             check = verdict(comm, ok)
-        return base.timed_steps(comm, plan, spec, step, (*stages[0].phases(), "apply", "step"),
+        return base.timed_steps(comm, plan, spec, step, (*stages[0].phases(), base.APPLY, "step"),
                                 check=check, nmessages=len(counts), op="avg",
                                 copies=copied(stages), path=path)
 

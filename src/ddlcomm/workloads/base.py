@@ -21,6 +21,12 @@ from . import get_workload, models
 from .paths import check_path
 
 
+#: The phase that applies the gradients: local computation, so its record has a time and
+#: no bandwidth (bytes over its time would be a compute rate, drawn and averaged as if
+#: the network had carried them).
+APPLY = "apply"
+
+
 def message_bytes(plan, nbytes: int) -> list[int]:
     """The messages of one step: the model's gradients, or one message of ``nbytes``."""
     if plan.model is None:
@@ -132,12 +138,16 @@ def extra_fields(plan, spec, phase: str, nmessages: int, **more) -> dict:
 def phase_record(comm, plan, spec, phase: str, times: np.ndarray, *, op: Optional[str],
                  iterations: int, warmup: int, check: str, nmessages: int,
                  algbw_bytes: int, busbw_factor: float, **more) -> dict:
-    """The stored record of one phase of a workload (times: ranks x iterations, seconds)."""
+    """The stored record of one phase of a workload (times: ranks x iterations, seconds);
+    :data:`APPLY` without a bandwidth."""
     dtype = get_dtype(plan.dtype)
-    return make_record(
+    record = make_record(
         comm, collective=spec.name, form="buffer", dtype=dtype.name, op=op,
         nbytes=spec.nbytes, count=spec.nbytes // dtype.itemsize, root=0, in_place=True,
         iterations=iterations, warmup=warmup, times=times, algbw_bytes=algbw_bytes,
         busbw_factor=busbw_factor, check=check,
         extra=extra_fields(plan, spec, phase, nmessages, **more))
+    if phase == APPLY:
+        record["algbw_GBps"] = record["busbw_GBps"] = None
+    return record
 

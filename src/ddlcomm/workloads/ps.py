@@ -29,7 +29,7 @@ from . import base
 from .paths import get_path
 from .stages import copied, run_stages
 
-SYNC_PHASES = ("broadcast", "gather", "apply", "step")
+SYNC_PHASES = ("broadcast", "gather", base.APPLY, "step")
 PUSH, PULL = 11, 12
 DEFAULT_ASYNC_STEPS = 100
 
@@ -76,12 +76,12 @@ class PSSync:
             t3 = clock()
             return (*b, *g, t3 - t2, t3 - t0)
 
-        phases = (*bcasts[0].phases(), *gathers[0].phases(), "apply", "step")
+        phases = (*bcasts[0].phases(), *gathers[0].phases(), base.APPLY, "step")
         check = "skipped"
         if plan.check:
             check = verdict(comm, _check_sync(comm, dtype, counts, params, grads, step, side))
         return base.timed_steps(comm, plan, spec, step, phases, check=check,
-                                nmessages=len(counts), op=None, server_phases=("apply",),
+                                nmessages=len(counts), op=None, server_phases=(base.APPLY,),
                                 copies={**copied(bcasts), **copied(gathers)}, path=path)
 
 
@@ -144,7 +144,7 @@ class PSAsync:
         return [
             base.phase_record(comm, plan, spec, "step", worker_times,
                               algbw_bytes=2 * spec.nbytes, **common),
-            base.phase_record(comm, plan, spec, "apply", np.array([server["apply_s"]]),
+            base.phase_record(comm, plan, spec, base.APPLY, np.array([server["apply_s"]]),
                               algbw_bytes=spec.nbytes, **common),
         ]
 

@@ -95,3 +95,20 @@ def test_throughput_lines_start_at_their_own_runs_one_worker():
     lines = {l.get_label(): list(l.get_ydata()) for l in tr.throughput_figure(its).axes[0].get_lines()}
     assert lines["Open MPI resnet50 b4 allreduce+overlap 25MiB"] == [10.0, 15.0, 20.0]
     assert lines["Open MPI resnet50 b4 allreduce/shm 25MiB cuda"] == [500.0, 900.0, 1500.0]
+
+
+def test_a_parameter_servers_one_worker_is_drawn_where_it_was_measured():
+    """PS at 1 worker is 2 ranks (server + worker): its speed-up and throughput there are
+    its own (slower than the one-rank baseline), not (1, 1.0) nor a jump from the baseline."""
+    pts = [point(1, t_iter=0.16), point(2, t_iter=0.2), point(2, arch="ps", t_iter=0.25),
+           point(3, arch="ps", t_iter=0.3)]
+    pts += scaling_points(pts)
+    ax = report.scaling_figure(pts).axes[0]
+    lines = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()}
+    ps = lines["Open MPI smallcnn b8 ps 25MiB"]
+    assert ps[0] == [1, 2] and ps[1] == [pytest.approx(0.16 / 0.25), pytest.approx(2 * 0.16 / 0.3)]
+    assert lines["Open MPI smallcnn b8 allreduce 25MiB"][1][0] == pytest.approx(1.0)
+    assert next(line for line in ax.get_lines() if line.get_label() == "ideal (linear)").get_linestyle() == ":"
+    through = {line.get_label(): list(line.get_xdata())
+               for line in report.throughput_figure(pts).axes[0].get_lines()}
+    assert through["Open MPI smallcnn b8 ps 25MiB"] == [1, 2]          # no vertical jump at 1

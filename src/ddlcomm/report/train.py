@@ -156,6 +156,16 @@ def predicted_figure(points: Sequence[Point]) -> Any:
     return plots._finish(fig, ax, "Measured vs predicted iteration time")
 
 
+def _from_one(fs: Sequence[dict], key: str) -> tuple[list[int], list[float]]:
+    """Workers and ``key`` of a configuration's scaling points, from one worker: its own
+    one-worker point where it has one (a parameter server's 1 worker is 2 ranks, slower
+    than the baseline), else the baseline itself, (1, 1.0)."""
+    fs = sorted((f for f in fs if f.get(key) is not None), key=lambda f: f["workers"])
+    head = [] if fs and fs[0]["workers"] == 1 else [(1, 1.0)]
+    pairs = head + [(f["workers"], f[key]) for f in fs]
+    return [w for w, _ in pairs], [v for _, v in pairs]
+
+
 def scaling_figure(points: Sequence[Point]) -> Any:
     """Speed-up against workers per configuration: measured, model, ideal."""
     plt = plots._pyplot()
@@ -165,21 +175,20 @@ def scaling_figure(points: Sequence[Point]) -> Any:
     fig, ax = plt.subplots(figsize=(6.4, 4.6), layout="constrained")
     groups: dict[str, list[dict]] = {}
     for f in sc:
-        if f.get("workers", 1) > 1:         # each line starts at its baseline, (1, 1)
-            groups.setdefault(f"{f.get('library') or f.get('backend')} {label(f, False)}", []).append(f)
-    if not groups:
+        groups.setdefault(f"{f.get('library') or f.get('backend')} {label(f, False)}", []).append(f)
+    if all(f.get("workers", 1) == 1 for f in sc):
         raise ValueError("no scaling points beyond one worker to draw")
     top = 1
     for i, (name, fs) in enumerate(sorted(groups.items())):
-        fs = sorted(fs, key=lambda f: f["workers"])
-        w = [1] + [f["workers"] for f in fs]
+        w, speedup = _from_one(fs, "speedup")
         top = max(top, *w)
-        ax.plot(w, [1.0] + [f["speedup"] for f in fs], marker="o", color=f"C{i % 10}", label=name)
-        pm = [(f["workers"], f["speedup_predicted"]) for f in fs if f.get("speedup_predicted")]
-        if pm:
-            ax.plot([1] + [a for a, _ in pm], [1.0] + [b for _, b in pm], linestyle="--", marker="x",
-                    color=f"C{i % 10}", label=f"{name} (model)")
-    ax.plot([1, top], [1, top], color="gray", linewidth=1, label="ideal (linear)")
+        ax.plot(w, speedup, marker="o", color=f"C{i % 10}", label=name)
+        w, model = _from_one(fs, "speedup_predicted")
+        if len(w) > 1:
+            ax.plot(w, model, linestyle="--", marker="x", color=f"C{i % 10}", label=f"{name} (model)")
+    # dotted and underneath: a model line on it stays visible
+    ax.plot([1, top], [1, top], color="gray", linewidth=1.5, linestyle=":", zorder=1,
+            label="ideal (linear)")
     _whole_workers(ax)
     ax.set_xlabel("workers")
     ax.set_ylabel("speed-up (weak scaling)")
@@ -195,8 +204,10 @@ def throughput_figure(points: Sequence[Point]) -> Any:
     for f in its:
         if f.get("ranks") != 1:
             groups.setdefault(f"{f.get('library')} {label(f, False)}", []).append(f)
-    for fs in groups.values():          # each line starts at its one-worker baseline
+    for fs in groups.values():          # each line starts at one worker: its own, or the baseline
         g = fs[0]
+        if any(f["workers"] == 1 for f in fs):
+            continue
         fs += [f for f in its if f.get("ranks") == 1 and f.get("library") == g.get("library")
                and (f.get("run_id"), f.get("device")) == (g.get("run_id"), g.get("device"))
                and (f.get("model"), f.get("batch")) == (g.get("model"), g.get("batch"))][:1]
@@ -301,7 +312,14 @@ def write_train_report(run: Optional[Mapping[str, Any]], points: Sequence[Point]
                  "after backward; hidden_ms: the buckets' cost alone minus what stayed exposed.</p>")
     h, rows = scaling_rows(points)
     if rows:
-        parts.append("<h2>Weak scaling</h2>" + _html_table(h, rows))
+        parts.append("<h2>Weak scaling</h2>" + _html_table(h, rows) +
+                     "<p>speedup: workers × t_iter of one worker alone (the one-rank all-reduce run "
+                     "without overlap) / t_iter; speedup_model: the S-SGD model's, from the "
+                     "<b>one-worker run's</b> phases and the communication measured at that many "
+                     "workers (how it scales, knowing one worker and the network). It assumes a "
+                     "worker computes as fast beside others as alone: where ranks share cores "
+                     "(more ranks than cores), compute slows and predicted_ms above, from each "
+                     "run's own phases, is the closer figure.</p>")
     figs = []
     for name, make in FIGURES:
         try:

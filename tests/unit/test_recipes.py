@@ -9,6 +9,7 @@ from ddlcomm.cli import build_parser
 from ddlcomm.cli.bench import bench_plan
 from ddlcomm.errors import UsageError
 from ddlcomm.recipes import RECIPES, get_recipe
+from ddlcomm.results import Store
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
@@ -127,7 +128,7 @@ def test_awan2019_report_has_both_halves(tmp_path):
               for b, lib in (("mpi", "Open MPI"), ("mpi", "MPICH"), ("gloo", "Gloo"))
               for a in ("library", "ring", "rhd") for s in (4, 1 << 10, 1 << 20)]
     page = awan2019.report(get_recipe("awan2019"), points, tmp_path)
-    assert "latency/index.html" in page.read_text()
+    assert '<a href="latency/index.html">The all-reduce latency half</a>' in page.read_text()
     latency = (tmp_path / "latency" / "index.html").read_text()
     assert "MPICH" in latency and "<svg" in latency and "1MiB" in latency
 
@@ -228,8 +229,27 @@ def test_a_recipe_past_its_deadline_runs_no_more_steps_and_says_so(tmp_path, mon
     assert [(s.label, rc) for s, rc, _ in results] == [("a", base.NOT_RUN)]
     page = tmp_path / "index.html"
     page.write_text("<html><body><h1>t</h1></body></html>")
-    base._note_incomplete(page, [("a", "not run (deadline or SIGTERM)")])
+    base._append(page, base._incomplete_html([("a", "not run (deadline or SIGTERM)")]))
     assert "Runs that did not complete" in page.read_text() and "not run (deadline or SIGTERM)" in page.read_text()
+
+
+def test_a_recipe_page_names_its_session_and_runs(tmp_path):
+    from ddlcomm.recipes import base
+    from ddlcomm.report.recipe import session_section
+    db = tmp_path / "d.db"
+    with Store(db) as store:
+        mine = store.create_run({"host": "node<1>", "cpu_model": "EPYC", "cores": 16,
+                                 "mpi_library": "Open MPI", "mpi_version": "5.0.11",
+                                 "git_commit": "0123456789abcdef", "command": "ddlcomm bench",
+                                 "config": {"extra": {"tag": "woo2020:abc"}},
+                                 "load": {"ranks": 4, "usable_cores": 2, "wall_s": 1.0}})
+        store.create_run({"host": "elsewhere", "config": {"extra": {"tag": "woo2020:zzz"}}})
+    runs = base.session_runs(db, "woo2020:abc")
+    assert [r["id"] for r in runs] == [mine]
+    html = session_section("woo2020:abc", db, runs)
+    assert f"ddlcomm reproduce woo2020 --report-only woo2020:abc --db {db}" in html
+    assert "node&lt;1&gt;" in html and "Open MPI 5.0.11" in html and "0123456789ab<" in html
+    assert "oversubscribed: 4 ranks on 2 usable cores" in html and "elsewhere" not in html
 
 
 def test_full_runs_have_no_run_limit_and_hours_per_point():

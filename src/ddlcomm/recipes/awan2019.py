@@ -140,7 +140,7 @@ def report(recipe, points, out_dir, missing=()):
     latency = [p for p in points if p.get("collective") == "allreduce"
                and p.get("phase") in (None, "allreduce")]
     training = [p for p in points if p.get("collective") != "allreduce"]
-    notes = []
+    links = []
     if latency:
         write_recipe_report(
             f"{recipe.title}: all-reduce latency", latency, Path(out_dir) / "latency",
@@ -154,9 +154,8 @@ def report(recipe, points, out_dir, missing=()):
                    "move blocks by CUDA IPC between ranks sharing the GPU; MPI host-staged copies "
                    "through pinned host memory around the library's all-reduce."],
             unavailable=missing)
-        notes.append("All-reduce latency half: latency/index.html")
-    return write_train_report(None, training, out_dir,
-                              title=recipe.title, notes=notes + [
+        links.append(("The all-reduce latency half", "latency/index.html"))
+    return write_train_report(None, training, out_dir, title=recipe.title, links=links, notes=[
         "Training half: ResNet-50, all-reduce of 25 MiB buckets overlapped with backward, through "
         "each library; DDP (Gloo) beside them at each worker count.",
         "Speed-up N·t_iter(1)/t_iter(N) at a fixed batch per worker against one worker alone.",

@@ -29,6 +29,7 @@ from ..errors import RankFailure, UsageError
 from ..launch.processes import end
 from ..results import Store
 from ..results.export import point_record
+from ..report.recipe import session_section
 
 
 @dataclass(frozen=True)
@@ -186,13 +187,24 @@ def session_tag(recipe: Recipe, report_only: Optional[str]) -> str:
     return tag
 
 
+def _tagged(store: Store, tag: str) -> list[dict]:
+    """The runs of the session ``tag``, in order."""
+    return sorted((r for r in store.runs() if (r.get("config") or {}).get("extra", {}).get("tag") == tag),
+                  key=lambda r: r["id"])
+
+
+def session_runs(db: Path, tag: str) -> list[dict]:
+    """The runs of the session ``tag`` in ``db`` (its report names them)."""
+    with Store(db) as store:
+        return _tagged(store, tag)
+
+
 def session_points(db: Path, tag: str) -> list[dict]:
     """The points of every run tagged ``tag``, run by run (UsageError if there are none),
     each with its run's logical cpus (``run_cores``)."""
     with Store(db) as store:
-        runs = [r for r in store.runs() if (r.get("config") or {}).get("extra", {}).get("tag") == tag]
         points = [{**point_record(p), "run_cores": r.get("cores")}
-                  for r in sorted(runs, key=lambda r: r["id"]) for p in store.points(r["id"])]
+                  for r in _tagged(store, tag) for p in store.points(r["id"])]
     if not points:
         raise UsageError(f"no points of session {tag} in {db}")
     return points
@@ -276,7 +288,7 @@ def reproduce(recipe: Recipe, db: Path, *, full: bool = False, report_only: Opti
             raise
     page = recipe.report(recipe, points, out, unavailable)
     incomplete = session_incomplete(out, results, report_only, home)
-    _note_incomplete(page, incomplete)
+    _append(page, _incomplete_html(incomplete) + session_section(tag, db, session_runs(db, tag)))
     checks_failed = sum(p["check"] == "failed" for p in points)
     if results:
         print(f"{len(results) - len(incomplete)} of {len(results)} runs completed", end=", ")
@@ -299,11 +311,16 @@ def _why_incomplete(rc: int) -> str:
     return f"failed (exit {rc})"
 
 
-def _note_incomplete(page: Path, steps: list[tuple[str, str]]) -> None:
-    """List the runs that did not complete (refused, failed, not started) on the report page."""
-    if not steps or not page.exists():
-        return
+def _incomplete_html(steps: list[tuple[str, str]]) -> str:
+    """The runs that did not complete (refused, failed, not started), for the report page."""
+    if not steps:
+        return ""
     items = "".join(f"<li><b>{escape(label)}</b>: {escape(why)}</li>" for label, why in steps)
-    html = page.read_text(encoding="utf-8")
-    page.write_text(html.replace("</body>", f"<h2>Runs that did not complete</h2><ul>{items}</ul>"
-                                 "</body>", 1), encoding="utf-8")
+    return f"<h2>Runs that did not complete</h2><ul>{items}</ul>"
+
+
+def _append(page: Path, html: str) -> None:
+    """Add ``html`` at the end of the report page's body."""
+    if html and page.exists():
+        text = page.read_text(encoding="utf-8")
+        page.write_text(text.replace("</body>", html + "</body>", 1), encoding="utf-8")

@@ -72,7 +72,7 @@ def _finish(fig: Any, ax: Any, title: str, extra_handles: Sequence[Any] = ()) ->
     return fig
 
 
-def _values(ps: Sequence[Point], key: str) -> list[float]:
+def values(ps: Sequence[Point], key: str) -> list[float]:
     """Each point's ``key``, NaN where its check failed (the series' line breaks there: a
     wrong result is no time of the collective) or where it has none."""
     return [math.nan if p.get("check") == "failed" or p.get(key) is None else float(p[key])
@@ -120,7 +120,7 @@ def latency_figure(points: Sequence[Point], collective: str) -> Any:
         if not ps:
             continue
         x = [p["bytes"] for p in ps]
-        p50 = _values(ps, "t_p50_us")
+        p50 = values(ps, "t_p50_us")
         (line,) = ax.plot(x, p50, marker="o", markersize=4, label=label or collective)
         p99 = [max(p.get("t_p99_us") or p50_, p50_) for p, p50_ in zip(ps, p50)]
         if len(x) > 1:
@@ -154,7 +154,7 @@ def bandwidth_figure(points: Sequence[Point], collective: str) -> Any:
         if not ps:
             continue
         x = [p["bytes"] for p in ps]
-        bus, alg = _values(ps, "busbw_GBps"), _values(ps, "algbw_GBps")
+        bus, alg = values(ps, "busbw_GBps"), values(ps, "algbw_GBps")
         (line,) = ax.plot(x, bus, marker="o", markersize=4, label=label or collective)
         if any(not math.isclose(a, b, rel_tol=1e-6) for a, b in zip(alg, bus) if a == a):
             ax.plot(x, alg, linestyle="--", linewidth=1, color=line.get_color(), alpha=0.8)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 from . import plots
 from .html import _CSS, _inline_svg, _safe_name
 from ..units import format_size
-from .tables import format_check, format_table, format_us
+from .tables import format_check, format_table, format_us, format_when, mpi_of, run_warnings
 
 Point = dict
 Key = Callable[[Point], Any]
@@ -41,12 +41,12 @@ def _figure(points: Sequence[Point], title: str, panel_of: Key, x_of: Key, line_
         for name in lines:
             ps = sorted((p for p in points if panel_of(p) == panel and line_of(p) == name),
                         key=x_of)
-            if ps:
-                ax.plot([x_of(p) for p in ps], [p["t_avg_us"] / 1e3 for p in ps], marker="o",
-                        color=colors[name], label=str(name))
+            if ps:                  # broken at a failed point, a cross in its colour there
+                ax.plot([x_of(p) for p in ps], [t / 1e3 for t in plots.values(ps, "t_avg_us")],
+                        marker="o", color=colors[name], label=str(name))
                 bad = [p for p in ps if p.get("check") == "failed"]
                 ax.scatter([x_of(p) for p in bad], [p["t_avg_us"] / 1e3 for p in bad],
-                           marker="x", color="red", s=60, zorder=5)
+                           marker="x", color=colors[name], s=60, zorder=5)
         ax.set_title(str(panel))
         ax.set_xlabel(x_label)
         ticks = sorted({x_of(p) for p in points if panel_of(p) == panel})
@@ -105,6 +105,23 @@ def write_recipe_report(title: str, points: Sequence[Point], out_dir: str | Path
                     f"</title><style>{_CSS}</style></head><body>{''.join(body)}</body></html>",
                     encoding="utf-8")
     return page
+
+
+def session_section(tag: str, db: Path, runs: Sequence[dict]) -> str:
+    """Where a recipe page's points come from: the session's tag (``reproduce NAME
+    --report-only TAG`` rewrites the page), its database and, per run, when and where it
+    ran (host, CPU, MPI, commit), its status and what its load warns of."""
+    head = "".join(f"<th>{h}</th>" for h in ("run", "started", "host", "cpu", "cores", "mpi",
+                                            "commit", "status", "warnings"))
+    trs = "".join(
+        f"<tr><td class=num>{r.get('id')}</td><td>{escape(format_when(r.get('started_at')))}</td>"
+        + "".join(f"<td>{escape(str(r.get(k) or '-'))}</td>" for k in ("host", "cpu_model", "cores"))
+        + f"<td>{escape(mpi_of(r))}</td><td>{escape(str(r.get('git_commit') or '-')[:12])}</td>"
+        f"<td>{escape(str(r.get('status') or '-'))}</td>"
+        f"<td>{escape('; '.join(run_warnings(r)) or '-')}</td></tr>" for r in runs)
+    return (f"<h2>Session</h2><p>tag <code>{escape(tag)}</code> (rewrite this page with "
+            f"<code>ddlcomm reproduce {escape(tag.partition(':')[0])} --report-only {escape(tag)} "
+            f"--db {escape(str(db))}</code>); its runs:</p><table><tr>{head}</tr>{trs}</table>")
 
 
 def text_table(points: Sequence[Point], *, figure_of: Key, panel_of: Key, x_of: Key,

@@ -345,7 +345,8 @@ def _truncate(text: Any, width: int) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def _mpi(run: Mapping[str, Any]) -> str:
+def mpi_of(run: Mapping[str, Any]) -> str:
+    """A run's MPI library and version (``-`` when it recorded none)."""
     return f"{run.get('mpi_library') or ''} {run.get('mpi_version') or ''}".strip() or "-"
 
 
@@ -366,7 +367,7 @@ def render_runs(runs: Iterable[Mapping[str, Any]]) -> str:
             colls = ",".join(map(str, colls))
         status = "stale" if r.get("stale") else str(r.get("status") or "-")
         rows.append([str(r.get("id", "-")), format_when(r.get("started_at")), status,
-                     str(r.get("host") or "-"), _mpi(r), r.get("point_backends") or "-",
+                     str(r.get("host") or "-"), mpi_of(r), r.get("point_backends") or "-",
                      r.get("point_ranks") or "-",
                      *[str(r.get(k, "-")) if r.get(k) is not None else "-"
                        for k in ("n_points", "n_passed", "n_failed")],
@@ -390,7 +391,7 @@ def render_run(run: Mapping[str, Any]) -> str:
         ("status", "stale (running, but its owner died)" if run.get("stale") else run.get("status")),
         ("started", format_when(run.get("started_at"))), ("ended", format_when(run.get("ended_at"))),
         ("host", run.get("host")), ("cpu", run.get("cpu_model")), ("cores", run.get("cores")),
-        ("os", run.get("os")), ("python", run.get("python")), ("mpi", _mpi(run)),
+        ("os", run.get("os")), ("python", run.get("python")), ("mpi", mpi_of(run)),
         ("ddlcomm", run.get("ddlcomm_version")), ("git commit", run.get("git_commit")),
         ("command", run.get("command")),
     ]
@@ -414,7 +415,7 @@ def render_run(run: Mapping[str, Any]) -> str:
 def _run_label(run: Mapping[str, Any] | int | str) -> str:
     if not isinstance(run, Mapping):
         return f"run {run}"
-    return f"run {run.get('id')} ({run.get('host') or '?'}, {_mpi(run)}, {format_when(run.get('started_at'))})"
+    return f"run {run.get('id')} ({run.get('host') or '?'}, {mpi_of(run)}, {format_when(run.get('started_at'))})"
 
 
 def format_ratio(ratio: float | None) -> str:

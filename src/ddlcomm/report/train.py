@@ -65,13 +65,13 @@ def _pct(v: Optional[float]) -> str:
 
 
 def summary_rows(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
-    headers = ["ranks", "backend", "configuration", "t_iter_ms", "predicted_ms", "error", "images/s",
+    headers = ["ranks", "library", "configuration", "t_iter_ms", "predicted_ms", "error", "images/s",
                "fwd_ms", "bwd_ms", "upd_ms", "exposed_ms", "hidden_ms", "loss", "replicas", "check"]
     rows = []
     for f in iterations(points):
         ph = f.get("phases_s") or {}
         rep = f.get("replicas_identical")
-        rows.append([str(f.get("ranks")), f"{f.get('backend')}", label(f, ranks=False),
+        rows.append([str(f.get("ranks")), f"{f.get('library') or f.get('backend')}", label(f, ranks=False),
                      _ms(f.get("t_iter_s")), _ms(f.get("t_iter_predicted_s")),
                      _pct(f.get("predicted_error")), f"{f.get('images_per_s') or 0:.1f}",
                      _ms(ph.get("forward")), _ms(ph.get("backward")), _ms(ph.get("update")),
@@ -295,14 +295,17 @@ def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def write_train_report(run: Optional[Mapping[str, Any]], points: Sequence[Point], out_dir: str | Path,
-                       title: Optional[str] = None, notes: Sequence[str] = ()) -> Path:
-    """Write ``out_dir/index.html`` (and PNG/SVG figures beside it); return its path."""
+                       title: Optional[str] = None, notes: Sequence[str] = (),
+                       links: Sequence[tuple[str, str]] = ()) -> Path:
+    """Write ``out_dir/index.html`` (and PNG/SVG figures beside it); return its path.
+    ``links``: (text, relative address) of pages that belong with it, above its notes."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     title = title or f"ddlcomm training run {run.get('id') if run else ''}".strip()
     parts = [f"<h1>{escape(title)}</h1>"]
     if run:
         parts.append(_meta_table(run))
+    parts += [f'<p><a href="{escape(href)}">{escape(text)}</a></p>' for text, href in links]
     if notes:
         parts.append("<ul>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
     parts.append("<h2>Configurations</h2>" + _html_table(*summary_rows(points)))

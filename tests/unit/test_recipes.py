@@ -229,8 +229,8 @@ def test_a_recipe_past_its_deadline_runs_no_more_steps_and_says_so(tmp_path, mon
     assert [(s.label, rc) for s, rc, _ in results] == [("a", base.NOT_RUN)]
     page = tmp_path / "index.html"
     page.write_text("<html><body><h1>t</h1></body></html>")
-    base._append(page, base._incomplete_html([("a", "not run (deadline or SIGTERM)")]))
-    assert "Runs that did not complete" in page.read_text() and "not run (deadline or SIGTERM)" in page.read_text()
+    base._append(page, base._incomplete_html([("a", "not run (deadline, SIGTERM or Ctrl-C)")]))
+    assert "Runs that did not complete" in page.read_text() and "not run (deadline, SIGTERM or Ctrl-C)" in page.read_text()
 
 
 def test_a_recipe_page_names_its_session_and_runs(tmp_path):
@@ -283,7 +283,7 @@ def test_a_rewritten_report_lists_the_runs_that_did_not_complete(tmp_path):
     results = [(base.Step("a", ()), 0, 1.0), (base.Step("b", ()), base.NOT_RUN, 0.0),
                (base.Step("c", ()), 3, 2.0)]
     ran = base.session_incomplete(tmp_path, results, None)
-    assert ran == [("b", "not run (deadline or SIGTERM)"), ("c", "failed (exit 3)")]
+    assert ran == [("b", "not run (deadline, SIGTERM or Ctrl-C)"), ("c", "failed (exit 3)")]
     assert base.session_incomplete(tmp_path, [], "r:abc") == ran
     assert base.session_incomplete(tmp_path / "elsewhere", [], "r:abc") == []
     # rewritten into another folder (--out): the session's own folder has the list
@@ -343,3 +343,23 @@ def test_choi2021_runs_each_cpu_placement_once(monkeypatch):
     steps = choi2021.cpu_steps(False)
     assert len({(s.env, s.args) for s in steps}) == len(steps) == 2 * (4 * 2 * 2 - 1)
     assert "openmpi allreduce 1 worker, all in one container" in [s.label for s in steps]
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_starts_no_more_steps(tmp_path, monkeypatch, sig):
+    """Ctrl-C (a terminal's SIGINT to the whole group) during a recipe ended it with no
+    report and no list of the runs it never started; now it stops as SIGTERM does."""
+    import signal
+    from ddlcomm.recipes import base
+    ran = []
+
+    def step(cmd, out, timeout_s):            # the running step gets the signal too: exit 130
+        ran.append(cmd)
+        os.kill(os.getpid(), getattr(signal, sig))
+        return 130
+    monkeypatch.setattr(base, "_run_step", step)
+    before = signal.getsignal(signal.SIGINT)
+    steps = [base.Step(name, ("--collective", "barrier")) for name in "abc"]
+    results = base.run_steps(steps, tmp_path / "d.db", "woo2020:x", tmp_path / "log")
+    assert len(ran) == 1 and [rc for _, rc, _ in results] == [130, base.NOT_RUN, base.NOT_RUN]
+    assert signal.getsignal(signal.SIGINT) is before                   # handlers given back

@@ -114,16 +114,18 @@ def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
 
     Output of each step goes to ``log``; a failing step is reported with its
     last lines and the recipe goes on, so one broken variant does not lose the rest.
-    Past ``$DDLCOMM_RECIPE_DEADLINE_S``, or after a SIGTERM, the steps left are not run
-    (exit code :data:`NOT_RUN`).
+    Past ``$DDLCOMM_RECIPE_DEADLINE_S``, or after a SIGTERM or SIGINT (Ctrl-C), the steps
+    left are not run (exit code :data:`NOT_RUN`).
     """
     results = []
     t_start = time.monotonic()
     deadline = deadline_s(os.environ)
-    # A SIGTERM while the steps run: start no more, and write the report of what ran (a
-    # launcher's or `timeout`'s SIGTERM reaches the running step's processes too: they end it).
+    # A SIGTERM or Ctrl-C while the steps run: start no more, and write the report of what
+    # ran (a launcher's or `timeout`'s SIGTERM, and a terminal's SIGINT, reach the running
+    # step's processes too: they end it, marked interrupted).
     stopped: list[int] = []
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
+    previous = {sig: signal.signal(sig, lambda signum, frame: stopped.append(signum))
+                for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         with open(log, "a") as out, tqdm(total=len(steps), unit="run", file=sys.stderr) as bar:
             for step in steps:
@@ -145,7 +147,8 @@ def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
                                file=sys.stderr)
                 bar.update(1)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return results
 
 
@@ -305,7 +308,7 @@ def reproduce(recipe: Recipe, db: Path, *, full: bool = False, report_only: Opti
 def _why_incomplete(rc: int) -> str:
     """What a step's exit code says of it (pure)."""
     if rc == NOT_RUN:
-        return "not run (deadline or SIGTERM)"
+        return "not run (deadline, SIGTERM or Ctrl-C)"
     if rc == TIMED_OUT:
         return "ended at its time limit (reproduce --timeout, or the deadline)"
     return f"failed (exit {rc})"

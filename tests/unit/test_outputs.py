@@ -45,3 +45,23 @@ def test_read_only_folder(tmp_path):
             writable_file(ro / "x.db", "--db")
     finally:
         ro.chmod(0o700)
+
+
+def test_a_read_only_file_system_is_refused_even_to_root(tmp_path):
+    """root passes access()'s permission checks, but not a read-only mount (EROFS): the
+    run's database or report would fail at its end; one is mounted in a mount namespace."""
+    import subprocess
+    import sys
+    probe = ("import sys; from ddlcomm.errors import UsageError; from ddlcomm.outputs import "
+             "writable_dir, writable_file\nfor check, path in ((writable_dir, sys.argv[1] + '/reports'), "
+             "(writable_dir, sys.argv[1]), (writable_file, sys.argv[1] + '/x.db')):\n"
+             "    try:\n        check(__import__('pathlib').Path(path), '--out')\n"
+             "    except UsageError as e:\n        print('refused:', e)\n")
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    res = subprocess.run(["unshare", "-m", "sh", "-c", f'mount -t tmpfs -o ro tmpfs "$1" && exec "$2" -c "$3" "$1"',
+                          "_", str(mnt), sys.executable, probe], capture_output=True, text=True, timeout=60)
+    if res.returncode != 0 and "refused" not in res.stdout:
+        pytest.skip(f"no mount namespace here: {res.stderr.strip()[-200:]}")
+    assert res.stdout.count("refused:") == 3, res.stdout + res.stderr
+    assert f"--out {mnt}/reports: cannot write in {mnt}" in res.stdout

@@ -31,3 +31,11 @@ def test_a_report_folder_that_cannot_be_written_warns_and_keeps_the_exit_code(tm
     out, err = capsys.readouterr()
     assert "report:" not in out and err.startswith("warning: report not written to ")
     assert f"`ddlcomm report {run} --out DIR`" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_owners_exit_code_keeps_to_the_readme_table():
+    """A launcher's 1 (ranks killed by a SIGINT that missed the owner) read as 'a point
+    failed its check' with every point passed."""
+    from ddlcomm.bench.runs import exit_code
+    assert [exit_code(rc, 0) for rc in (0, 1, 2, 3, 130, 137, 255)] == [0, 3, 2, 3, 130, 3, 3]
+    assert exit_code(0, 2) == 1 and exit_code(1, 2) == 3

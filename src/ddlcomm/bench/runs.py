@@ -25,6 +25,7 @@ from .watchdog import Watchdog
 
 RUN_ID_ENV = "DDLCOMM_RUN_ID"
 EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
 EXIT_RANK_FAILED = 3
 EXIT_INTERRUPTED = 130
 
@@ -103,6 +104,16 @@ def settle(store: Store, run_id: int, rc: int,
     return points, failed, store.run(run_id)
 
 
+def exit_code(rc: int, failed: int) -> int:
+    """The owner's exit code (README's table) from the launcher's ``rc`` and the points that
+    failed their check: the ranks' own code where it is one of the table's (bad input, a
+    rank failed, interrupted); 3 for any other end of the ranks or the launcher (a signal,
+    a launcher's 1, which would read as a failed check); else 1 where a point failed."""
+    if rc:
+        return rc if rc in (EXIT_USAGE, EXIT_RANK_FAILED, EXIT_INTERRUPTED) else EXIT_RANK_FAILED
+    return EXIT_CHECK_FAILED if failed else 0
+
+
 def _failed_not_interrupted(store: Store, run_id: int, interrupted: bool, why: str) -> None:
     """A rank that fails makes the launcher stop the others, and they record the run
     interrupted: the owner, who saw the launcher fail, makes it failed."""
@@ -174,7 +185,7 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
         record("failed", message)
         if comm.size > 1:
             comm.abort(EXIT_RANK_FAILED)
-        return RankResult(EXIT_RANK_FAILED if not isinstance(exc, DdlcommError) else 2)
+        return RankResult(EXIT_RANK_FAILED if not isinstance(exc, DdlcommError) else EXIT_USAGE)
 
 
 def _run_body(comm, db_path: Path, state: dict, owner: bool, watchdog: Watchdog,

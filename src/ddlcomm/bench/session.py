@@ -24,7 +24,7 @@ from ..report import html, tables
 from ..results import Store
 from .plan import BenchPlan
 from .runner import PROGRESS_ENV, check_plan, preflight, run_sweep
-from .runs import EXIT_CHECK_FAILED, own, program, rank_run, run_info, settle
+from .runs import EXIT_CHECK_FAILED, exit_code, own, program, rank_run, run_info, settle
 
 
 # ---------------------------------------------------------------- owner side
@@ -83,9 +83,7 @@ def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path],
     if report_dir is not None and points:
         print_report(partial(html.write_run_report, run, points), report_dir / f"run-{run_id}",
                      run_id)
-    if rc:
-        return rc
-    return EXIT_CHECK_FAILED if failed else 0
+    return exit_code(rc, failed)
 
 
 def _where_it_ended(plan: BenchPlan, points: list) -> str:

@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..bench.runs import EXIT_CHECK_FAILED, own, program, rank_run, run_info, settle
+from ..bench.runs import exit_code, own, program, rank_run, run_info, settle
 from ..comm import registry
 from ..errors import RankFailure, UsageError
 from ..launch import mpirun, spawn
@@ -100,9 +100,7 @@ def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path], scal
     if report_dir is not None and points:
         print_report(partial(train_report.write_train_report, run, points),
                      report_dir / f"run-{run_id}", run_id)
-    if rc:
-        return rc
-    return EXIT_CHECK_FAILED if failed else 0
+    return exit_code(rc, failed)
 
 
 def rank_main(job: TrainJob, argv: Sequence[str], db_path: Path,

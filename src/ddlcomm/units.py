@@ -35,7 +35,8 @@ def parse_size(text: str) -> int:
     m = _SIZE_RE.match(text)
     if not m or m.group(2).lower() not in _UNITS:
         raise UsageError(f"cannot parse size {text!r}",
-                         "use a whole number with an optional unit B, KiB, MiB, GiB, e.g. 4B or 64MiB")
+                         "use a whole number with an optional unit B, KiB, MiB, GiB, TiB (K and KB "
+                         "also mean KiB, as in OSU's and nccl-tests' flags), e.g. 4B or 64MiB")
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 

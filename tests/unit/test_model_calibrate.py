@@ -178,3 +178,19 @@ def test_repeated_points_combine():
     assert med.groups[0].params.beta == pytest.approx(3 * TRUE["gather"].beta, rel=1e-6)
     with pytest.raises(UsageError, match="combine"):
         cal.calibrate(clean, combine="mean")
+
+
+def test_a_holdout_that_matches_no_point_is_refused():
+    """--holdout ranks=99 left the fit untested and said nothing ('held out - (0)')."""
+    from ddlcomm.errors import UsageError
+    from ddlcomm.model.calibrate import calibrate, parse_holdout
+    points = [dict(backend="mpi", library="Open MPI", collective="allreduce", form="buffer",
+                   algorithm="library", dtype="float32", op="sum", bytes=b, count=b // 4, ranks=r,
+                   root=0, in_place=False, t_avg_us=5.0 + b / 1e3 * r, t_min_us=5.0, t_p50_us=5.0,
+                   check="passed", extra={}, run_id=1)
+              for r in (2, 3) for b in (1024, 65536, 1 << 20)]
+    with pytest.raises(UsageError) as err:
+        calibrate(points, holdout=[parse_holdout("ranks=99")])
+    assert str(err.value) == "--holdout ranks=99 matches no point (the points have ranks 2, 3)"
+    with pytest.raises(UsageError, match=r"the points have bytes 1KiB, 64KiB, 1MiB"):
+        calibrate(points, holdout=[parse_holdout("bytes=2MiB:4MiB")])

@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
                            "it runs in the ranks it was given."))
     b.add_argument("--backend", default="mpi",
                    help="communication backend, or a comma list measured side by side in one "
-                        "run, interleaved per size: mpi, gloo (default: mpi)")
+                        f"run, interleaved per size: {', '.join(registry.BACKENDS)} (default: mpi)")
     b.add_argument("--collective",
                    help="comma list of: broadcast, gather, allgather, reduce, allreduce, "
                         "reduce_scatter, alltoall, barrier (default: broadcast,gather,allreduce)")

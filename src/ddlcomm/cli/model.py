@@ -127,10 +127,12 @@ def add_parser(sub) -> None:
 SELECTION = ("backend", "library", "placement", "form")
 
 
-def _add_selection(p: argparse.ArgumentParser, what: str) -> None:
-    """--backend/--library/--placement/--form: which ``what`` (points, or a fit's sets)."""
+def _add_selection(p: argparse.ArgumentParser, what: str, library_too: str = "") -> None:
+    """--backend/--library/--placement/--form: which ``what`` (points, or a fit's sets);
+    ``library_too``: what else --library says."""
     p.add_argument("--backend", help=f"only {what} of this backend (mpi, gloo)")
-    p.add_argument("--library", help=f"only {what} of this library (Open MPI, MPICH, gloo)")
+    p.add_argument("--library", help=f"only {what} of this library (Open MPI, MPICH, gloo)"
+                                     + (f"; {library_too}" if library_too else ""))
     p.add_argument("--placement", help=f"only {what} of this placement (host, containers=2, ...)")
     p.add_argument("--form", help=f"only {what} of this form (buffer, object)")
 
@@ -212,8 +214,8 @@ def _add_predict(msub) -> None:
                         "hierarchical; for ps: library or BCAST+GATHER")
     p.add_argument("--ranks", required=True, help="4096, 2,4,8, 2:1024[xF] or 1,2,4,...,1024")
     p.add_argument("--bytes", required=True, help="per-rank bytes: 1GiB, 1KiB,1MiB or 4B:64MiB[xF]")
-    _add_selection(p, "the fit's parameter sets (--library also says whose default "
-                      "algorithm `library` means)")
+    _add_selection(p, "the fit's parameter sets",
+                   library_too="also whose default algorithm `library` means")
     p.add_argument("--ranks-per-node", help="ranks sharing a node (oversubscription past its "
                                             "cores; the hierarchical all-reduce's node size)")
     p.add_argument("--cores", help="cores per node (default: the fit's host; none without a fit)")
@@ -252,7 +254,8 @@ def _add_ssgd(msub) -> None:
     s.add_argument("--workers", required=True, help="1,2,4,...,1024, 1:1024 or a list")
     s.add_argument("--workers-per-node", default="1", help="workers (GPUs) per node (default 1)")
     s.add_argument("--overlap", default="none", choices=["none", "io", "wfbp", "io+wfbp"],
-                   help="none; io (prefetched reading); wfbp (wait-free back-propagation); both")
+                   help="none; io (prefetched reading); wfbp (wait-free back-propagation); "
+                        "io+wfbp: both (default none)")
     s.add_argument("--io-per-node", action="store_true",
                    help="one reader feeds every worker of a node: reading grows with them")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -262,7 +265,8 @@ def _add_report(msub) -> None:
     """``model report``'s options."""
     r = msub.add_parser("report", help="a page: measured vs modelled per size, predictions to "
                                       "1024 ranks")
-    r.add_argument("--fit", required=True, metavar="FIT.json")
+    r.add_argument("--fit", required=True, metavar="FIT.json",
+                   help="a fit from `ddlcomm model calibrate`")
     r.add_argument("--out", required=True, metavar="DIR", help="where index.html and PNGs go")
     r.add_argument("--max-ranks", default="1024", help="predict up to this many ranks (default 1024)")
     r.add_argument("--bytes", default="1MiB,64MiB",

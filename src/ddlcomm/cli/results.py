@@ -16,7 +16,7 @@ from .common import _Parser
 
 
 def add_parser(sub) -> None:
-    r = sub.add_parser("results", help="list, show, export and compare stored runs")
+    r = sub.add_parser("results", help="list, show, export, compare, versus and merge stored runs")
     rsub = r.add_subparsers(dest="results_command", metavar="ACTION", parser_class=_Parser)
     p = rsub.add_parser("list", help="one line per stored run")
     common.add_db(p)
@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
     p = rsub.add_parser("export", help="points as CSV or JSON (documented in README)")
     p.add_argument("run", nargs="?", help="run id (or --all)")
     p.add_argument("--all", action="store_true", help="every run's points")
-    p.add_argument("--format", choices=["csv", "json"], default="json")
+    p.add_argument("--format", choices=["csv", "json"], default="json", help="default json")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     common.add_db(p)
     p = rsub.add_parser("compare", help="two runs side by side, ratio per size (B/A)")

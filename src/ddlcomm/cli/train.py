@@ -48,7 +48,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "backward makes them ready (0: one per tensor; default 25MiB); DDP's bucket size too")
     t.add_argument("--overlap", nargs="?", const="on", default="off", choices=list(OVERLAP),
                    help="allreduce: start each bucket's all-reduce from the gradient hooks while "
-                        "backward goes on (--overlap = on); 'both' measures off and on in one run")
+                        "backward goes on (--overlap = on); 'both' measures off and on in one run "
+                        "(default off)")
     t.add_argument("--algorithm", default="library",
                    help="allreduce: the buckets' all-reduce: library (the backend's own, default), "
                         "or ddlcomm's ring, rhd, shm or auto (chosen per bucket size), with a kernel "
@@ -73,7 +74,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     t.add_argument("--iters", default="20", help="timed iterations per configuration (default 20)")
     t.add_argument("--warmup", default="3", help="untimed iterations first (default 3)")
     t.add_argument("--lr", help="SGD learning rate, momentum 0.9 (default: the model's)")
-    t.add_argument("--seed", default="1", help="seed of the weights and of the synthetic data")
+    t.add_argument("--seed", default="1", help="seed of the weights and of the synthetic data (default 1)")
     t.add_argument("--threads", default="1",
                    help="torch threads per rank (default 1: a core per worker, as a GPU per worker)")
     t.add_argument("--data", metavar="DIR",

@@ -149,8 +149,12 @@ class Holdout:
     values: frozenset = frozenset()
     text: str = ""
 
+    def value(self, point: Mapping[str, Any]) -> Any:
+        """The point's value of this field."""
+        return point.get({"ranks": "ranks", "bytes": "bytes", "run": "run_id"}[self.field])
+
     def matches(self, point: Mapping[str, Any]) -> bool:
-        value = point.get({"ranks": "ranks", "bytes": "bytes", "run": "run_id"}[self.field])
+        value = self.value(point)
         if value is None:
             return False
         if self.values:
@@ -174,6 +178,13 @@ def parse_holdout(text: str) -> Holdout:
         return Holdout(name, lo, hi, text=text)
     values = frozenset(conv(v) for v in spec.split(",") if v.strip())
     return Holdout(name, 0, 0, values, text=text)
+
+
+def _values_of(h: Holdout, rows: Sequence[Row]) -> str:
+    """The values of ``h``'s field among the rows' points, as a user types them."""
+    found = sorted({h.value(r.point) for r in rows} - {None})
+    shown = [format_size(v) if h.field == "bytes" else str(v) for v in found]
+    return ", ".join(shown[:12]) + (f" ... ({len(shown)} in all)" if len(shown) > 12 else "")
 
 
 def _int(what: str):
@@ -483,6 +494,10 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
     if not rows:
         raise UsageError("no stored points the model can fit",
                          "measure broadcast, gather or allreduce with `ddlcomm bench` first")
+    for h in holdout:                       # a typo would leave the fit untested, silently
+        if not any(h.matches(r.point) for r in rows):
+            raise UsageError(f"--holdout {h.text} matches no point",
+                             f"the points have {h.field} {_values_of(h, rows)}")
     by_key: dict[tuple, list[Row]] = {}
     for r in rows:
         by_key.setdefault(r.key, []).append(r)

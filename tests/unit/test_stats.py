@@ -63,3 +63,34 @@ def test_choose_iterations_bounds_and_monotonic():
 ])
 def test_choose_warmup(iterations, warmup):
     assert choose_warmup(iterations) == warmup
+
+
+class _OneRank:
+    def allreduce(self, send, recv, op):
+        recv[...] = send
+
+
+def _timed(first: float, each: float, made: list):
+    def timed(n, warm):
+        t = np.full(n, each)
+        if not made:
+            t[0] = first                     # the very first call was descheduled
+        made.append((n, warm))
+        return t
+    return timed
+
+
+def test_one_slow_probe_call_does_not_decide_the_iterations():
+    """Of 2 probe calls, one descheduled 4 ms call made a 2 µs point run 100 iterations
+    (5 to 25 were seen on a busy machine); the probe goes on while it is short."""
+    from ddlcomm.measure import timing
+    made: list = []
+    _, iterations, warmup = timing.calibrate(_OneRank(), _timed(4e-3, 2e-6, made), 0.2)
+    assert made == [(2, 0), (4, 0), (8, 0), (16, 0), (32, 0), (2000, 200 - 62)]
+    assert (iterations, warmup) == (2000, 200)
+    made = []                                # a call of 50 ms: 2 probe calls are a tenth already
+    _, iterations, warmup = timing.calibrate(_OneRank(), _timed(0.05, 0.05, made), 0.2)
+    assert made == [(2, 0), (5, 0)] and (iterations, warmup) == (5, 2)
+    made = []                                # iterations given: the probe is 2 warm-up calls
+    _, iterations, warmup = timing.calibrate(_OneRank(), _timed(0.05, 2e-6, made), 0.2, 7, 0)
+    assert made == [(2, 0), (7, 0)] and (iterations, warmup) == (7, 2)

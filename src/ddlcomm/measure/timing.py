@@ -11,8 +11,13 @@ import numpy as np
 
 from . import stats
 
-#: Calls that probe the time of one call before iterations are chosen.
+#: Calls that probe the time of one call before iterations are chosen: first this many,
+#: then twice as many again while the probe has lasted under :data:`PROBE_SHARE` of the
+#: point's budget, up to :data:`MAX_PROBE_CALLS` in all.  Its median then stands against a
+#: few descheduled calls (of 2, one slow call made a 2 µs point run 5 iterations).
 PROBE_CALLS = 2
+PROBE_SHARE = 0.1
+MAX_PROBE_CALLS = 62
 clock = time.perf_counter
 
 #: ``timed(n, warm)``: ``warm`` untimed calls, then the times of ``n`` timed ones
@@ -73,15 +78,36 @@ def calibrate(comm: Any, timed: Timed, budget_s: float, iterations: Optional[int
     """Probe, choose iterations and warm-up, then time: ``(times, iterations, warmup)``.
 
     The probe's calls count as warm-up.  ``iterations`` (else enough for
-    ``budget_s`` at the slowest rank's probed time) and ``warmup`` (else a tenth
-    of the iterations) are the user's when given.
+    ``budget_s`` at the slowest rank's median probed time) and ``warmup`` (else a
+    tenth of the iterations) are the user's when given; given iterations need no
+    more probe than :data:`PROBE_CALLS` warm-up calls.
     """
-    t_probe = timed(PROBE_CALLS, 0)
-    last = t_probe if t_probe.ndim == 1 else t_probe[:, -1]
-    t_call = agree_max(comm, float(np.median(last)))
-    iterations = iterations or stats.choose_iterations(t_call, budget_s)
+    if iterations:
+        timed(PROBE_CALLS, 0)
+        made = PROBE_CALLS
+    else:
+        t_call, made = _probe(comm, timed, budget_s)
+        iterations = stats.choose_iterations(t_call, budget_s)
     warmup = warmup if warmup is not None else stats.choose_warmup(iterations)
-    return timed(iterations, max(0, warmup - PROBE_CALLS)), iterations, max(warmup, PROBE_CALLS)
+    return timed(iterations, max(0, warmup - made)), iterations, max(warmup, made)
+
+
+def _probe(comm: Any, timed: Timed, budget_s: float) -> tuple[float, int]:
+    """The slowest rank's median time of one call (of the whole step), and the calls made.
+
+    Every rank makes the same calls: whether to probe on is decided on the time spent
+    on the slowest rank."""
+    found: list[np.ndarray] = []
+    n = PROBE_CALLS
+    while True:
+        t = timed(n, 0)
+        found.append(t if t.ndim == 1 else t[:, -1])
+        made = sum(len(f) for f in found)
+        spent = agree_max(comm, float(sum(f.sum() for f in found)))
+        if spent >= PROBE_SHARE * budget_s or made + 2 * n > MAX_PROBE_CALLS:
+            break
+        n *= 2
+    return agree_max(comm, float(np.median(np.concatenate(found)))), made
 
 
 def pass_us(comm: Any, one_pass: Callable, a: Any, b: Any, budget_s: float,

@@ -211,3 +211,16 @@ def test_figures_need_sizes(points):
     from ddlcomm.report.plots import latency_figure
     with pytest.raises(ValueError, match="barrier"):
         latency_figure([dict(make_point("broadcast", "buffer", 0), collective="barrier")], "barrier")
+
+
+def test_the_table_says_what_auto_ran():
+    from ddlcomm.report.tables import points_table
+    pts = [make_point("allreduce", "buffer", s, algorithm=a,
+                      extra={"algorithm_run": ran if a == "auto" else a})
+           for s, ran in ((1024, "library"), (1 << 20, "shm")) for a in ("library", "auto")]
+    headers, rows = points_table(pts)
+    col = headers.index("auto_ran")
+    assert [(r[0], r[headers.index("algorithm")], r[col]) for r in rows] == [
+        ("1KiB", "auto", "library"), ("1KiB", "library", "-"), ("1MiB", "auto", "shm"),
+        ("1MiB", "library", "-")]
+    assert "auto_ran" not in points_table(pts[:1])[0]

@@ -230,7 +230,8 @@ def points_table(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
     (timed iterations), one per varying dimension, the timings in µs, algbw
     and busbw in GB/s, :data:`RATIO_COLUMNS` (``x_add``, ``x_floor``: median time
     over a floor of the same bytes, where a point measured it), :data:`EXTRA_COLUMNS`
-    that any point has, ``noise`` (the markers of :mod:`ddlcomm.measure.noise`,
+    that any point has, ``auto_ran`` (what ``--algorithm auto`` ran at that size,
+    when a point is auto's), ``noise`` (the markers of :mod:`ddlcomm.measure.noise`,
     when any point raised one) and check.
     """
     varying = varying_dimensions(points)
@@ -238,9 +239,10 @@ def points_table(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
                                             [_sort_value(dimension_value(p, d)) for d in varying]))
     ratios = [c for c in RATIO_COLUMNS if any(dimension_value(p, c[1]) for p in points)]
     extras = [c for c in EXTRA_COLUMNS if any(dimension_value(p, c[1]) is not None for p in points)]
+    auto = [_auto_ran] if any(p.get("algorithm") == "auto" for p in points) else []
     with_noise = any(noise.point_flags(p) for p in points)
     headers = ["size", "count", "iters", *varying, *_METRIC_HEADERS,
-               *(h for h, _ in ratios), *(h for h, _, _ in extras),
+               *(h for h, _ in ratios), *(h for h, _, _ in extras), *(["auto_ran"] if auto else []),
                *(["noise"] if with_noise else []), "check"]
     rows = []
     for p in ordered:
@@ -252,8 +254,13 @@ def points_table(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
                      str(p.get("iterations") or "-"),
                      *[_cell(d, dimension_value(p, d)) for d in varying],
                      *times, *bws, *ratio, *[_extra_cell(p, key, fmt) for _, key, fmt in extras],
-                     *marks, format_check(p.get("check"))])
+                     *[cell(p) for cell in auto], *marks, format_check(p.get("check"))])
     return headers, rows
+
+
+def _auto_ran(p: Point) -> str:
+    """What ``--algorithm auto`` ran at the point's size (``-`` for another algorithm)."""
+    return str(dimension_value(p, "algorithm_run") or "?") if p.get("algorithm") == "auto" else "-"
 
 
 def _over(p: Point, key: str) -> Optional[float]:

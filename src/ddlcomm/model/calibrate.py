@@ -180,6 +180,15 @@ def parse_holdout(text: str) -> Holdout:
     return Holdout(name, 0, 0, values, text=text)
 
 
+def _check_holdouts(holdout: Sequence[Holdout], rows: Sequence[Row]) -> None:
+    """UsageError for a holdout that matches no point: a typo would leave the fit
+    untested, silently."""
+    for h in holdout:
+        if not any(h.matches(r.point) for r in rows):
+            raise UsageError(f"--holdout {h.text} matches no point",
+                             f"the points have {h.field} {_values_of(h, rows)}")
+
+
 def _values_of(h: Holdout, rows: Sequence[Row]) -> str:
     """The values of ``h``'s field among the rows' points, as a user types them."""
     found = sorted({h.value(r.point) for r in rows} - {None})
@@ -494,10 +503,7 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
     if not rows:
         raise UsageError("no stored points the model can fit",
                          "measure broadcast, gather or allreduce with `ddlcomm bench` first")
-    for h in holdout:                       # a typo would leave the fit untested, silently
-        if not any(h.matches(r.point) for r in rows):
-            raise UsageError(f"--holdout {h.text} matches no point",
-                             f"the points have {h.field} {_values_of(h, rows)}")
+    _check_holdouts(holdout, rows)
     by_key: dict[tuple, list[Row]] = {}
     for r in rows:
         by_key.setdefault(r.key, []).append(r)

@@ -187,6 +187,22 @@ def families(fit) -> dict[tuple, list]:
     return out
 
 
+def _error_axis(ex: Any, rs: Sequence[dict]) -> None:
+    """The relative errors' panel: within ±200% at most, a point past it drawn as a
+    triangle at the edge with its value beside it."""
+    ex.axhline(0, color="gray", linewidth=0.8)
+    ex.set_ylabel("(model − measured)\n/ measured (%)", fontsize="small")
+    errs = [100 * r["rel_err"] for r in rs]
+    lim = min(200.0, max(20.0, max(abs(e) for e in errs) * 1.1))
+    ex.set_ylim(-lim, lim)
+    off = [(r["bytes"], e, lim * 0.92 * (1 if e > 0 else -1)) for r, e in zip(rs, errs)
+           if abs(e) > lim]
+    for b, e, y in off:
+        ex.scatter([b], [y], marker="^" if e > 0 else "v", color="black", s=25, zorder=5)
+        ex.annotate(f"{e:+.0f}%", (b, y), fontsize="x-small", xytext=(4, 0),
+                    textcoords="offset points", va="center")
+
+
 def fit_figure(fit, group) -> Any:
     """Measured (markers) vs modelled (lines) time per size, one colour per rank
     count, held-out points hollow; below, the relative error per point.  All
@@ -220,11 +236,7 @@ def fit_figure(fit, group) -> Any:
     ax.set_ylabel("time per call (µs)")
     ax.grid(True, alpha=0.3)
     ax.set_title(f"{_group_label(group.key)}: measured vs model", fontsize="medium")
-    ex.axhline(0, color="gray", linewidth=0.8)
-    ex.set_ylabel("error (%)")
-    errs = [100 * r["rel_err"] for r in rs]
-    lim = min(200.0, max(20.0, max(abs(e) for e in errs) * 1.1))
-    ex.set_ylim(-lim, lim)
+    _error_axis(ex, rs)
     _size_axis(ex, [{"bytes": r["bytes"]} for r in rs])
     ex.xaxis.set_tick_params(labelbottom=True)
     handles, labels = ax.get_legend_handles_labels()

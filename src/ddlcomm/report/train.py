@@ -107,23 +107,26 @@ def render_summary(points: Sequence[Point]) -> str:
 
 # ------------------------------------------------------------------ figures
 def phases_figure(points: Sequence[Point]) -> Any:
-    """Stacked per-phase time of one iteration per configuration, hidden communication
-    hatched above it, the model's predicted iteration time marked."""
+    """Stacked per-phase time of one iteration per configuration, the communication hidden
+    behind backward hatched beside the backward segment (not on top: it is not in
+    t_iter), the model's predicted iteration time marked."""
     plt = plots._pyplot()
     its = iterations(points)
     if not its:
         raise ValueError("no training iterations to draw")
     fig, ax = plt.subplots(figsize=(max(6.4, 0.9 * len(its) + 2), 4.8), layout="constrained")
     x = range(len(its))
-    bottom = [0.0] * len(its)
+    bottom = backward = [0.0] * len(its)
     for key, name, color in STACK:
         vals = [((f.get("phases_s") or {}).get(key) or 0.0) * 1e3 for f in its]
         ax.bar(x, vals, bottom=bottom, color=color, label=name, width=0.6)
+        if key == "backward":
+            backward = bottom
         bottom = [b + v for b, v in zip(bottom, vals)]
     hidden = [((f.get("phases_s") or {}).get("comm_hidden") or 0.0) * 1e3 for f in its]
     if any(hidden):
-        ax.bar(x, hidden, bottom=bottom, fill=False, hatch="//", edgecolor="#d62728", width=0.6,
-               label="comm hidden (overlapped, not in t_iter)")
+        ax.bar([i + 0.37 for i in x], hidden, bottom=backward, fill=False, hatch="//",
+               edgecolor="#d62728", width=0.12, label="comm hidden behind backward (not in t_iter)")
     measured = [(f.get("t_iter_s") or 0) * 1e3 for f in its]
     ax.scatter(x, measured, marker="_", s=500, color="black", zorder=5, label="measured t_iter")
     pred = [(i, f["t_iter_predicted_s"] * 1e3) for i, f in enumerate(its) if f.get("t_iter_predicted_s")]

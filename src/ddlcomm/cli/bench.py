@@ -45,8 +45,8 @@ def add_parser(sub) -> None:
                         "(e.g. 25MiB; 0: per tensor); without it, one message per layer")
     b.add_argument("--steps", help="workloads: timed steps (ps-async: pushes per worker, default 100)")
     b.add_argument("--path", default="host",
-                   help="workloads: data path, host (default) or the GPU paths host-staged, "
-                        "direct, nccl-chief (need a GPU)")
+                   help="data path: host (default) or the GPU paths host-staged, direct (also "
+                        "for single collectives), nccl-chief (workloads only); they need a GPU")
     b.add_argument("--dtype", default="float32",
                    help="float16, bfloat16, float32, float64, int32, int64, uint8 (default: float32)")
     b.add_argument("--op", default="sum", help="sum, prod, min, max, avg (default: sum)")

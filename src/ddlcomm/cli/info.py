@@ -15,7 +15,9 @@ FIELDS = """\
             (this process's CPUs), usable_cores (the physical cores under them), last_level_cache_bytes,
             numa: [{node, cpus, memory_bytes, memory_allowed}]
   memory    total_bytes, available_bytes, thp {enabled, defrag}, hugetlb {page_bytes, total, free,
-            pools: [{page_bytes, total, free}]}, shm {path, size_bytes, free_bytes}
+            pools: [{page_bytes, total, free}]}, shm {path, size_bytes, free_bytes},
+            copy_bandwidth (with --memory-bandwidth): {by_copiers: {k: bytes/s copied by k
+            processes at once, together}, bytes_per_copier, reps, rounds, cpus, seconds}
   mpi       the MPI of this environment (mpi4py's library, asked in a child process that
             initialises MPI alone): library, version, library_version, mpi4py, libmpi,
             launcher {path, family}, cuda_aware (true, false or "unknown"), evidence: [what was
@@ -26,8 +28,6 @@ FIELDS = """\
             count, reason (when none), nvidia_smi, mps {running, pipe_dir, control}, torch_probe (how
             torch was asked);
             with --ranks: ranks, ranks_per_gpu (local rank r uses GPU r % count), shared
-            copy_bandwidth (with --memory-bandwidth): {by_copiers: {k: bytes/s copied by k processes
-            at once, together}, bytes_per_copier, reps, rounds, cpus, seconds}
   features  namespaces, memkind (hbw), slurm {tools, version, job}: each available or reason
 Each section that failed is {"error": "..."}.  Every stored run keeps these facts (its `machine`)."""
 

@@ -59,3 +59,8 @@ def test_runs_that_share_no_point_say_where_they_differ():
     assert unmatched(compare(a, [point("allreduce", 4, 1.0) | {"ranks": 3}])) == ["ranks"]
     assert unmatched(compare(a, a)) == []
     assert unmatched(compare(a, [])) == []
+
+
+def test_a_ratio_far_below_one_is_not_printed_as_zero():
+    from ddlcomm.report.tables import format_ratio
+    assert [format_ratio(r) for r in (0.0012, 0.05, 1.234, None)] == ["0.0012x", "0.05x", "1.23x", "-"]

@@ -426,8 +426,11 @@ def _run_label(run: Mapping[str, Any] | int | str) -> str:
 
 
 def format_ratio(ratio: float | None) -> str:
-    """A time ratio as ``1.23x``, ``-`` when one side is missing."""
-    return "-" if ratio is None or not math.isfinite(ratio) else f"{ratio:.2f}x"
+    """A time ratio as ``1.23x`` (``0.0012x`` below 0.01: never ``0.00x``), ``-`` when one
+    side is missing."""
+    if ratio is None or not math.isfinite(ratio):
+        return "-"
+    return f"{ratio:.2f}x" if ratio == 0 or abs(ratio) >= 0.01 else f"{ratio:.2g}x"
 
 
 #: The compare table's legend of a ``~`` ratio.
@@ -505,8 +508,8 @@ def _spread_ratio(spread) -> str:
 
 
 def _ratio_at(found: Optional[tuple[float, int]]) -> str:
-    """A target's (ratio, size) as ``1.23x at 16MiB``, ``-`` where no size qualified."""
-    return "-" if found is None else f"{found[0]:.2f}x at {format_size(found[1])}"
+    """A target's (ratio, size) as ``1.23x at 16MiB``; where no size qualified, says so."""
+    return "- (no size measured there)" if found is None else f"{found[0]:.2f}x at {format_size(found[1])}"
 
 
 def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: bool = False) -> str:

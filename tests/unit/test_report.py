@@ -224,3 +224,14 @@ def test_the_table_says_what_auto_ran():
         ("1KiB", "auto", "library"), ("1KiB", "library", "-"), ("1MiB", "auto", "shm"),
         ("1MiB", "library", "-")]
     assert "auto_ran" not in points_table(pts[:1])[0]
+
+
+def test_a_models_size_gets_its_own_tick():
+    """A --model workload's one size (16.1MiB) sat beside a 16MiB tick, the axis running on
+    empty to 32MiB."""
+    from ddlcomm.report.plots import latency_figure
+    ax = latency_figure([make_point("allreduce", "buffer", 16_900_000)], "allreduce").axes[0]
+    assert list(ax.get_xticks()) == [16_900_000]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["16.1MiB"]
+    sweep = latency_figure([make_point("allreduce", "buffer", s) for s in SIZES], "allreduce").axes[0]
+    assert len(sweep.get_xticks()) == 23                    # every power of two, 4B..16MiB

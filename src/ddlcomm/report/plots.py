@@ -45,13 +45,17 @@ def _series(points: Sequence[Point]) -> list[tuple[str, list[Point]]]:
 
 
 def _size_axis(ax: Any, points: Sequence[Point]) -> None:
-    """log2 x axis with a labelled tick at every power of two (4B, 8B, ... 1KiB, ...)."""
+    """log2 x axis with a labelled tick at every power of two (4B, 8B, ... 1KiB, ...); where
+    the sizes are not powers of two (a model's gradients) or few, a tick at each size."""
     # matplotlib is slow to import: only when a figure is drawn (see _pyplot)
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-    sizes = [p["bytes"] for p in points]
-    lo, hi = math.floor(math.log2(min(sizes))), math.ceil(math.log2(max(sizes)))
+    sizes = sorted({p["bytes"] for p in points})
+    lo, hi = math.floor(math.log2(sizes[0])), math.ceil(math.log2(sizes[-1]))
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(FixedLocator([2.0 ** e for e in range(lo, hi + 1)]))
+    ticks = [2.0 ** e for e in range(lo, hi + 1)]
+    if len(sizes) <= 2 or any(s & (s - 1) for s in sizes):
+        ticks, lo, hi = sizes, math.log2(sizes[0]), math.log2(sizes[-1])
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_size(int(round(x)))))
     ax.set_xlim(2.0 ** lo / 1.2, 2.0 ** hi * 1.2)
@@ -115,7 +119,9 @@ def latency_figure(points: Sequence[Point], collective: str) -> Any:
     chosen = _select(points, collective)
     fig, ax = plt.subplots(figsize=_FIGSIZE, layout="constrained")
     failed = False
-    for label, ps in _series(chosen):
+    series = _series(chosen)
+    alpha = 0.2 if len(series) <= 3 else 0.08       # many bands would bury the lines
+    for label, ps in series:
         ps = [p for p in ps if (p.get("t_p50_us") or 0) > 0]
         if not ps:
             continue
@@ -124,7 +130,7 @@ def latency_figure(points: Sequence[Point], collective: str) -> Any:
         (line,) = ax.plot(x, p50, marker="o", markersize=4, label=label or collective)
         p99 = [max(p.get("t_p99_us") or p50_, p50_) for p, p50_ in zip(ps, p50)]
         if len(x) > 1:
-            ax.fill_between(x, p50, p99, color=line.get_color(), alpha=0.2, linewidth=0)
+            ax.fill_between(x, p50, p99, color=line.get_color(), alpha=alpha, linewidth=0)
         else:               # one size: no area to shade, a bar from p50 to p99 instead
             ax.vlines(x, p50, p99, color=line.get_color(), alpha=0.3, linewidth=8)
         failed |= _mark_failed(ax, ps, "t_p50_us", line.get_color())

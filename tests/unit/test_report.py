@@ -235,3 +235,16 @@ def test_a_models_size_gets_its_own_tick():
     assert [t.get_text() for t in ax.get_xticklabels()] == ["16.1MiB"]
     sweep = latency_figure([make_point("allreduce", "buffer", s) for s in SIZES], "allreduce").axes[0]
     assert len(sweep.get_xticks()) == 23                    # every power of two, 4B..16MiB
+
+
+def test_a_series_keeps_its_colour_from_figure_to_figure():
+    from ddlcomm.report.plots import latency_figure, series_colors
+    pts = [make_point(c, "buffer", s, algorithm=a) for c, algs in
+           (("allreduce", ("library", "ring", "rhd")), ("broadcast", ("library", "rhd")))
+           for a in algs for s in (1024, 4096)]
+    colors = series_colors(pts)
+    assert colors == {"library": "C0", "ring": "C1", "rhd": "C2"}
+    for coll in ("allreduce", "broadcast"):
+        lines = latency_figure(pts, coll, colors).axes[0].get_lines()
+        assert {line.get_label(): line.get_color() for line in lines} == \
+            {a: colors[a] for a in ({"library", "rhd"} | ({"ring"} if coll == "allreduce" else set()))}

@@ -6,12 +6,12 @@ stays cheap and works without it until a plot is asked for.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from ..units import format_size
-from .tables import Point, heading, series_key, varying_dimensions
+from .tables import Point, group_by_collective, heading, series_key, varying_dimensions
 
 _DPI = 110
 _FIGSIZE = (6.4, 4.4)
@@ -42,6 +42,18 @@ def _series(points: Sequence[Point]) -> list[tuple[str, list[Point]]]:
     for p in points:
         series.setdefault(series_key(p, varying), []).append(p)
     return [(label, sorted(ps, key=lambda p: p["bytes"])) for label, ps in series.items()]
+
+
+def series_colors(points: Sequence[Point]) -> dict[str, str]:
+    """A colour per series label over every collective of ``points``, in the order they
+    were measured, so that a series keeps its colour from one figure to the next (by the
+    order of each figure's own series, ``rhd`` was red in one and orange in another)."""
+    labels: dict[str, None] = {}
+    for collective, group in group_by_collective(points).items():
+        varying = varying_dimensions(group)
+        for p in group:
+            labels.setdefault(series_key(p, varying) or collective, None)
+    return {label: f"C{i % 10}" for i, label in enumerate(labels)}
 
 
 def _size_axis(ax: Any, points: Sequence[Point]) -> None:
@@ -107,7 +119,8 @@ def _title(points: Sequence[Point], what: str) -> str:
     return f"{name} {what}\n{rest}" if rest else f"{name} {what}"
 
 
-def latency_figure(points: Sequence[Point], collective: str) -> Any:
+def latency_figure(points: Sequence[Point], collective: str,
+                   colors: Optional[Mapping[str, str]] = None) -> Any:
     """Median time per call (p50, µs, log scale) versus size, p50..p99 shaded, per series.
 
     Returns a matplotlib Figure; raises ValueError if ``collective`` has no
@@ -127,7 +140,8 @@ def latency_figure(points: Sequence[Point], collective: str) -> Any:
             continue
         x = [p["bytes"] for p in ps]
         p50 = values(ps, "t_p50_us")
-        (line,) = ax.plot(x, p50, marker="o", markersize=4, label=label or collective)
+        (line,) = ax.plot(x, p50, marker="o", markersize=4, label=label or collective,
+                          color=(colors or {}).get(label or collective))
         p99 = [max(p.get("t_p99_us") or p50_, p50_) for p, p50_ in zip(ps, p50)]
         if len(x) > 1:
             ax.fill_between(x, p50, p99, color=line.get_color(), alpha=alpha, linewidth=0)
@@ -141,7 +155,8 @@ def latency_figure(points: Sequence[Point], collective: str) -> Any:
     return _finish(fig, ax, _title(chosen, "latency"), [band, *([_failed_handle()] if failed else [])])
 
 
-def bandwidth_figure(points: Sequence[Point], collective: str) -> Any:
+def bandwidth_figure(points: Sequence[Point], collective: str,
+                     colors: Optional[Mapping[str, str]] = None) -> Any:
     """Bus bandwidth (GB/s, bytes over the mean time, as nccl-tests and the tables) versus
     size per series; algbw dashed where it differs.  Points without a bandwidth (a
     workload's local apply phase) are left out.
@@ -161,7 +176,8 @@ def bandwidth_figure(points: Sequence[Point], collective: str) -> Any:
             continue
         x = [p["bytes"] for p in ps]
         bus, alg = values(ps, "busbw_GBps"), values(ps, "algbw_GBps")
-        (line,) = ax.plot(x, bus, marker="o", markersize=4, label=label or collective)
+        (line,) = ax.plot(x, bus, marker="o", markersize=4, label=label or collective,
+                          color=(colors or {}).get(label or collective))
         if any(not math.isclose(a, b, rel_tol=1e-6) for a, b in zip(alg, bus) if a == a):
             ax.plot(x, alg, linestyle="--", linewidth=1, color=line.get_color(), alpha=0.8)
             dashed = True

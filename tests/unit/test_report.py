@@ -248,3 +248,13 @@ def test_a_series_keeps_its_colour_from_figure_to_figure():
         lines = latency_figure(pts, coll, colors).axes[0].get_lines()
         assert {line.get_label(): line.get_color() for line in lines} == \
             {a: colors[a] for a in ({"library", "rhd"} | ({"ring"} if coll == "allreduce" else set()))}
+
+
+def test_a_run_failed_by_its_checks_alone_is_not_called_cut_short(points, tmp_path):
+    run = dict(RUN, status="failed", error="1 points failed their check")
+    page = write_run_report(run, points, tmp_path / "r").read_text()
+    assert "the run is <b>failed</b>" not in page and "1 point failed the check" in page
+    crashed = dict(RUN, status="failed", error="ranks ended with exit code 3 during gather")
+    page = write_run_report(crashed, [p for p in points if p["check"] == "passed"],
+                            tmp_path / "c").read_text()
+    assert "the run is <b>failed</b>: ranks ended with exit code 3 during gather" in page

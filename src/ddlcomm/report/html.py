@@ -92,12 +92,13 @@ def _warnings(run: Mapping[str, Any], points: Sequence[Point]) -> str:
     (interrupted, failed: its error), points whose check failed, the machine's load
     (:func:`run_warnings`) and how many points a noise marker flagged."""
     items = []
+    failed = sum(p.get("check") == "failed" for p in points)
     status = "stale (its owner died while it ran)" if run.get("stale") else run.get("status")
-    if run.get("stale") or status in ENDINGS:
+    # a run failed by its checks alone ran to its end: the failed points say it below
+    if run.get("stale") or status in ENDINGS and not (status == "failed" and failed):
         items.append(f"the run is <b>{escape(str(status))}</b>"
                      + (f": {escape(str(run['error']))}" if run.get("error") else "")
                      + " (what it asked for and did not measure is not in the tables)")
-    failed = sum(p.get("check") == "failed" for p in points)
     if failed:
         items.append(f'<span class="bad">{counted(failed, "point")} failed the check</span> '
                      "(listed in the summary; left out of the plots' lines and the averages)")

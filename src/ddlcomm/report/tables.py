@@ -239,7 +239,7 @@ def points_table(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
                                             [_sort_value(dimension_value(p, d)) for d in varying]))
     ratios = [c for c in RATIO_COLUMNS if any(dimension_value(p, c[1]) for p in points)]
     extras = [c for c in EXTRA_COLUMNS if any(dimension_value(p, c[1]) is not None for p in points)]
-    auto = [_auto_ran] if any(p.get("algorithm") == "auto" for p in points) else []
+    auto = any(p.get("algorithm") == "auto" for p in points)
     with_noise = any(noise.point_flags(p) for p in points)
     headers = ["size", "count", "iters", *varying, *_METRIC_HEADERS,
                *(h for h, _ in ratios), *(h for h, _, _ in extras), *(["auto_ran"] if auto else []),
@@ -254,7 +254,7 @@ def points_table(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
                      str(p.get("iterations") or "-"),
                      *[_cell(d, dimension_value(p, d)) for d in varying],
                      *times, *bws, *ratio, *[_extra_cell(p, key, fmt) for _, key, fmt in extras],
-                     *[cell(p) for cell in auto], *marks, format_check(p.get("check"))])
+                     *([_auto_ran(p)] if auto else []), *marks, format_check(p.get("check"))])
     return headers, rows
 
 

@@ -363,3 +363,19 @@ def test_ctrl_c_or_sigterm_starts_no_more_steps(tmp_path, monkeypatch, sig):
     results = base.run_steps(steps, tmp_path / "d.db", "woo2020:x", tmp_path / "log")
     assert len(ran) == 1 and [rc for _, rc, _ in results] == [130, base.NOT_RUN, base.NOT_RUN]
     assert signal.getsignal(signal.SIGINT) is before                   # handlers given back
+
+
+def test_oversubscribed_rank_counts_are_shaded_on_recipe_figures(tmp_path):
+    """README: woo2020's process counts past the cores are marked; only a note said so."""
+    from ddlcomm.report.recipe import _figure
+    pts = [dict(collective="allreduce", bytes=1 << 20, ranks=r, form="buffer", t_avg_us=10.0 * r,
+                check="passed", run_cores=2) for r in (1, 2, 3, 4)]
+    fig = _figure(pts, "t", lambda p: "host", lambda p: p["ranks"], lambda p: p["form"],
+                  "processes", ["host"])
+    spans = [p for p in fig.axes[0].patches if p.get_label().startswith("more ranks than CPUs")]
+    assert len(spans) == 1
+    x0, x1 = spans[0].get_x(), spans[0].get_x() + spans[0].get_width()
+    assert (x0, x1) == (2.5, 4.5)
+    quiet = _figure([dict(p, run_cores=8) for p in pts], "t", lambda p: "host",
+                    lambda p: p["ranks"], lambda p: p["form"], "processes", ["host"])
+    assert not quiet.axes[0].patches

@@ -47,6 +47,11 @@ def _figure(points: Sequence[Point], title: str, panel_of: Key, x_of: Key, line_
                 bad = [p for p in ps if p.get("check") == "failed"]
                 ax.scatter([x_of(p) for p in bad], [p["t_avg_us"] / 1e3 for p in bad],
                            marker="x", color=colors[name], s=60, zorder=5)
+        over = sorted({x_of(p) for p in points if panel_of(p) == panel and not x_bytes
+                       and p.get("run_cores") and (p.get("ranks") or 0) > p["run_cores"]})
+        if over:                    # its runs had more ranks than their machine had CPUs
+            ax.axvspan(over[0] - 0.5, over[-1] + 0.5, color="gray", alpha=0.12, linewidth=0,
+                       label="more ranks than CPUs (oversubscribed)")
         ax.set_title(str(panel))
         ax.set_xlabel(x_label)
         ticks = sorted({x_of(p) for p in points if panel_of(p) == panel})

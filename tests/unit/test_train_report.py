@@ -112,3 +112,13 @@ def test_a_parameter_servers_one_worker_is_drawn_where_it_was_measured():
     through = {line.get_label(): list(line.get_xdata())
                for line in report.throughput_figure(pts).axes[0].get_lines()}
     assert through["Open MPI smallcnn b8 ps 25MiB"] == [1, 2]          # no vertical jump at 1
+
+
+def test_the_training_page_warns_as_a_run_page_does(tmp_path):
+    """4 ranks on 2 cores on a busy machine, and nothing on the page said so."""
+    pts = [point(1, t_iter=0.16), point(4, t_iter=0.3)]
+    run = {"id": 3, "status": "passed", "command": "ddlcomm train",
+           "load": {"ranks": 4, "usable_cores": 2, "wall_s": 9.0}}
+    html = report.write_train_report(run, pts, tmp_path / "out").read_text()
+    assert '<div class="warn"><b>Warning</b>' in html
+    assert "oversubscribed: 4 ranks on 2 usable cores" in html

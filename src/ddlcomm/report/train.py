@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ..units import format_size
 from . import plots
-from .html import _CSS, _inline_svg, _meta_table
+from .html import _CSS, _inline_svg, _meta_table, _warnings
 from .tables import format_table
 
 Point = Mapping[str, Any]
@@ -307,7 +307,7 @@ def write_train_report(run: Optional[Mapping[str, Any]], points: Sequence[Point]
     title = title or f"ddlcomm training run {run.get('id') if run else ''}".strip()
     parts = [f"<h1>{escape(title)}</h1>"]
     if run:
-        parts.append(_meta_table(run))
+        parts.append(_warnings(run, points) + _meta_table(run))
     parts += [f'<p><a href="{escape(href)}">{escape(text)}</a></p>' for text, href in links]
     if notes:
         parts.append("<ul>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")

@@ -379,3 +379,15 @@ def test_oversubscribed_rank_counts_are_shaded_on_recipe_figures(tmp_path):
     quiet = _figure([dict(p, run_cores=8) for p in pts], "t", lambda p: "host",
                     lambda p: p["ranks"], lambda p: p["form"], "processes", ["host"])
     assert not quiet.axes[0].patches
+
+
+def test_a_recipe_figure_of_small_times_is_in_microseconds():
+    from ddlcomm.report.recipe import _figure
+    pts = [dict(ranks=r, form="buffer", t_avg_us=t, check="passed") for r, t in ((2, 3.0), (4, 9.0))]
+    fig = _figure(pts, "t", lambda p: "host", lambda p: p["ranks"], lambda p: p["form"], "ranks", ["host"])
+    assert fig.axes[0].get_ylabel() == "avg time per call (µs)"
+    assert list(fig.axes[0].get_lines()[0].get_ydata()) == [3.0, 9.0]
+    big = _figure([dict(p, t_avg_us=p["t_avg_us"] * 1e3) for p in pts], "t", lambda p: "host",
+                  lambda p: p["ranks"], lambda p: p["form"], "ranks", ["host"])
+    assert big.axes[0].get_ylabel() == "avg time per call (ms)"
+    assert list(big.axes[0].get_lines()[0].get_ydata()) == [3.0, 9.0]

@@ -122,3 +122,9 @@ def test_the_training_page_warns_as_a_run_page_does(tmp_path):
     html = report.write_train_report(run, pts, tmp_path / "out").read_text()
     assert '<div class="warn"><b>Warning</b>' in html
     assert "oversubscribed: 4 ranks on 2 usable cores" in html
+
+
+def test_the_batch_sweep_labels_batches_as_numbers():
+    pts = [point(1, batch=b, t_iter=0.01 * b) for b in (16, 32, 64, 128)]
+    ax = report.batch_figure(pts).axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "32", "64", "128"]

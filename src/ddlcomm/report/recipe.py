@@ -37,15 +37,17 @@ def _figure(points: Sequence[Point], title: str, panel_of: Key, x_of: Key, line_
                              squeeze=False, layout="constrained")
     lines = sorted({line_of(p) for p in points}, key=str)
     colors = {name: f"C{i % 10}" for i, name in enumerate(lines)}
+    # ms, or µs where every time is under a millisecond (ticks of 10^-3 ms read badly)
+    unit, scale = ("µs", 1.0) if max(p["t_avg_us"] for p in points) < 1e3 else ("ms", 1e3)
     for ax, panel in zip(axes[0], panels):
         for name in lines:
             ps = sorted((p for p in points if panel_of(p) == panel and line_of(p) == name),
                         key=x_of)
             if ps:                  # broken at a failed point, a cross in its colour there
-                ax.plot([x_of(p) for p in ps], [t / 1e3 for t in plots.values(ps, "t_avg_us")],
+                ax.plot([x_of(p) for p in ps], [t / scale for t in plots.values(ps, "t_avg_us")],
                         marker="o", color=colors[name], label=str(name))
                 bad = [p for p in ps if p.get("check") == "failed"]
-                ax.scatter([x_of(p) for p in bad], [p["t_avg_us"] / 1e3 for p in bad],
+                ax.scatter([x_of(p) for p in bad], [p["t_avg_us"] / scale for p in bad],
                            marker="x", color=colors[name], s=60, zorder=5)
         over = sorted({x_of(p) for p in points if panel_of(p) == panel and not x_bytes
                        and p.get("run_cores") and (p.get("ranks") or 0) > p["run_cores"]})
@@ -63,7 +65,7 @@ def _figure(points: Sequence[Point], title: str, panel_of: Key, x_of: Key, line_
             ax.set_xticklabels([format_size(int(t)) for t in ticks], rotation=45, fontsize=7)
         ax.set_yscale("log")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("avg time per call (ms)")
+    axes[0][0].set_ylabel(f"avg time per call ({unit})")
     handles, labels = axes[0][0].get_legend_handles_labels()
     for ax in axes[0][1:]:
         h, lab = ax.get_legend_handles_labels()

@@ -134,9 +134,9 @@ def _summary(points: Sequence[Point]) -> str:
     errors = [p for p in points if p.get("error")]
     if errors:
         varying = varying_dimensions(points)
-        items = "".join(f"<li>{escape(str(p.get('collective')))} {format_size(int(p.get('bytes') or 0))}"
-                        f"{escape(' ' + series_key(p, varying) if series_key(p, varying) else '')}: "
-                        f"{escape(str(p['error']))}</li>" for p in errors)
+        where = [" ".join(x for x in (str(p.get("collective")), format_size(int(p.get("bytes") or 0)),
+                                      series_key(p, varying)) if x) for p in errors]
+        items = "".join(f"<li>{escape(w)}: {escape(str(p['error']))}</li>" for w, p in zip(where, errors))
         html += f'<ul class="bad">{items}</ul>'
     return html + _busbw_table(points)
 

@@ -1,5 +1,6 @@
 """Runs end honestly: SIGINT or SIGTERM under the user's own launcher or to ddlcomm's
-owner leaves the run ``interrupted`` with where it stopped, its finished points kept."""
+owner leaves the run ``interrupted`` with where it stopped, its finished points kept;
+an owner killed outright takes its launcher and ranks with it."""
 from __future__ import annotations
 
 import os
@@ -7,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -23,8 +25,38 @@ def _points(db) -> int:
         return 0
 
 
-def _stop_after_points(cmd, env, db, sig, points=3, limit=120.0) -> int:
-    """Start ``cmd``, send ``sig`` once ``points`` are stored, return its exit code."""
+def _descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from /proc's parent links)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found.update(kids)
+        todo.extend(kids)
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    """Those of ``pids`` that still run (a zombie has ended)."""
+    left = set()
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                left.add(pid)
+        except OSError:
+            pass
+    return left
+
+
+def _stop_after_points(cmd, env, db, sig, points=3, limit=120.0, before=None) -> int:
+    """Start ``cmd``, send ``sig`` once ``points`` are stored (calling ``before(proc)`` just
+    before), return its exit code."""
     proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -33,6 +65,8 @@ def _stop_after_points(cmd, env, db, sig, points=3, limit=120.0) -> int:
             assert proc.poll() is None, "the sweep ended before it could be stopped"
             assert time.monotonic() < deadline, "no points stored in time"
             time.sleep(0.2)
+        if before:
+            before(proc)
         os.kill(proc.pid, sig)
         return proc.wait(timeout=60)
     finally:
@@ -64,3 +98,22 @@ def test_sigterm_to_ddlcomms_own_launch(mpi, tmp_path):
     assert rc == 130
     status, error = _run_row(db)
     assert status == "interrupted" and (" during " in error or " after " in error), error
+
+
+@pytest.mark.parametrize("backend", ["mpi", "gloo"])
+def test_sigkill_to_ddlcomms_own_launch(mpi, tmp_path, backend):
+    """kill -9 of the owner: the launcher (or each spawned rank) gets SIGTERM from the kernel
+    (PR_SET_PDEATHSIG), so nothing is left running and the ranks mark the run interrupted.
+    Before, the ranks ran the rest of the plan under a run already listed as stale."""
+    if backend == "gloo" and mpi.name != "openmpi":
+        pytest.skip("Gloo does not use the MPI beside it: run in one venv")
+    db, below = tmp_path / "k.db", set()
+    rc = _stop_after_points([mpi.ddlcomm, *LONG, "--backend", backend, "--db", db], mpi.env(), db,
+                            signal.SIGKILL, before=lambda proc: below.update(_descendants(proc.pid)))
+    assert rc == -signal.SIGKILL and below, "the owner had started no launcher or ranks"
+    deadline = time.monotonic() + 30
+    while _alive(below) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(below), f"left running after the owner was killed: {sorted(_alive(below))}"
+    status, error = _run_row(db)
+    assert status == "interrupted" and error.startswith("interrupted (SIGTERM)"), error

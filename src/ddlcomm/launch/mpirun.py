@@ -17,6 +17,7 @@ from typing import Mapping, Optional, Sequence
 
 from ..errors import BackendUnavailable
 from .placement import physical_cores
+from .processes import die_with_parent
 
 #: MPICH (ch4) ranks waiting for a message busy-poll without ever giving up their
 #: core, so with more ranks than cores a handoff between two ranks waits for the
@@ -123,10 +124,13 @@ def run(cmd: Sequence[str], env: Mapping[str, str], grace_s: float = 10.0) -> in
 
     Ctrl-C reaches the launcher too (same process group); on Ctrl-C or
     SIGTERM (see :func:`ddlcomm.bench.session.launch`) the launcher is sent
-    SIGINT and, if it has not ended ``grace_s`` seconds later, killed.
+    SIGINT and, if it has not ended ``grace_s`` seconds later, killed.  If
+    this process is killed outright, the launcher gets SIGTERM and ends the
+    ranks (:func:`~ddlcomm.launch.processes.die_with_parent`).
     Returns its exit code, 130 when interrupted.
     """
-    proc = subprocess.Popen(list(cmd), env=dict(env), start_new_session=False)
+    proc = subprocess.Popen(list(cmd), env=dict(env), start_new_session=False,
+                            preexec_fn=die_with_parent())
     try:
         return proc.wait()
     except (KeyboardInterrupt, SystemExit):     # Ctrl-C, or SIGTERM turned into SystemExit

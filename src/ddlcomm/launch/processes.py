@@ -1,14 +1,38 @@
 """Who owns something: a process named by its pid and start time, and whether it
-still lives (a pid alone can be reused after the owner died); and the owner's side
-of a resource it removes at exit, closed once."""
+still lives (a pid alone can be reused after the owner died); the owner's side
+of a resource it removes at exit, closed once; and children that end with their owner."""
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
+import signal
 import socket
 import subprocess
+import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> Optional[Callable[[], None]]:
+    """A ``preexec_fn`` by which the child gets ``sig`` when this process ends, even by
+    SIGKILL (Linux's ``PR_SET_PDEATHSIG``; None elsewhere).  A launcher killed this way
+    ends its ranks, which mark their run interrupted; without it they ran on to the end
+    of the plan under a run already called stale.  The signal comes when the *thread*
+    that started the child ends, so start such children from the main thread; it is not
+    passed on to what the child forks, only kept across its exec."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl     # looked up here, not in the child
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(sig))
+        if os.getppid() != parent:                     # the owner died before prctl
+            os.kill(os.getpid(), sig)
+    return arm
 
 
 def end(proc: subprocess.Popen, grace_s: float = 5.0) -> None:

@@ -24,7 +24,6 @@ directory, also on an exception, SIGTERM/SIGHUP and at exit.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import os
 import re
 import shutil
@@ -38,7 +37,7 @@ from typing import Mapping, Optional
 from ..errors import UnsupportedError, UsageError
 from . import containers
 from .containers import ContainerSet
-from .processes import end, first_close, owner_alive, start_time
+from .processes import die_with_parent, end, first_close, owner_alive, start_time
 
 #: Where clusters keep their configuration, keys, spool and logs (one dir per cluster).
 STATE_ROOT = Path("/run/ddlcomm-slurm")
@@ -51,7 +50,6 @@ OPTIONAL_PACKAGES = {"libpmix-dev": "/usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix
 #: Seconds to wait for every node to register idle.
 READY_TIMEOUT_S = 60.0
 PARTITION = "ddlc"
-_PR_SET_PDEATHSIG = 1
 _SET_RE = re.compile(r"^\d+-\d+$")
 
 
@@ -110,12 +108,6 @@ def check_available(install: bool = False) -> None:
     elif missing_packages():
         raise UnsupportedError(f"Slurm is not installed (missing {', '.join(missing_packages())})",
                                f"as root: apt-get install -y {' '.join(PACKAGES)}")
-
-
-def _die_with_parent() -> None:
-    """preexec_fn: this child gets SIGTERM when its parent ends (even by SIGKILL)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _free_port() -> int:
@@ -255,7 +247,7 @@ class SlurmCluster:
         with out:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, cwd=str(self.state),
-                                    preexec_fn=_die_with_parent, env=self.env(
+                                    preexec_fn=die_with_parent(), env=self.env(
                                         {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}))
         self._daemons.append((name, proc))
         (self.state / f"{name}.daemon").write_text(f"{proc.pid} {start_time(proc.pid) or ''}")

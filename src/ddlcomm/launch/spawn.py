@@ -16,6 +16,8 @@ import subprocess
 import time
 from typing import Mapping, Optional, Sequence
 
+from .processes import die_with_parent
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago (the OS picks it)."""
@@ -42,13 +44,15 @@ def run(nranks: int, program: Sequence[str], env: Mapping[str, str],
     ``prefixes[r]`` (e.g. entering a container, binding to cores) goes before
     rank r's command; ``master_addr`` is where rank 0 listens.  Ctrl-C is
     passed on; ranks that outlive a failed one by ``grace_s`` seconds are
-    killed.  Returns 130 when interrupted.
+    killed, and every rank gets SIGTERM if this process is killed outright.
+    Returns 130 when interrupted.
     """
     port = free_port()
     prefixes = prefixes or [[] for _ in range(nranks)]
     procs = [subprocess.Popen([*prefixes[r], *program],
                               env=rank_env(env, r, nranks, port, master_addr=master_addr),
-                              start_new_session=True) for r in range(nranks)]
+                              start_new_session=True, preexec_fn=die_with_parent())
+             for r in range(nranks)]
     failed_at, code = None, 0
     try:
         while any(p.poll() is None for p in procs):

@@ -26,7 +26,7 @@ from typing import Callable, Optional, Sequence
 from tqdm import tqdm
 
 from ..errors import RankFailure, UsageError
-from ..launch.processes import end
+from ..launch.processes import die_with_parent, end
 from ..results import Store
 from ..results.export import point_record
 from ..report.recipe import session_section
@@ -96,8 +96,8 @@ def _sooner(*limits: Optional[float]) -> Optional[float]:
 def _run_step(cmd: list[str], out, timeout_s: Optional[float]) -> int:
     """One step's exit code; past ``timeout_s`` (:data:`TIMED_OUT`; None: no limit) it is ended by
     SIGTERM, which the owner forwards to its ranks (the run is marked interrupted, not
-    left running)."""
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+    left running), as it is when the recipe itself is killed outright."""
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent(),
                             env=dict(os.environ, DDLCOMM_PROGRESS="plain"))
     try:
         return proc.wait(timeout=timeout_s)

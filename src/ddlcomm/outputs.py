@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -18,14 +19,28 @@ def _nearest_existing(path: Path) -> Path:
     return Path("/")
 
 
+def _cannot_write_in(folder: Path) -> Optional[str]:
+    """None where a folder can really be made in ``folder`` (one is made and removed at
+    once), else why not (" (reason)", or "" where permissions refuse).  root passes
+    access() everywhere, but not in /proc, on a read-only mount or on a full disk."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return ""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".ddlcomm-check-", dir=folder))
+    except OSError as exc:
+        return f" (making a folder there failed: {exc.strerror or exc})"
+    return None
+
+
 def _check_parent(path: Path, flag: str) -> None:
     """The folders ``path`` would be made in can be made and written."""
     base = _nearest_existing(path.parent)
     if not base.is_dir():
         raise UsageError(f"{flag} {path}: {base} is a file, not a folder",
                          f"choose a {flag} path inside a folder")
-    if not os.access(base, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag} {path}: cannot write in {base}",
+    why = _cannot_write_in(base)
+    if why is not None:
+        raise UsageError(f"{flag} {path}: cannot write in {base}{why}",
                          f"choose a {flag} path in a folder you can write")
 
 
@@ -52,8 +67,9 @@ def writable_dir(path: Path, flag: str) -> Path:
     if path.exists():
         if not path.is_dir():
             raise UsageError(f"{flag} {path} is a file, not a folder", f"give {flag} a folder")
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise UsageError(f"{flag} {path} is not writable", f"choose another {flag}")
+        why = _cannot_write_in(path)
+        if why is not None:
+            raise UsageError(f"{flag} {path} is not writable{why}", f"choose another {flag}")
         return path
     _check_parent(path, flag)
     return path

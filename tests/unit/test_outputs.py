@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +66,18 @@ def test_a_read_only_file_system_is_refused_even_to_root(tmp_path):
         pytest.skip(f"no mount namespace here: {res.stderr.strip()[-200:]}")
     assert res.stdout.count("refused:") == 3, res.stdout + res.stderr
     assert f"--out {mnt}/reports: cannot write in {mnt}" in res.stdout
+
+
+def test_a_folder_root_cannot_make_anything_in_is_refused():
+    """/proc passes root's access() checks, but nothing can be made there: refused up front
+    (before, the run ran and only its report was lost, with a warning)."""
+    with pytest.raises(UsageError, match=r"--report-dir /proc/reports: cannot write in /proc \("):
+        writable_dir(Path("/proc/reports"), "--report-dir")
+    with pytest.raises(UsageError, match=r"--out /proc is not writable"):
+        writable_dir(Path("/proc"), "--out")
+
+
+def test_a_check_leaves_nothing_behind(tmp_path):
+    writable_dir(tmp_path, "--out")
+    writable_file(tmp_path / "new" / "x.db", "--db")
+    assert list(tmp_path.iterdir()) == []

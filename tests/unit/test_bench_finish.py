@@ -39,3 +39,21 @@ def test_the_owners_exit_code_keeps_to_the_readme_table():
     from ddlcomm.bench.runs import exit_code
     assert [exit_code(rc, 0) for rc in (0, 1, 2, 3, 130, 137, 255)] == [0, 3, 2, 3, 130, 3, 3]
     assert exit_code(0, 2) == 1 and exit_code(1, 2) == 3
+
+
+def test_the_owner_says_what_a_rank_recorded_not_a_guess(tmp_path, capsys):
+    """A rank that failed in its pre-flight recorded why; the owner's last line guessed
+    'during broadcast (buffer, 4B)' from the first point not stored."""
+    from ddlcomm.bench.runs import settle
+    db, run = stored(tmp_path, [])
+    with Store(db) as store:
+        store.end_if_running(run, "failed", "rank 1: pre-flight on mpi did not finish within 1 s")
+        settle(store, run, 3, lambda points: " during broadcast (buffer, 4B)")
+        assert store.run(run)["error"] == "rank 1: pre-flight on mpi did not finish within 1 s"
+    assert capsys.readouterr().err == ("ddlcomm: error: ranks ended with exit code 3: "
+                                       "rank 1: pre-flight on mpi did not finish within 1 s\n")
+    db, run = stored(tmp_path / "b", [])                 # no rank said: the guess, stored too
+    with Store(db) as store:
+        settle(store, run, 3, lambda points: " during broadcast (buffer, 4B)")
+        assert store.run(run)["error"] == "ranks ended with exit code 3 during broadcast (buffer, 4B)"
+    assert capsys.readouterr().err.endswith("error: ranks ended with exit code 3 during broadcast (buffer, 4B)\n")

@@ -97,10 +97,15 @@ def settle(store: Store, run_id: int, rc: int,
                          f"{failed} points failed their check" if failed else None)
     else:
         interrupted = rc == EXIT_INTERRUPTED
-        why = ("interrupted" if interrupted else f"ranks ended with exit code {rc}") + where(points)
-        print(f"ddlcomm: error: {why}", file=sys.stderr, flush=True)
+        ended = "interrupted" if interrupted else f"ranks ended with exit code {rc}"
+        why = ended + where(points)
         if not store.end_if_running(run_id, "interrupted" if interrupted else "failed", why):
             _failed_not_interrupted(store, run_id, interrupted, why)
+        said = store.run(run_id)["error"] or why
+        # A rank that recorded the end knows where it was (a pre-flight, a signal's name):
+        # say that, not the guess from the points stored.
+        line = said if said == why or interrupted else f"{ended}: {said}"
+        print(f"ddlcomm: error: {line}", file=sys.stderr, flush=True)
     return points, failed, store.run(run_id)
 
 

@@ -238,16 +238,27 @@ def test_a_models_size_gets_its_own_tick():
 
 
 def test_a_series_keeps_its_colour_from_figure_to_figure():
-    from ddlcomm.report.plots import latency_figure, series_colors
+    from ddlcomm.report.plots import latency_figure, series_styles
     pts = [make_point(c, "buffer", s, algorithm=a) for c, algs in
            (("allreduce", ("library", "ring", "rhd")), ("broadcast", ("library", "rhd")))
            for a in algs for s in (1024, 4096)]
-    colors = series_colors(pts)
-    assert colors == {"library": "C0", "ring": "C1", "rhd": "C2"}
+    styles = series_styles(pts)
+    assert {a: st["color"] for a, st in styles.items()} == {"library": "C0", "ring": "C1", "rhd": "C2"}
     for coll in ("allreduce", "broadcast"):
-        lines = latency_figure(pts, coll, colors).axes[0].get_lines()
+        lines = latency_figure(pts, coll, styles).axes[0].get_lines()
         assert {line.get_label(): line.get_color() for line in lines} == \
-            {a: colors[a] for a in ({"library", "rhd"} | ({"ring"} if coll == "allreduce" else set()))}
+            {a: styles[a]["color"] for a in ({"library", "rhd"} | ({"ring"} if coll == "allreduce" else set()))}
+
+
+def test_no_two_series_look_alike_past_ten():
+    """20 series (2 backends x 5 algorithms x 2 forms) drew in 10 colours: pairs alike."""
+    from ddlcomm.report.plots import latency_figure
+    pts = [make_point("allreduce", form, s, algorithm=a, backend=b) for b in ("mpi", "gloo")
+           for a in ("library", "ring", "rhd", "shm", "auto") for form in ("buffer", "object")
+           for s in (1024, 4096)]
+    lines = latency_figure(pts, "allreduce").axes[0].get_lines()
+    looks = [(line.get_color(), line.get_marker()) for line in lines if line.get_label()[0] != "_"]
+    assert len(looks) == 20 and len(set(looks)) == 20
 
 
 def test_a_run_failed_by_its_checks_alone_is_not_called_cut_short(points, tmp_path):

@@ -196,13 +196,13 @@ def _notes(points: Sequence[Point]) -> str:
 
 
 def _figures(points: Sequence[Point], collective: str, out_dir: Path,
-             colors: Mapping[str, str]) -> str:
+             styles: Mapping[str, Mapping[str, str]]) -> str:
     """Latency and bandwidth figures side by side (PNG copies written to ``out_dir``), each
-    series in its colour of the whole page (``colors``)."""
+    series in its style of the whole page (``styles``)."""
     parts = []
     for kind, make in (("latency", plots.latency_figure), ("bandwidth", plots.bandwidth_figure)):
         try:
-            fig = make(points, collective, colors)
+            fig = make(points, collective, styles)
         except ValueError:  # nothing above 0 bytes (barrier): the table says it all
             return ""
         paths = plots.save(fig, out_dir / f"{_safe_name(collective)}-{kind}")
@@ -228,12 +228,12 @@ def write_run_report(run: Mapping[str, Any], points: Sequence[Point], out_dir: s
     out.mkdir(parents=True, exist_ok=True)
     (out / CSV_NAME).write_text(export.to_csv(points), encoding="utf-8")
     title = f"ddlcomm run {run.get('id')}"
-    sections, anchors, colors = [], [], plots.series_colors(points)
+    sections, anchors, styles = [], [], plots.series_styles(points)
     for collective, group in group_by_collective(points).items():
         anchor = f"c-{_safe_name(collective)}"
         anchors.append((anchor, collective))
         sections.append(f'<section id="{escape(anchor)}"><h2>{escape(heading(group))}</h2>'
-                        f"{_headline(group)}{_figures(group, collective, out, colors)}"
+                        f"{_headline(group)}{_figures(group, collective, out, styles)}"
                         f"{_data_table(group)}{_notes(group)}</section>")
     page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>{_nav(anchors)}"

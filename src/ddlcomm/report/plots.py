@@ -44,16 +44,34 @@ def _series(points: Sequence[Point]) -> list[tuple[str, list[Point]]]:
     return [(label, sorted(ps, key=lambda p: p["bytes"])) for label, ps in series.items()]
 
 
-def series_colors(points: Sequence[Point]) -> dict[str, str]:
-    """A colour per series label over every collective of ``points``, in the order they
-    were measured, so that a series keeps its colour from one figure to the next (by the
-    order of each figure's own series, ``rhd`` was red in one and orange in another)."""
+#: Markers of the 1st, 2nd, ... ten series (none is a cross, the mark of a failed point):
+#: past matplotlib's ten colours a colour comes back, and the marker tells them apart.
+MARKERS = ("o", "s", "^", "D", "v", "<", ">")
+
+
+def series_styles(points: Sequence[Point]) -> dict[str, dict[str, str]]:
+    """A style (``color``, ``marker``) per series label over every collective of ``points``,
+    in the order they were measured, so that a series keeps its look from one figure to
+    the next (by the order of each figure's own series, ``rhd`` was red in one and orange
+    in another), and no two series look alike: past ten series the marker changes (two
+    backends times five algorithms times two forms drew 20 lines in 10 colours)."""
     labels: dict[str, None] = {}
     for collective, group in group_by_collective(points).items():
         varying = varying_dimensions(group)
         for p in group:
             labels.setdefault(series_key(p, varying) or collective, None)
-    return {label: f"C{i % 10}" for i, label in enumerate(labels)}
+    return {label: nth_style(i) for i, label in enumerate(labels)}
+
+
+def nth_style(i: int) -> dict[str, str]:
+    """The look of the ``i``-th series of a figure: matplotlib's ten colours, then the same
+    colours with the next of :data:`MARKERS`."""
+    return {"color": f"C{i % 10}", "marker": MARKERS[i // 10 % len(MARKERS)]}
+
+
+def _style(styles: Optional[Mapping[str, Mapping[str, str]]], label: str) -> dict[str, str]:
+    """The line style of series ``label`` (matplotlib's next colour and a dot where none)."""
+    return {"marker": "o", **(styles or {}).get(label, {})}
 
 
 def _size_axis(ax: Any, points: Sequence[Point]) -> None:
@@ -120,7 +138,7 @@ def _title(points: Sequence[Point], what: str) -> str:
 
 
 def latency_figure(points: Sequence[Point], collective: str,
-                   colors: Optional[Mapping[str, str]] = None) -> Any:
+                   styles: Optional[Mapping[str, Mapping[str, str]]] = None) -> Any:
     """Median time per call (p50, µs, log scale) versus size, p50..p99 shaded, per series.
 
     Returns a matplotlib Figure; raises ValueError if ``collective`` has no
@@ -130,6 +148,7 @@ def latency_figure(points: Sequence[Point], collective: str,
     # matplotlib is slow to import: only when a figure is drawn (see _pyplot)
     from matplotlib.patches import Patch
     chosen = _select(points, collective)
+    styles = styles or series_styles(chosen)
     fig, ax = plt.subplots(figsize=_FIGSIZE, layout="constrained")
     failed = False
     series = _series(chosen)
@@ -140,8 +159,8 @@ def latency_figure(points: Sequence[Point], collective: str,
             continue
         x = [p["bytes"] for p in ps]
         p50 = values(ps, "t_p50_us")
-        (line,) = ax.plot(x, p50, marker="o", markersize=4, label=label or collective,
-                          color=(colors or {}).get(label or collective))
+        (line,) = ax.plot(x, p50, markersize=4, label=label or collective,
+                          **_style(styles, label or collective))
         p99 = [max(p.get("t_p99_us") or p50_, p50_) for p, p50_ in zip(ps, p50)]
         if len(x) > 1:
             ax.fill_between(x, p50, p99, color=line.get_color(), alpha=alpha, linewidth=0)
@@ -156,7 +175,7 @@ def latency_figure(points: Sequence[Point], collective: str,
 
 
 def bandwidth_figure(points: Sequence[Point], collective: str,
-                     colors: Optional[Mapping[str, str]] = None) -> Any:
+                     styles: Optional[Mapping[str, Mapping[str, str]]] = None) -> Any:
     """Bus bandwidth (GB/s, bytes over the mean time, as nccl-tests and the tables) versus
     size per series; algbw dashed where it differs.  Points without a bandwidth (a
     workload's local apply phase) are left out.
@@ -168,6 +187,7 @@ def bandwidth_figure(points: Sequence[Point], collective: str,
     # matplotlib is slow to import: only when a figure is drawn (see _pyplot)
     from matplotlib.lines import Line2D
     chosen = _select(points, collective)
+    styles = styles or series_styles(chosen)
     fig, ax = plt.subplots(figsize=_FIGSIZE, layout="constrained")
     dashed = failed = False
     for label, ps in _series(chosen):
@@ -176,8 +196,8 @@ def bandwidth_figure(points: Sequence[Point], collective: str,
             continue
         x = [p["bytes"] for p in ps]
         bus, alg = values(ps, "busbw_GBps"), values(ps, "algbw_GBps")
-        (line,) = ax.plot(x, bus, marker="o", markersize=4, label=label or collective,
-                          color=(colors or {}).get(label or collective))
+        (line,) = ax.plot(x, bus, markersize=4, label=label or collective,
+                          **_style(styles, label or collective))
         if any(not math.isclose(a, b, rel_tol=1e-6) for a, b in zip(alg, bus) if a == a):
             ax.plot(x, alg, linestyle="--", linewidth=1, color=line.get_color(), alpha=0.8)
             dashed = True

@@ -36,7 +36,7 @@ def _figure(points: Sequence[Point], title: str, panel_of: Key, x_of: Key, line_
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), sharey=True,
                              squeeze=False, layout="constrained")
     lines = sorted({line_of(p) for p in points}, key=str)
-    colors = {name: f"C{i % 10}" for i, name in enumerate(lines)}
+    styles = {name: plots.nth_style(i) for i, name in enumerate(lines)}
     # ms, or µs where every time is under a millisecond (ticks of 10^-3 ms read badly)
     unit, scale = ("µs", 1.0) if max(p["t_avg_us"] for p in points) < 1e3 else ("ms", 1e3)
     for ax, panel in zip(axes[0], panels):
@@ -45,10 +45,10 @@ def _figure(points: Sequence[Point], title: str, panel_of: Key, x_of: Key, line_
                         key=x_of)
             if ps:                  # broken at a failed point, a cross in its colour there
                 ax.plot([x_of(p) for p in ps], [t / scale for t in plots.values(ps, "t_avg_us")],
-                        marker="o", color=colors[name], label=str(name))
+                        label=str(name), **styles[name])
                 bad = [p for p in ps if p.get("check") == "failed"]
                 ax.scatter([x_of(p) for p in bad], [p["t_avg_us"] / scale for p in bad],
-                           marker="x", color=colors[name], s=60, zorder=5)
+                           marker="x", color=styles[name]["color"], s=60, zorder=5)
         over = sorted({x_of(p) for p in points if panel_of(p) == panel and not x_bytes
                        and p.get("run_cores") and (p.get("ranks") or 0) > p["run_cores"]})
         if over:                    # its runs had more ranks than their machine had CPUs

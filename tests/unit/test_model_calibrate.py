@@ -89,6 +89,9 @@ def test_noisy_points_median_error():
 def test_shared_and_split_groups():
     fit = cal.calibrate(synthetic(TRUE), shared=True)
     assert [g.key["collective"] for g in fit.groups] == ["*"]
+    # every collective's points are fitted: the repeats of a point were keyed by the set's
+    # key, whose collective is "*", so only the fastest collective at each size was kept
+    assert len(fit.residuals) == len(synthetic(TRUE))
     fit = cal.calibrate(synthetic(TRUE), split=[65536])
     regimes = sorted({g.key["regime"] for g in fit.groups})
     assert regimes == ["*:64KiB", "64KiB:*"]
@@ -178,6 +181,8 @@ def test_repeated_points_combine():
     assert med.groups[0].params.beta == pytest.approx(3 * TRUE["gather"].beta, rel=1e-6)
     with pytest.raises(UsageError, match="combine"):
         cal.calibrate(clean, combine="mean")
+    ops = [dict(p, op=op) for p in clean for op in ("sum", "max")]   # not repeats of each other
+    assert len(cal.calibrate(ops).residuals) == 2 * len(clean)
 
 
 def test_a_holdout_that_matches_no_point_is_refused():

@@ -137,6 +137,11 @@ def _add_selection(p: argparse.ArgumentParser, what: str, library_too: str = "")
     p.add_argument("--form", help=f"only {what} of this form (buffer, object)")
 
 
+def _add_dtype(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtype", help="only the points of this dtype (needed where the points "
+                                   "have several: float16 and float32 reduce at their own speed)")
+
+
 def _selection(args: argparse.Namespace) -> dict:
     return {name: getattr(args, name) for name in SELECTION}
 
@@ -148,6 +153,7 @@ def _add_calibrate(msub) -> None:
                    help="results database (repeat for several; default: the default database)")
     c.add_argument("--run", help="only these run ids (comma list; with several --db: in each)")
     _add_selection(c, "the points")
+    _add_dtype(c)
     c.add_argument("--collective", help="only these collectives (comma list)")
     c.add_argument("--holdout", action="append", metavar="SPEC",
                    help="leave points out of the fit and report the error on them: ranks=4, "
@@ -194,6 +200,7 @@ def _add_tune(msub) -> None:
                    help="results database (repeat for several; default: the default database)")
     t.add_argument("--run", help="only these run ids (comma list; with several --db: in each)")
     _add_selection(t, "the points")
+    _add_dtype(t)
     t.add_argument("--collective", help="only these collectives (comma list)")
     t.add_argument("--out", metavar="TUNING.json", required=True, help="write the table here")
     t.add_argument("--json", action="store_true", help="print the table as JSON")
@@ -301,10 +308,15 @@ def _load_points(args) -> list[dict]:
             runs = store.runs()
             recs = [point_record(p) for p in store.points()]
         points.extend(with_cores(recs, runs, str(path)))
-    points = select_points(points, runs=runs_wanted, collectives=colls, **_selection(args))
+    points = select_points(points, runs=runs_wanted, collectives=colls, dtype=args.dtype,
+                           **_selection(args))
     if not points:
         raise UsageError("no stored points match", "check --db, --run, --backend, --library, "
-                                                   "--placement, --form and --collective")
+                                                   "--placement, --form, --dtype and --collective")
+    dtypes = sorted({str(p["dtype"]) for p in points if p.get("dtype")})
+    if len(dtypes) > 1:             # the fit and the table price bytes, whatever they hold
+        raise UsageError(f"the points are of several dtypes ({', '.join(dtypes)}), whose "
+                         "reductions cost differently per byte", "choose one with --dtype")
     return points
 
 

@@ -463,6 +463,10 @@ def _describe(want: Mapping[str, Optional[str]]) -> str:
     return ", ".join(f"{k}={v}" for k, v in want.items() if v is not None) or "the request"
 
 
+#: What makes two rows the same point measured again (beside the parameter set's key).
+REPEAT_FIELDS = ("collective", "dtype", "op", "in_place", "root", "bytes", "ranks")
+
+
 def combine_rows(rows: Sequence[Row], how: str = "min") -> list[Row]:
     """One row per repeated point: the fastest (``min``) or the median
     measurement (``median``); ``none`` keeps every row.  The row kept carries
@@ -472,8 +476,8 @@ def combine_rows(rows: Sequence[Row], how: str = "min") -> list[Row]:
     if how == "none":
         return list(rows)
     same: dict[tuple, list[Row]] = {}
-    for r in rows:
-        same.setdefault((r.key, r.point.get("bytes"), r.point.get("ranks"), r.heldout), []).append(r)
+    for r in rows:       # the collective too: a shared set's key has "*" in its place
+        same.setdefault((r.key, *(r.point.get(f) for f in REPEAT_FIELDS), r.heldout), []).append(r)
     out = []
     for group in same.values():
         group = sorted(group, key=lambda r: r.measured_s)
@@ -596,10 +600,12 @@ def family_summary(fit: "Fit", from_bytes: Optional[int] = None) -> dict[tuple[s
 def select_points(points: Iterable[Mapping[str, Any]], *, runs: Optional[set] = None,
                   backend: Optional[str] = None, library: Optional[str] = None,
                   placement: Optional[str] = None, form: Optional[str] = None,
-                  collectives: Optional[set] = None) -> list[Mapping[str, Any]]:
+                  collectives: Optional[set] = None,
+                  dtype: Optional[str] = None) -> list[Mapping[str, Any]]:
     """The points a calibration asks for (each filter left out keeps all)."""
     return [p for p in points
             if (runs is None or p.get("run_id") in runs)
+            and (not dtype or p.get("dtype") == dtype)
             and (not backend or p.get("backend") == backend)
             and (not library or library_of(p).lower() == library.lower())
             and (not placement or placement_of(p) == placement)

@@ -432,3 +432,16 @@ def test_the_leaders_of_a_hierarchical_all_reduce_are_not_one_node():
     two = costs.hierarchical_time(32, 1 << 20, q, setting)
     leaders = q.time(costs.terms("allreduce", "rhd", 2, 1 << 20), Load())
     assert two == pytest.approx(inside + leaders)
+
+
+@pytest.mark.parametrize("collective, algorithm", sorted(costs.ONE_NODE))
+def test_one_node_algorithms_are_not_priced_across_nodes(collective, algorithm):
+    """shm at 64 ranks of 2 per node was priced (with a note that they were several nodes):
+    its ranks map each other's memory, so it runs on one node only."""
+    q = Params(1e-6, 1e-10, 1e-10)
+    one = costs.time(collective, algorithm, 8, 1 << 20, q, Setting(ranks_per_node=8, cores=8))
+    assert one > 0
+    with pytest.raises(UsageError, match=f"{algorithm} runs on one node"):
+        costs.time(collective, algorithm, 8, 1 << 20, q, Setting(ranks_per_node=2, cores=2))
+    with pytest.raises(UsageError, match="span several"):
+        costs.time(collective, algorithm, 8, 1 << 20, q, Setting(cores=2))

@@ -403,6 +403,10 @@ COSTS: dict[tuple[str, str], Callable[..., Schedule]] = {
     ("gather", "linear_sync"): gather_linear_sync,
 }
 
+#: Algorithms whose ranks all share one node's memory (ddlcomm's shm; MPICH's release_gather).
+ONE_NODE = {("allreduce", "shm"), ("allreduce", "release_gather"), ("broadcast", "release_gather")}
+
+
 def _pairs(p: int) -> int:
     return max(1, p // 2)
 
@@ -548,6 +552,10 @@ def time(collective: str, algorithm: str, p: int, nbytes: float, params: Params,
             raise UsageError("the hierarchical algorithm is an all-reduce")
         return hierarchical_time(p, nbytes, params, setting)
     name, kw = resolve(collective, algorithm, p, nbytes, setting)
+    if (collective, name) in ONE_NODE and per_node < p:
+        raise UsageError(f"{collective} {name} runs on one node, and {p} ranks at {per_node} "
+                         "a node span several", f"give --ranks-per-node {p} (one node of {p} "
+                         "ranks) or another --algorithm")
     return params.time(terms(collective, name, p, nbytes, **kw),
                        node_load(collective, name, p, nbytes, min(per_node, p), setting))
 

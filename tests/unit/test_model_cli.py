@@ -267,3 +267,21 @@ def test_points_of_several_dtypes_are_refused_without_dtype(capsys, tmp_path):
                for p in synthetic({"allreduce": TRUE["allreduce"]}, ranks=(2, 3))}
     fitted = {(r["ranks"], r["bytes"]): r["measured_s"] for r in json.loads(out)["residuals"]}
     assert fitted == pytest.approx(float32)
+
+
+def test_predict_says_where_a_fit_is_a_guess_or_extrapolated(capsys, db, tmp_path):
+    """A fit from one size predicted 1 GiB at 77 GB/s on a 2-core VM, and said nothing."""
+    fit = tmp_path / "fit.json"
+    assert run(capsys, "calibrate", "--db", str(db), "--out", str(fit))[0] == 0
+    rc, _, err = run(capsys, "predict", "--fit", str(fit), "--ranks", "2", "--bytes", "1MiB")
+    assert rc == 0 and "note:" not in err                   # inside the fitted 4B..64MiB
+    rc, _, err = run(capsys, "predict", "--fit", str(fit), "--ranks", "2", "--bytes", "1GiB")
+    assert rc == 0 and "note: 1GiB is outside the sizes mpi/Open MPI/host/buffer/library/allreduce " \
+                       "was fitted at (4B to 64MiB): extrapolated" in err
+    one = tmp_path / "one.json"
+    data = json.loads(fit.read_text())
+    for g in data["groups"]:
+        g["fitted_bytes"] = [1 << 20, 1 << 20, 1]
+    one.write_text(json.dumps(data))
+    rc, _, err = run(capsys, "predict", "--fit", str(one), "--ranks", "2", "--bytes", "1MiB")
+    assert "was fitted at 1 size(s): its per-byte terms are not determined" in err

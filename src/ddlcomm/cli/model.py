@@ -20,7 +20,7 @@ from ..model import ssgd
 from ..model.calibrate import calibrate, load, parse_holdout, select_points, with_cores
 from ..model.costs import Params
 from ..model.node import bandwidth_of
-from ..model.predict import check_request, comm_from_fit, predict
+from ..model.predict import caveats, check_request, comm_from_fit, predict
 from ..model.ssgd import Phases, model_layers
 from ..outputs import writable_dir, writable_file, write_text
 from ..report import model as view
@@ -391,6 +391,8 @@ def cmd_predict(args) -> int:
     rows = predict(collective, args.algorithm, ranks, sizes, fit=fit, params=explicit,
                    want=_selection(args),
                    ranks_per_node=per_node, cores=cores, inter=inter, leaders=args.leaders)
+    for note in (caveats(fit, collective, args.algorithm, sizes, _selection(args)) if fit else ()):
+        print(f"note: {note}", file=sys.stderr)
     node = cores or (max((g.cores or 0 for g in fit.groups), default=0) if fit else 0)
     if per_node is None and node and max(ranks) > node:
         print(f"note: ranks past {node} (the cores of a node) are priced as several nodes of "

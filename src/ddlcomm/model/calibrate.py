@@ -233,6 +233,11 @@ KEY_FIELDS = ("backend", "library", "placement", "form", "algorithm", "collectiv
 SET_KEYS = KEY_FIELDS[:4]
 
 
+def set_label(key: Mapping[str, Any]) -> str:
+    """A parameter set's key as notes name it: ``mpi/Open MPI/host/buffer/library/allreduce``."""
+    return "/".join(str(key.get(f)) for f in KEY_FIELDS if key.get(f) not in (None, "*"))
+
+
 def regime_of(nbytes: float, split: Sequence[int]) -> str:
     """The size band of ``nbytes`` among the ``split`` points: ``lo:hi`` (``*`` open)."""
     lo: Optional[int] = None
@@ -303,16 +308,24 @@ class Group:
     points: int
     median_rel_err: Optional[float] = None
     max_rel_err: Optional[float] = None
+    #: The sizes it was fitted at: (smallest, largest, how many); None in older fit files.
+    fitted_bytes: Optional[tuple[int, int, int]] = None
 
     def to_dict(self) -> dict:
         return {"key": self.key, "params": self.params.to_dict(), "cores": self.cores,
                 "points": self.points, "median_rel_err": self.median_rel_err,
-                "max_rel_err": self.max_rel_err}
+                "max_rel_err": self.max_rel_err,
+                "fitted_bytes": list(self.fitted_bytes) if self.fitted_bytes else None}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Group":
+        sizes = d.get("fitted_bytes")
         return cls(dict(d["key"]), Params.from_dict(d["params"]), d.get("cores"),
-                   int(d.get("points", 0)), d.get("median_rel_err"), d.get("max_rel_err"))
+                   int(d.get("points", 0)), d.get("median_rel_err"), d.get("max_rel_err"),
+                   tuple(int(x) for x in sizes) if sizes else None)
+
+    def label(self) -> str:
+        return set_label(self.key)
 
     def covers(self, nbytes: float) -> bool:
         lo_t, _, hi_t = (self.key.get("regime") or "*").partition(":")
@@ -529,9 +542,11 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
                 errs.append(e)
             residuals.append(_residual(r, model, e))
         s = summarize(errs)
+        sizes = {int(r.point["bytes"]) for r in train}
         groups.append(Group(dict(zip(KEY_FIELDS, key)), params,
                             max(run_cores) if run_cores else None, len(train),
-                            s["median_rel_err"], s["max_rel_err"]))
+                            s["median_rel_err"], s["max_rel_err"],
+                            (min(sizes), max(sizes), len(sizes))))
     if not groups:
         raise UsageError("nothing left to fit: every matching point is held out",
                          "hold out fewer points (--holdout), or measure more rank counts")
@@ -552,7 +567,7 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
 def fit_notes(key: tuple, members: Sequence[Row], train: Sequence[Row]) -> list[str]:
     """What a reader of one group's fit must know (pure): held-out points left unpredicted
     because nothing beside them was fitted, and parameters the fitted points cannot fix."""
-    name = "/".join(str(v) for v in key if v not in (None, "*"))
+    name = set_label(dict(zip(KEY_FIELDS, key)))
     if not train:
         return [f"{name}: {len(members)} held-out points, none fitted beside them: not predicted"]
     sizes = len({r.point.get("bytes") for r in train})

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Callable, Mapping, Optional, Sequence
 
 from ..errors import UsageError
+from ..units import format_size
 from . import costs
 from .costs import Params, Setting
 
@@ -56,6 +57,32 @@ def predict(collective: str, algorithm: str, ranks: Sequence[int], sizes: Sequen
                          "ran_as": ran_as(collective, algorithm, p, n, setting),
                          "ranks": p, "bytes": n, "seconds": t})
     return rows
+
+
+#: How far past the sizes a parameter set was fitted at a prediction goes unremarked.
+EXTRAPOLATION = 4
+
+
+def caveats(fit, collective: str, algorithm: str, sizes: Sequence[int],
+            want: Optional[dict] = None) -> list[str]:
+    """What a reader of ``fit``'s predictions at ``sizes`` must know (pure): a parameter set
+    fitted at fewer than 3 sizes (its per-byte terms are guesses), and sizes more than
+    :data:`EXTRAPOLATION` times past those it was fitted at."""
+    notes: dict[str, None] = {}
+    for lookup in (("broadcast", "gather") if collective == "ps" else (collective,)):
+        for n in sizes:
+            group = fit.select(lookup, algorithm if collective != "ps" else "library", n,
+                               **(want or {}))
+            if not group.fitted_bytes:
+                continue
+            lo, hi, count = group.fitted_bytes
+            if count < 3:
+                notes[f"{group.label()} was fitted at {count} size(s): its per-byte terms are "
+                      "not determined, so its predictions at other sizes are guesses"] = None
+            elif n > hi * EXTRAPOLATION or n * EXTRAPOLATION < lo:
+                notes[f"{format_size(n)} is outside the sizes {group.label()} was fitted at "
+                      f"({format_size(lo)} to {format_size(hi)}): extrapolated"] = None
+    return list(notes)
 
 
 def ran_as(collective: str, algorithm: str, p: int, n: int, setting: Setting) -> str:

@@ -199,3 +199,14 @@ def test_a_holdout_that_matches_no_point_is_refused():
     assert str(err.value) == "--holdout ranks=99 matches no point (the points have ranks 2, 3)"
     with pytest.raises(UsageError, match=r"the points have bytes 1KiB, 64KiB, 1MiB"):
         calibrate(points, holdout=[parse_holdout("bytes=2MiB:4MiB")])
+
+
+def test_notes_say_what_the_fitted_points_cannot_fix():
+    """MPICH's 3 ranks on 2 cores held out, 2 ranks fitted: alpha_over and beta_over came out
+    0 and the held-out points were off by up to -98%, with no word why."""
+    fit = cal.calibrate(synthetic(TRUE, ranks=(2, 3)), holdout=[cal.parse_holdout("ranks=3")])
+    over = [n for n in fit.meta["notes"] if "no fitted point had more ranks than cores" in n]
+    assert len(over) == 3 and over[0].startswith("mpi/Open MPI/host/buffer/library/")
+    assert not cal.calibrate(synthetic(TRUE, ranks=(2, 3))).meta["notes"]
+    few = [p for p in synthetic(TRUE, ranks=(2,)) if p["bytes"] in (4, 16)]
+    assert "fitted from 2 point(s) at 2 size(s)" in cal.calibrate(few).meta["notes"][0]

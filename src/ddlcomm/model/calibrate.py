@@ -570,11 +570,16 @@ def fit_notes(key: tuple, members: Sequence[Row], train: Sequence[Row]) -> list[
     name = set_label(dict(zip(KEY_FIELDS, key)))
     if not train:
         return [f"{name}: {len(members)} held-out points, none fitted beside them: not predicted"]
+    notes = []
     sizes = len({r.point.get("bytes") for r in train})
     if sizes < 3:
-        return [f"{name}: fitted from {len(train)} point(s) at {sizes} size(s): its per-byte "
-                "terms are not determined, predictions at other sizes are guesses"]
-    return []
+        notes.append(f"{name}: fitted from {len(train)} point(s) at {sizes} size(s): its per-byte "
+                     "terms are not determined, predictions at other sizes are guesses")
+    if not any(r.load.over for r in train) and any(r.load.over for r in members):
+        notes.append(f"{name}: no fitted point had more ranks than cores, so alpha_over and "
+                     "beta_over are 0 and the oversubscribed points are priced without "
+                     "their wait for the scheduler")
+    return notes
 
 
 def _residual(r: Row, model_s: float, err: float) -> dict:

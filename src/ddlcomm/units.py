@@ -40,10 +40,14 @@ def parse_size(text: str) -> int:
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
-def parse_sizes(text: str) -> list[int]:
+#: What a size list of 0 bytes is told, where sizes are measured.
+ZERO_HINT = "a barrier moves none: measure it with --collective barrier"
+
+
+def parse_sizes(text: str, zero_hint: str = ZERO_HINT) -> list[int]:
     """Parse a sweep: ``LO:HI`` [``xF``] (powers of F from LO to HI) or ``a,b,c``.
 
-    The result is sorted and free of duplicates.
+    The result is sorted and free of duplicates; a size of 0 is refused with ``zero_hint``.
     """
     text = text.strip()
     if not text:
@@ -68,8 +72,7 @@ def parse_sizes(text: str) -> list[int]:
         return sizes
     sizes = sorted({parse_size(part) for part in text.split(",")})
     if sizes[0] <= 0:
-        raise UsageError("sizes must be above 0 bytes, got 0", "a barrier moves none: measure it "
-                         "with --collective barrier")
+        raise UsageError("sizes must be above 0 bytes, got 0", zero_hint)
     return sizes
 
 

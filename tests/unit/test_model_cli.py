@@ -44,7 +44,7 @@ def test_predict_explicit_params(capsys):
                      "--collective", "allreduce", "--algorithm", "ring", "--ranks", "4",
                      "--bytes", "1000", "--json")
     assert rc == 0
-    assert json.loads(out)["seconds"] == pytest.approx(21.75)
+    assert json.loads(out)[0]["seconds"] == pytest.approx(21.75)      # a list, even of one
 
 
 def test_predict_table_of_ranks_and_sizes(capsys):
@@ -60,7 +60,7 @@ def test_predict_table_of_ranks_and_sizes(capsys):
 def test_predict_million_ranks(capsys):
     rc, out, _ = run(capsys, "predict", "--alpha", "1e-6", "--beta", "1e-10", "--ranks",
                      "1000000", "--bytes", "1GiB", "--algorithm", "ring", "--json")
-    assert rc == 0 and json.loads(out)["ranks"] == 1_000_000
+    assert rc == 0 and json.loads(out)[0]["ranks"] == 1_000_000
 
 
 def test_calibrate_predict_report(capsys, db, tmp_path):
@@ -76,10 +76,10 @@ def test_calibrate_predict_report(capsys, db, tmp_path):
                      "--ranks-per-node", "4", "--json")
     want = costs.time("allreduce", "library", 4, 1 << 20, TRUE["allreduce"],
                       costs.Setting(library="Open MPI", ranks_per_node=4, cores=2))
-    assert json.loads(out)["seconds"] == pytest.approx(want, rel=1e-6)
+    assert json.loads(out)[0]["seconds"] == pytest.approx(want, rel=1e-6)
     rc, out, _ = run(capsys, "predict", "--fit", str(fit), "--collective", "ps",
                      "--ranks", "3", "--bytes", "1MiB", "--json")
-    assert rc == 0 and json.loads(out)["ran_as"] == "binary+linear_sync"
+    assert rc == 0 and json.loads(out)[0]["ran_as"] == "binary+linear_sync"
     rc, out, _ = run(capsys, "ssgd", "--t-io", "0.01", "--t-h2d", "0.005", "--t-f", "0.03",
                      "--t-b", "0.06", "--t-u", "0.005", "--fit", str(fit), "--arch", "allreduce",
                      "--model", "resnet50", "--workers", "1,2,4,...,64", "--workers-per-node", "4",
@@ -285,3 +285,21 @@ def test_predict_says_where_a_fit_is_a_guess_or_extrapolated(capsys, db, tmp_pat
     one.write_text(json.dumps(data))
     rc, _, err = run(capsys, "predict", "--fit", str(one), "--ranks", "2", "--bytes", "1MiB")
     assert "was fitted at 1 size(s): its per-byte terms are not determined" in err
+
+
+def test_numbers_and_sizes_say_what_is_wrong(capsys):
+    """-1e-6 was taken for an option ("expected one argument"); a size of 0 was told to
+    measure a barrier, which the model has no cost for."""
+    fail(capsys, "predict", "--alpha", "-1e-6", "--beta", "1e-9", "--ranks", "2", "--bytes", "1MiB",
+         match="--alpha must be a number >= 0, got '-1e-6'")
+    fail(capsys, "predict", "--alpha", "1e-6", "--ranks", "2", "--bytes", "1MiB",
+         match="give both --alpha and --beta (and optionally --gamma)")
+    fail(capsys, "predict", "--alpha", "1e-6", "--beta", "1e-9", "--ranks", "2", "--bytes", "0",
+         match="the model prices the bytes a call moves")
+
+
+def test_an_output_file_named_as_a_folder_is_refused(capsys, db, tmp_path):
+    """`--out newdir/` (a folder not yet there) wrote a file named newdir."""
+    fail(capsys, "calibrate", "--db", str(db), "--out", f"{tmp_path}/newdir/",
+         match="names a folder, not a file")
+    assert not (tmp_path / "newdir").exists()

@@ -3,6 +3,8 @@ every stored-results command has (``--db``, the report folder, run ids)."""
 from __future__ import annotations
 
 import argparse
+import os
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -17,7 +19,13 @@ DB_HELP = ("results database (default: $DDLCOMM_DB, else "
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but its errors are one line (no usage dump)."""
+    """argparse, but its errors are one line (no usage dump), and ``-1e-6`` is a value (a
+    negative number in exponent form, which argparse took for an option: "expected one
+    argument"), so the option's own check refuses it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
     def error(self, message: str):  # noqa: D401 - argparse API
         raise UsageError(message, f"see {self.prog} --help")
@@ -49,7 +57,15 @@ def _db(args: argparse.Namespace) -> Path:
 
 def db_path(args: argparse.Namespace) -> Path:
     """The database a run writes, checked writable before the run starts."""
-    return writable_file(_db(args), "--db")
+    return out_file(args.db, "--db") if args.db else writable_file(default_db_path(), "--db")
+
+
+def out_file(text: str, flag: str) -> Path:
+    """A file the command will write, from ``flag``'s ``text``, checked writable up front;
+    ``DIR/`` (a folder that does not exist yet) is refused, not written as a file ``DIR``."""
+    if text.endswith(("/", os.sep)):
+        raise UsageError(f"{flag} {text} names a folder, not a file", f"give {flag} a file name")
+    return writable_file(Path(text).expanduser().resolve(), flag)
 
 
 def existing_db(args: argparse.Namespace) -> Path:

@@ -22,12 +22,12 @@ from ..model.costs import Params
 from ..model.node import bandwidth_of
 from ..model.predict import caveats, check_request, comm_from_fit, predict
 from ..model.ssgd import Phases, model_layers
-from ..outputs import writable_dir, writable_file, write_text
+from ..outputs import writable_dir, write_text
 from ..report import model as view
 from ..results import Store, default_db_path
 from ..results.export import point_record
 from ..units import parse_positive_int, parse_size, parse_sizes
-from .common import _Parser
+from .common import _Parser, out_file
 
 #: Largest rank or worker count accepted (the formulas are O(log p); this bounds typos).
 MAX_RANKS = 1 << 40
@@ -92,7 +92,7 @@ def parse_bytes_list(text: str, flag: str = "--bytes") -> list[int]:
     """Sizes: ``1GiB``, ``1KiB,1MiB`` or a sweep ``4B:64MiB[xF]`` (see units)."""
     if not text or not text.strip():
         raise UsageError(f"{flag} is empty", "e.g. 1GiB, 64KiB,1MiB or 4B:64MiB")
-    return parse_sizes(text)
+    return parse_sizes(text, "the model prices the bytes a call moves: give sizes from 1B")
 
 
 def parse_number(text: Optional[str], flag: str, *, positive: bool = False) -> Optional[float]:
@@ -232,7 +232,7 @@ def _add_predict(msub) -> None:
     p.add_argument("--leaders", default="auto",
                    help="hierarchical: the leaders' all-reduce: auto (ring from 1 MiB, rhd "
                         "below, as comm/hierarchical.py), ring, rhd, library; default auto")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--json", action="store_true", help="print JSON (a list of rows) instead of a table")
 
 
 def _add_ssgd(msub) -> None:
@@ -332,7 +332,7 @@ def cmd_calibrate(args) -> int:
     else:
         cache = last_level_cache()
     bandwidth = bandwidth_of((machine.get("memory") or {}).get("copy_bandwidth"))
-    out = writable_file(Path(args.out).expanduser().resolve(), "--out") if args.out else None
+    out = out_file(args.out, "--out") if args.out else None
     points = _load_points(args)
     fit = calibrate(points, metric=args.metric, combine=args.combine, shared=args.shared,
                     split=split, holdout=holdout, summary_bytes=summary_bytes, cache=cache,
@@ -370,7 +370,7 @@ def _params_from_args(args, prefix: str = "") -> Optional[Params]:
     if a is None and b is None and g is None:
         return None
     if a is None or b is None:
-        raise UsageError(f"give both {flag}alpha and {flag}beta (and optionally gamma)")
+        raise UsageError(f"give both {flag}alpha and {flag}beta (and optionally {flag}gamma)")
     return Params(a, b, g or 0.0)
 
 
@@ -399,7 +399,7 @@ def cmd_predict(args) -> int:
               f"{node} ranks; --ranks-per-node N prices N ranks sharing one node",
               file=sys.stderr)
     if args.json:
-        print(json.dumps(rows if len(rows) > 1 else rows[0], indent=1))
+        print(json.dumps(rows, indent=1))
     else:
         print(view.render_predictions(rows))
     return 0
@@ -469,7 +469,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    out = writable_file(Path(args.out).expanduser().resolve(), "--out")
+    out = out_file(args.out, "--out")
     table = tuning.build(_load_points(args), source={
         "databases": [str(p) for p in _db_paths(args)],
         "command": "ddlcomm model " + " ".join(sys.argv[2:])})

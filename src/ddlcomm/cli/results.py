@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import UsageError
-from ..outputs import writable_file, write_text
+from ..outputs import write_text
 from ..report import tables, train
 from ..results import Store, compare, export, merge, versus
 from ..units import parse_size
@@ -96,7 +96,7 @@ def export_points(store: Store, args: argparse.Namespace) -> None:
         raise UsageError("results export takes a run id or --all, not both")
     if not args.all and args.run is None:
         raise UsageError("results export needs a run id or --all", "see `ddlcomm results list`")
-    output = writable_file(Path(args.output).expanduser(), "-o") if args.output else None
+    output = common.out_file(args.output, "-o") if args.output else None
     points = store.points(None if args.all else common.run_id(args.run))
     if not args.all:
         store.run(common.run_id(args.run))

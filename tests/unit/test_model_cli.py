@@ -82,8 +82,8 @@ def test_calibrate_predict_report(capsys, db, tmp_path):
     assert rc == 0 and json.loads(out)[0]["ran_as"] == "binary+linear_sync"
     rc, out, _ = run(capsys, "ssgd", "--t-io", "0.01", "--t-h2d", "0.005", "--t-f", "0.03",
                      "--t-b", "0.06", "--t-u", "0.005", "--fit", str(fit), "--arch", "allreduce",
-                     "--model", "resnet50", "--workers", "1,2,4,...,64", "--workers-per-node", "4",
-                     "--overlap", "wfbp", "--fusion", "25MiB", "--json")
+                     "--model", "resnet50", "--workers", "1,2,4,...,64", "--io-per-node",
+                     "--workers-per-node", "4", "--overlap", "wfbp", "--fusion", "25MiB", "--json")
     rows = json.loads(out)
     assert [r["workers"] for r in rows] == [1, 2, 4, 8, 16, 32, 64]
     assert rows[0]["speedup"] == 1.0 and all(r["efficiency"] <= 1 for r in rows)
@@ -303,3 +303,11 @@ def test_an_output_file_named_as_a_folder_is_refused(capsys, db, tmp_path):
     fail(capsys, "calibrate", "--db", str(db), "--out", f"{tmp_path}/newdir/",
          match="names a folder, not a file")
     assert not (tmp_path / "newdir").exists()
+
+
+def test_workers_per_node_without_a_reader_per_node_is_refused(capsys):
+    """It only sizes --io-per-node's reader; README's example passed it alone and the table
+    was the same for 1, 2, 4 and 8."""
+    fail(capsys, "ssgd", "--t-io", "0.01", "--t-h2d", "0", "--t-f", "0.03", "--t-b", "0.06",
+         "--t-u", "0", "--t-c", "0.01", "--workers", "1,2,4", "--workers-per-node", "4",
+         match="--workers-per-node applies with --io-per-node")

@@ -259,7 +259,9 @@ def _add_ssgd(msub) -> None:
     s.add_argument("--dtype", default="float32", help="gradient dtype with --model (default float32)")
     s.add_argument("--fusion", metavar="BYTES", help="fuse gradients into buckets of at most BYTES")
     s.add_argument("--workers", required=True, help="1,2,4,...,1024, 1:1024 or a list")
-    s.add_argument("--workers-per-node", default="1", help="workers (GPUs) per node (default 1)")
+    s.add_argument("--workers-per-node", default="1",
+                   help="with --io-per-node: the workers (GPUs) of a node that one reader "
+                        "feeds (default 1)")
     s.add_argument("--overlap", default="none", choices=["none", "io", "wfbp", "io+wfbp"],
                    help="none; io (prefetched reading); wfbp (wait-free back-propagation); "
                         "io+wfbp: both (default none)")
@@ -438,6 +440,9 @@ def cmd_ssgd(args) -> int:
     phases, fusion = _phases(args)
     workers = parse_counts(args.workers, "--workers")
     per_node = parse_positive_int(args.workers_per_node, "--workers-per-node")
+    if per_node != 1 and not args.io_per_node:
+        raise UsageError("--workers-per-node applies with --io-per-node (the workers one reader "
+                         "feeds); the aggregation is priced from --t-c or the fit alone")
     t_c = parse_number(args.t_c, "--t-c")
     if (t_c is None) == (args.fit is None):
         raise UsageError("give --t-c SECONDS or --fit FIT.json (with --arch), one of them")

@@ -83,7 +83,7 @@ def test_device_points_use_the_device_copy_floor():
 
 def test_the_rendering_names_every_algorithm_and_the_goals():
     text = render_versus(versus(two_runs()), GOALS)
-    assert "Open MPI, 8 ranks, float32, numpy memory (2 runs)" in text
+    assert "Open MPI, 8 ranks, float32, host (NumPy's allocator) memory (2 runs)" in text
     assert "3.30x (3.00-3.60)" in text and "[shm]" in text
     assert "lib / best from 1MiB: lowest 3.30x at 16MiB" in text
     md = render_versus(versus(two_runs()), GOALS, markdown=True)

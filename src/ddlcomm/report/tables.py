@@ -530,7 +530,8 @@ def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: boo
                  r.best or "-", _spread_ratio(r.speedup),
                  _spread_ratio(r.auto) + (f" [{','.join(r.auto_ran)}]" if r.auto_ran else ""),
                  _spread_ratio(r.x_floor)] for r in t.rows]
-        title = (f"{t.library}, {t.ranks} ranks, {t.dtype}, {t.memory} memory "
+        memory = "host (NumPy's allocator)" if t.memory == "numpy" else t.memory
+        title = (f"{t.library}, {t.ranks} ranks, {t.dtype}, {memory} memory "
                  f"({counted(t.runs, 'run')})")
         got = targets(t, **goals)
         summary = [

@@ -26,7 +26,8 @@ def add_parser(sub) -> None:
                    "(default: float32,float16,bfloat16)")
     k.add_argument("--size", default="256MiB", help="bytes per buffer (default 256MiB)")
     k.add_argument("--op", default="sum", help="sum, prod, min, max (default: sum)")
-    k.add_argument("--rounds", default="7", help="timed passes of each kernel (default 7)")
+    k.add_argument("--rounds", default="7", help="timed passes of each kernel, after an untimed "
+                   "one (default 7)")
     k.add_argument("--json", action="store_true", help="print JSON records instead of a table")
 
 

@@ -274,29 +274,41 @@ def scaling_rows(fit, max_ranks: int, sizes: Sequence[int]) -> list[dict]:
 
 
 def scaling_figure(rows: Sequence[Mapping[str, Any]], nbytes: int) -> Any:
-    """Predicted time versus ranks (log-log) at one size, a line per parameter set × what."""
+    """Predicted time versus ranks (log-log) at one size: a colour (and marker) per
+    parameter set, a line style per what is predicted; the legend names each once, so a
+    fit of many sets (72 of a woo2020 session) keeps a readable figure."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.6), layout="constrained")
+    # matplotlib is slow to import: only when a figure is drawn (see _pyplot)
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import NullLocator
     chosen = [r for r in rows if r["bytes"] == nbytes]
     series: dict[tuple, list] = {}
     for r in chosen:
         series.setdefault((r["set"], r["what"]), []).append(r)
     styles = {"allreduce (library)": "-", "allreduce (ring)": "--", "PS step (library)": ":"}
     sets = list(dict.fromkeys(k[0] for k in series))
+    whats = list(dict.fromkeys(k[1] for k in series))
+    ncol = 3 if len(sets) > 8 else 2
+    legend_rows = -(-(len(sets) + len(whats)) // ncol)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0 + 0.17 * legend_rows), layout="constrained")
     for (label, what), rs in series.items():
         rs = sorted(rs, key=lambda r: r["ranks"])
         ax.plot([r["ranks"] for r in rs], [r["seconds"] * 1e3 for r in rs],
-                linestyle=styles.get(what, "-"), marker="o", markersize=3,
-                color=f"C{sets.index(label) % 10}", label=f"{label}: {what}")
+                linestyle=styles.get(what, "-"), markersize=3, **plots.nth_style(sets.index(label)))
     ax.set_xscale("log", base=2)
+    ranks = sorted({r["ranks"] for r in chosen})     # each one predicted (--max-ranks 3 too)
+    ax.set_xticks(ranks, [str(p) for p in ranks], minor=False)
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.set_yscale("log")
     ax.set_xlabel("ranks")
     ax.set_ylabel("predicted time (ms)")
     ax.grid(True, alpha=0.3)
     ax.set_title(f"predicted all-reduce and PS step, {format_size(nbytes)} per rank\n"
                  "(fitted parameters, one node's cores per node)", fontsize="medium")
-    handles, labels = ax.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=2, fontsize="x-small",
+    handles = [Line2D([], [], linestyle="", markersize=5, label=label, **plots.nth_style(i))
+               for i, label in enumerate(sets)]
+    handles += [Line2D([], [], color="gray", linestyle=styles.get(w, "-"), label=w) for w in whats]
+    fig.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize="x-small",
                frameon=False)
     return fig
 

@@ -532,21 +532,9 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         notes += fit_notes(key, members, train)
         if not train:
             continue                                   # nothing left to fit this group from
-        params = fit_group(train)
-        run_cores = {r.point.get("host_cores") for r in members} - {None}
-        errs = []
-        for r in members:
-            model = r.model(params)
-            e = relative_error(r.measured_s, model)
-            if not r.heldout:
-                errs.append(e)
-            residuals.append(_residual(r, model, e))
-        s = summarize(errs)
-        sizes = {int(r.point["bytes"]) for r in train}
-        groups.append(Group(dict(zip(KEY_FIELDS, key)), params,
-                            max(run_cores) if run_cores else None, len(train),
-                            s["median_rel_err"], s["max_rel_err"],
-                            (min(sizes), max(sizes), len(sizes))))
+        group, errors = _fit_one(key, members, train)
+        groups.append(group)
+        residuals += errors
     if not groups:
         raise UsageError("nothing left to fit: every matching point is held out",
                          "hold out fewer points (--holdout), or measure more rank counts")
@@ -562,6 +550,24 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         "summary": error_summary(residuals, summary_bytes),
     })
     return Fit(groups, residuals, info)
+
+
+def _fit_one(key: tuple, members: Sequence[Row], train: Sequence[Row]) -> tuple[Group, list[dict]]:
+    """One parameter set fitted to ``train``, and the residuals of all its ``members``."""
+    params = fit_group(train)
+    run_cores = {r.point.get("host_cores") for r in members} - {None}
+    residuals, errs = [], []
+    for r in members:
+        model = r.model(params)
+        e = relative_error(r.measured_s, model)
+        if not r.heldout:
+            errs.append(e)
+        residuals.append(_residual(r, model, e))
+    s = summarize(errs)
+    sizes = {int(r.point["bytes"]) for r in train}
+    return Group(dict(zip(KEY_FIELDS, key)), params, max(run_cores) if run_cores else None,
+                 len(train), s["median_rel_err"], s["max_rel_err"],
+                 (min(sizes), max(sizes), len(sizes))), residuals
 
 
 def fit_notes(key: tuple, members: Sequence[Row], train: Sequence[Row]) -> list[str]:

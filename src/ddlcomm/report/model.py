@@ -280,7 +280,6 @@ def scaling_figure(rows: Sequence[Mapping[str, Any]], nbytes: int) -> Any:
     plt = _pyplot()
     # matplotlib is slow to import: only when a figure is drawn (see _pyplot)
     from matplotlib.lines import Line2D
-    from matplotlib.ticker import NullLocator
     chosen = [r for r in rows if r["bytes"] == nbytes]
     series: dict[tuple, list] = {}
     for r in chosen:
@@ -298,7 +297,6 @@ def scaling_figure(rows: Sequence[Mapping[str, Any]], nbytes: int) -> Any:
     ax.set_xscale("log", base=2)
     ranks = sorted({r["ranks"] for r in chosen})     # each one predicted (--max-ranks 3 too)
     ax.set_xticks(ranks, [str(p) for p in ranks], minor=False)
-    ax.xaxis.set_minor_locator(NullLocator())
     ax.set_yscale("log")
     ax.set_xlabel("ranks")
     ax.set_ylabel("predicted time (ms)")

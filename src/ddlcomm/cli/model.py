@@ -34,6 +34,12 @@ MAX_RANKS = 1 << 40
 
 
 # ------------------------------------------------------------------ parsing
+#: What parse_counts reads, as --ranks and --workers say it.
+COUNTS_HELP = ("4096; a list 2,4,8; LO:HI[xF]: LO times powers of F (default 2) up to HI "
+               "(2:1000 ends at 512); or A,B,...,Z: B's step from A continued, and Z itself "
+               "(1,2,4,...,1000 ends 512,1000)")
+
+
 def parse_counts(text: str, flag: str) -> list[int]:
     """Rank/worker counts: ``4096``, ``1,2,4``, ``2:1024`` (powers of 2; ``x4`` for
     another factor), or ``1,2,4,...,1024`` (the last step's ratio continued)."""
@@ -219,7 +225,7 @@ def _add_predict(msub) -> None:
     p.add_argument("--algorithm", default="library",
                    help="library (the library's own choice), ring, rhd, binomial, ..., "
                         "hierarchical; for ps: library or BCAST+GATHER")
-    p.add_argument("--ranks", required=True, help="4096, 2,4,8, 2:1024[xF] or 1,2,4,...,1024")
+    p.add_argument("--ranks", required=True, help=COUNTS_HELP)
     p.add_argument("--bytes", required=True, help="per-rank bytes: 1GiB, 1KiB,1MiB or 4B:64MiB[xF]")
     _add_selection(p, "the fit's parameter sets",
                    library_too="also whose default algorithm `library` means")
@@ -258,7 +264,7 @@ def _add_ssgd(msub) -> None:
                    help="JSON list of [backward seconds, gradient bytes] per layer, backward order")
     s.add_argument("--dtype", default="float32", help="gradient dtype with --model (default float32)")
     s.add_argument("--fusion", metavar="BYTES", help="fuse gradients into buckets of at most BYTES")
-    s.add_argument("--workers", required=True, help="1,2,4,...,1024, 1:1024 or a list")
+    s.add_argument("--workers", required=True, help=COUNTS_HELP)
     s.add_argument("--workers-per-node", default="1",
                    help="with --io-per-node: the workers (GPUs) of a node that one reader "
                         "feeds (default 1)")

@@ -88,7 +88,23 @@ def test_the_rendering_names_every_algorithm_and_the_goals():
     assert "lib / best from 1MiB: lowest 3.30x at 16MiB" in text
     md = render_versus(versus(two_runs()), GOALS, markdown=True)
     assert "| size | library | ring | shm | auto | best own |" in md
-    assert "no run measured" in render_versus([], GOALS)
+
+
+def test_the_cli_says_what_it_did_not_find(tmp_path, capsys):
+    """An unknown collective, or a --from past every size, printed "no run measured the
+    library beside an own algorithm" though such runs were there."""
+    from ddlcomm.cli import main
+    db = tmp_path / "m.db"
+    with gzip.open(Path(__file__).resolve().parent.parent / "data" / "machines" / "epyc-2core" /
+                   "manycores-openmpi.db.gz", "rb") as src, open(db, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    assert main(["results", "versus", "--db", str(db)]) == 0
+    capsys.readouterr()
+    assert main(["results", "versus", "--db", str(db), "--collective", "foo"]) == 2
+    assert "foo" in capsys.readouterr().err
+    assert main(["results", "versus", "--db", str(db), "--from", "1GiB"]) == 2
+    assert "no run measured allreduce's library beside an own algorithm at 1GiB or more" \
+        in capsys.readouterr().err
 
 
 def test_the_committed_2core_runs(tmp_path):

@@ -10,7 +10,8 @@ from ..errors import UsageError
 from ..outputs import write_text
 from ..report import tables, train
 from ..results import Store, compare, export, merge, versus
-from ..units import parse_size
+from ..collectives import get_collective
+from ..units import format_size, parse_size
 from . import common
 from .common import _Parser
 
@@ -141,8 +142,14 @@ def merge_runs(store: Store, args: argparse.Namespace) -> None:
 def versus_runs(store: Store, args: argparse.Namespace) -> None:
     goals = {"speedup_from": parse_size(args.speedup_from), "floor_from": parse_size(args.floor_from),
              "auto_below": parse_size(args.auto_below)}
-    found = versus.versus(map(export.point_record, store.points(None)), args.collective,
-                          parse_size(args.from_size))
+    get_collective(args.collective)                  # one line for a name that is none
+    from_bytes = parse_size(args.from_size)
+    found = versus.versus(map(export.point_record, store.points(None)), args.collective, from_bytes)
+    if not found:                                    # say what was asked, not just "no run"
+        raise UsageError(f"no run measured {args.collective}'s library beside an own algorithm"
+                         + (f" at {format_size(from_bytes)} or more" if from_bytes > 4 else ""),
+                         f"ddlcomm bench --collective {args.collective} "
+                         "--algorithm library,ring,rhd,shm,auto")
     print(tables.render_versus(found, goals, args.markdown))
 
 

@@ -518,9 +518,6 @@ def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: boo
     the library (and what ``auto`` ran), the best own over the floor measured in the same
     run; then the figures of :func:`ddlcomm.results.versus.targets` for ``goals``
     (``speedup_from``, ``floor_from``, ``auto_below``, in bytes)."""
-    if not tables:
-        return ("(no run measured the library beside an own algorithm: "
-                "ddlcomm bench --algorithm library,ring,rhd,shm,auto)")
     out = []
     for t in tables:
         floor = {key: header for header, key in RATIO_COLUMNS}.get(t.floor, "x_floor")

@@ -31,8 +31,8 @@ def add_parser(sub) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     common.add_db(p)
     p = rsub.add_parser("compare", help="two runs side by side, ratio per size (B/A)")
-    p.add_argument("run_a")
-    p.add_argument("run_b")
+    p.add_argument("run_a", help="the run id of the baseline (`ddlcomm results list`)")
+    p.add_argument("run_b", help="the run id compared with it (ratios are B over A)")
     common.add_db(p)
     p = rsub.add_parser(
         "versus", help="the library against ddlcomm's own algorithms, measured side by side",

@@ -210,3 +210,14 @@ def test_notes_say_what_the_fitted_points_cannot_fix():
     assert not cal.calibrate(synthetic(TRUE, ranks=(2, 3))).meta["notes"]
     few = [p for p in synthetic(TRUE, ranks=(2,)) if p["bytes"] in (4, 16)]
     assert "fitted from 2 point(s) at 2 size(s)" in cal.calibrate(few).meta["notes"][0]
+
+
+def test_a_run_holdout_over_several_databases_says_so():
+    """run ids count in each database: --holdout run=1 over two held out both runs 1."""
+    a = [dict(p, source="a.db") for p in synthetic(TRUE, ranks=(2, 3))]
+    b = [dict(p, source="b.db") for p in synthetic(TRUE, ranks=(4,))]
+    fit = cal.calibrate(a + b, holdout=[cal.parse_holdout("run=2")])
+    assert fit.meta["notes"] == []                          # run 2 only in a.db
+    b = [dict(p, run_id=2) for p in b]
+    fit = cal.calibrate(a + b, holdout=[cal.parse_holdout("run=2")])
+    assert "--holdout run=2 held out that run id in each of 2 databases: a.db, b.db" in fit.meta["notes"]

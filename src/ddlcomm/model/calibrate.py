@@ -189,6 +189,17 @@ def _check_holdouts(holdout: Sequence[Holdout], rows: Sequence[Row]) -> None:
                              f"the points have {h.field} {_values_of(h, rows)}")
 
 
+def holdout_notes(holdout: Sequence[Holdout], rows: Sequence[Row]) -> list[str]:
+    """A ``run=`` holdout that matched runs of several databases (run ids count in each) (pure)."""
+    notes = []
+    for h in holdout:
+        sources = {r.point.get("source") for r in rows if h.field == "run" and h.matches(r.point)}
+        if len(sources) > 1:
+            notes.append(f"--holdout {h.text} held out that run id in each of {len(sources)} "
+                         f"databases: {', '.join(sorted(map(str, sources)))}")
+    return notes
+
+
 def _values_of(h: Holdout, rows: Sequence[Row]) -> str:
     """The values of ``h``'s field among the rows' points, as a user types them."""
     found = sorted({h.value(r.point) for r in rows} - {None})
@@ -526,7 +537,7 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         by_key.setdefault(r.key, []).append(r)
     groups: list[Group] = []
     residuals: list[dict] = []
-    notes: list[str] = []
+    notes = holdout_notes(holdout, rows)
     for key, members in by_key.items():
         train = [r for r in members if not r.heldout]
         notes += fit_notes(key, members, train)

@@ -311,3 +311,16 @@ def test_workers_per_node_without_a_reader_per_node_is_refused(capsys):
     fail(capsys, "ssgd", "--t-io", "0.01", "--t-h2d", "0", "--t-f", "0.03", "--t-b", "0.06",
          "--t-u", "0", "--t-c", "0.01", "--workers", "1,2,4", "--workers-per-node", "4",
          match="--workers-per-node applies with --io-per-node")
+
+
+def test_options_that_would_change_nothing_are_refused(capsys):
+    """--leaders without the hierarchical all-reduce, --form with explicit parameters and
+    --fusion with a whole --t-c were taken and ignored: the output was the same."""
+    base = ["predict", "--alpha", "1e-6", "--beta", "1e-9", "--library", "mpich", "--ranks", "4",
+            "--bytes", "1MiB"]
+    fail(capsys, *base, "--algorithm", "ring", "--leaders", "ring", match="apply to --algorithm hierarchical")
+    fail(capsys, *base, "--form", "buffer", match="no fitted parameter sets for --form")
+    ssgd = ["ssgd", "--t-io", "0.01", "--t-h2d", "0", "--t-f", "0.03", "--t-b", "0.06", "--t-u", "0",
+            "--t-c", "0.02", "--model", "resnet50", "--fusion", "25MiB", "--workers", "1,2"]
+    fail(capsys, *ssgd, match="--fusion with --t-c changes nothing without --overlap wfbp")
+    assert run(capsys, *ssgd, "--overlap", "wfbp")[0] == 0

@@ -393,8 +393,12 @@ def cmd_predict(args) -> int:
         if args.ranks_per_node else None
     cores = parse_positive_int(args.cores, "--cores") if args.cores else None
     inter = _params_from_args(args, "inter_")
-    if inter is not None and args.algorithm != "hierarchical":
-        raise UsageError("--inter-alpha/--inter-beta apply to --algorithm hierarchical")
+    if (inter is not None or args.leaders != "auto") and args.algorithm != "hierarchical":
+        raise UsageError("--inter-alpha/--inter-beta and --leaders apply to --algorithm hierarchical")
+    ignored = [f"--{k}" for k in ("backend", "placement", "form") if getattr(args, k)]
+    if explicit is not None and ignored:
+        raise UsageError(f"with --alpha/--beta there are no fitted parameter sets for "
+                         f"{', '.join(ignored)} to pick from", "leave them out, or give --fit")
     fit = load(args.fit) if args.fit else None
     rows = predict(collective, args.algorithm, ranks, sizes, fit=fit, params=explicit,
                    want=_selection(args),
@@ -461,6 +465,9 @@ def cmd_ssgd(args) -> int:
         comm_at = comm_from_fit(load(args.fit), args.arch, args.algorithm, _selection(args))
     elif args.arch != "allreduce" or args.algorithm != "library":
         raise UsageError("--arch and --algorithm apply with --fit")
+    elif fusion is not None and "wfbp" not in args.overlap:
+        raise UsageError("--fusion with --t-c changes nothing without --overlap wfbp (the "
+                         "aggregation's time is given whole)", "add --overlap wfbp, or give --fit")
     preds = ssgd.sweep(phases, workers, t_c=t_c, comm_at=comm_at, overlap=args.overlap,
                        workers_per_node=per_node, io_per_node=args.io_per_node,
                        fusion_bytes=fusion)

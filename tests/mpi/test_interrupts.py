@@ -92,12 +92,17 @@ def test_interrupt_under_the_users_launcher(mpi, tmp_path, sig):
     assert _points(db) >= 3                      # the finished points stay
 
 
-def test_sigterm_to_ddlcomms_own_launch(mpi, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_to_ddlcomms_own_launch(mpi, tmp_path, sig):
+    """SIGHUP (the terminal or ssh session closed) left an MPICH run 'running' for ever; the
+    ranks of a SIGTERM were told SIGINT."""
     db = tmp_path / "o.db"
-    rc = _stop_after_points([mpi.ddlcomm, *LONG, "--db", db], mpi.env(), db, signal.SIGTERM)
+    rc = _stop_after_points([mpi.ddlcomm, *LONG, "--db", db], mpi.env(), db, sig)
     assert rc == 130
     status, error = _run_row(db)
     assert status == "interrupted" and (" during " in error or " after " in error), error
+    if sig == signal.SIGTERM:
+        assert "(SIGINT)" not in error
 
 
 @pytest.mark.parametrize("backend", ["mpi", "gloo"])

@@ -57,3 +57,15 @@ def test_the_owner_says_what_a_rank_recorded_not_a_guess(tmp_path, capsys):
         settle(store, run, 3, lambda points: " during broadcast (buffer, 4B)")
         assert store.run(run)["error"] == "ranks ended with exit code 3 during broadcast (buffer, 4B)"
     assert capsys.readouterr().err.endswith("error: ranks ended with exit code 3 during broadcast (buffer, 4B)\n")
+
+
+def test_a_rank_killed_outright_is_said_once(tmp_path, capsys):
+    """A rank killed (the others interrupted by the launcher): the owner's line doubled its
+    prefix, 'ranks ended with exit code 137: ranks ended with exit code 137 during ...'."""
+    from ddlcomm.bench.runs import settle
+    db, run = stored(tmp_path, [])
+    with Store(db) as store:
+        store.end_if_running(run, "interrupted", "interrupted (SIGTERM) during gather (buffer, 4B)")
+        settle(store, run, 137, lambda points: " during gather (buffer, 4B)")
+    err = capsys.readouterr().err
+    assert err.count("ranks ended with exit code 137") == 1 and "the launcher then stopped" in err

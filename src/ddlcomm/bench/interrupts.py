@@ -1,4 +1,4 @@
-"""SIGINT and SIGTERM inside a rank, under any launcher: say where the run stopped,
+"""SIGINT, SIGTERM and SIGHUP inside a rank, under any launcher: say where the run stopped,
 end the run as interrupted, exit 130.
 
 A Python signal handler runs only between bytecodes of the main thread, and a
@@ -14,8 +14,9 @@ import signal
 import threading
 from typing import Callable
 
-#: The signals a launcher forwards when the user stops a job (Ctrl-C, kill, scancel).
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: The signals a launcher forwards when the user stops a job (Ctrl-C, kill, scancel), or
+#: the terminal or ssh session it ran in closes (SIGHUP).
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _ignore(signum, frame) -> None:

@@ -53,30 +53,39 @@ def run_info(argv: Sequence[str], config: dict) -> dict:
 
 
 def _terminate(signum, frame):
-    """SIGTERM to the owner: end the ranks and mark the run, as Ctrl-C does."""
+    """SIGTERM or SIGHUP to the owner: end the ranks and mark the run, as Ctrl-C does (the
+    launcher is sent the same signal: :func:`ddlcomm.launch.processes.forwarded`)."""
     raise SystemExit(128 + signum)
+
+
+#: What the owner ends its ranks on, beside Ctrl-C: kill, and a closed terminal or ssh session.
+OWNER_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> tuple[int, int]:
     """Create the run and call ``start(environment)`` to run the ranks; (run id, exit code).
 
     The environment is ours plus ``env``, the run id and the database.
-    SIGTERM and Ctrl-C while the ranks run give exit code 130.  How busy the
+    SIGTERM, SIGHUP and Ctrl-C while the ranks run give exit code 130.  How busy the
     machine was while they ran is stored with the run (``load``; the ranks are
     our children, so their CPU time is known).
     """
     with Store(db_path) as store:
         run_id = store.create_run(info)
     env = dict(os.environ, **env, **{RUN_ID_ENV: str(run_id), "DDLCOMM_DB": str(db_path)})
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    previous = {sig: signal.signal(sig, _terminate) for sig in OWNER_SIGNALS}
     before = load.snapshot()
     try:
         rc = start(env)
     except (KeyboardInterrupt, SystemExit):
         rc = EXIT_INTERRUPTED
     finally:
-        signal.signal(signal.SIGTERM, previous)
-    record_load(db_path, run_id, before, most_ranks(info.get("config") or {}), own=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    try:
+        record_load(db_path, run_id, before, most_ranks(info.get("config") or {}), own=True)
+    except DdlcommError as exc:         # a full disk: the run must still be settled and said
+        print(f"warning: the run's load record was not stored: {exc}", file=sys.stderr, flush=True)
     return run_id, rc
 
 
@@ -104,7 +113,7 @@ def settle(store: Store, run_id: int, rc: int,
         said = store.run(run_id)["error"] or why
         # A rank that recorded the end knows where it was (a pre-flight, a signal's name):
         # say that, not the guess from the points stored.
-        line = said if said == why or interrupted else f"{ended}: {said}"
+        line = said if said.startswith(why) or interrupted else f"{ended}: {said}"
         print(f"ddlcomm: error: {line}", file=sys.stderr, flush=True)
     return points, failed, store.run(run_id)
 

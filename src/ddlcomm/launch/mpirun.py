@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from typing import Mapping, Optional, Sequence
 
 from ..errors import BackendUnavailable
 from .placement import physical_cores
-from .processes import die_with_parent
+from .processes import die_with_parent, forwarded
 
 #: MPICH (ch4) ranks waiting for a message busy-poll without ever giving up their
 #: core, so with more ranks than cores a handoff between two ranks waits for the
@@ -122,9 +121,9 @@ def find(bin_dir: Optional[Path] = None) -> MPILauncher:
 def run(cmd: Sequence[str], env: Mapping[str, str], grace_s: float = 10.0) -> int:
     """Run the launcher with our stdout/stderr (its output streams through).
 
-    Ctrl-C reaches the launcher too (same process group); on Ctrl-C or
-    SIGTERM (see :func:`ddlcomm.bench.session.launch`) the launcher is sent
-    SIGINT and, if it has not ended ``grace_s`` seconds later, killed.  If
+    Ctrl-C reaches the launcher too (same process group); on Ctrl-C, SIGTERM or
+    SIGHUP (see :func:`ddlcomm.bench.runs.own`) the launcher is sent the same signal
+    and, if it has not ended ``grace_s`` seconds later, killed.  If
     this process is killed outright, the launcher gets SIGTERM and ends the
     ranks (:func:`~ddlcomm.launch.processes.die_with_parent`).
     Returns its exit code, 130 when interrupted.
@@ -133,9 +132,9 @@ def run(cmd: Sequence[str], env: Mapping[str, str], grace_s: float = 10.0) -> in
                             preexec_fn=die_with_parent())
     try:
         return proc.wait()
-    except (KeyboardInterrupt, SystemExit):     # Ctrl-C, or SIGTERM turned into SystemExit
+    except (KeyboardInterrupt, SystemExit) as exc:   # Ctrl-C, or SIGTERM/SIGHUP as SystemExit
         try:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(forwarded(exc))
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             proc.kill()

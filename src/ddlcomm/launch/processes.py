@@ -16,6 +16,16 @@ from typing import Callable, Optional
 _PR_SET_PDEATHSIG = 1
 
 
+def forwarded(exc: BaseException) -> int:
+    """The signal to pass on to a launcher or ranks for ``exc``, the exception that stopped
+    their owner: the owner's own signal where its handler raised ``SystemExit(128 + N)``
+    (SIGTERM, SIGHUP), else SIGINT (Ctrl-C's KeyboardInterrupt)."""
+    code = getattr(exc, "code", None)
+    if isinstance(exc, SystemExit) and isinstance(code, int) and 128 < code < 128 + signal.NSIG:
+        return code - 128
+    return signal.SIGINT
+
+
 def die_with_parent(sig: int = signal.SIGTERM) -> Optional[Callable[[], None]]:
     """A ``preexec_fn`` by which the child gets ``sig`` when this process ends, even by
     SIGKILL (Linux's ``PR_SET_PDEATHSIG``; None elsewhere).  A launcher killed this way

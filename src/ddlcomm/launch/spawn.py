@@ -16,7 +16,7 @@ import subprocess
 import time
 from typing import Mapping, Optional, Sequence
 
-from .processes import die_with_parent
+from .processes import die_with_parent, forwarded
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -42,7 +42,7 @@ def run(nranks: int, program: Sequence[str], env: Mapping[str, str],
     """Start ``nranks`` copies of ``program``; return the first non-zero exit code, else 0.
 
     ``prefixes[r]`` (e.g. entering a container, binding to cores) goes before
-    rank r's command; ``master_addr`` is where rank 0 listens.  Ctrl-C is
+    rank r's command; ``master_addr`` is where rank 0 listens.  Ctrl-C (or the owner's SIGTERM or SIGHUP) is
     passed on; ranks that outlive a failed one by ``grace_s`` seconds are
     killed, and every rank gets SIGTERM if this process is killed outright.
     Returns 130 when interrupted.
@@ -63,8 +63,8 @@ def run(nranks: int, program: Sequence[str], env: Mapping[str, str],
             if failed_at is not None and time.monotonic() - failed_at > grace_s:
                 _signal_all(procs, signal.SIGKILL)
             time.sleep(poll_s)
-    except (KeyboardInterrupt, SystemExit):     # Ctrl-C, or SIGTERM turned into SystemExit
-        _signal_all(procs, signal.SIGINT)
+    except (KeyboardInterrupt, SystemExit) as exc:   # Ctrl-C, or SIGTERM/SIGHUP as SystemExit
+        _signal_all(procs, forwarded(exc))
         _wait_or_kill(procs, grace_s)
         return 130
     if code == 0:

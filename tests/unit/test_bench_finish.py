@@ -69,3 +69,22 @@ def test_a_rank_killed_outright_is_said_once(tmp_path, capsys):
         settle(store, run, 137, lambda points: " during gather (buffer, 4B)")
     err = capsys.readouterr().err
     assert err.count("ranks ended with exit code 137") == 1 and "the launcher then stopped" in err
+
+
+def test_a_full_disk_at_the_end_still_says_the_run_and_exits_3(tmp_path, capsys):
+    """The disk filled as the run ended: the owner exited 2 with no summary, the run stuck
+    at 'running' with no word why."""
+    from ddlcomm.bench.runs import exit_code, settle
+    from ddlcomm.errors import StoreError
+    db, run = stored(tmp_path, ["passed", "passed"])
+
+    class Full(Store):
+        def end_if_running(self, *args, **kwargs):
+            raise StoreError(f"cannot write database {db}: database or disk is full")
+
+    with Full(db) as store:
+        points, failed, row = settle(store, run, 3, lambda points: " during gather (buffer, 4B)")
+    err = capsys.readouterr().err
+    assert len(points) == 2 and row["status"] == "running" and exit_code(3, failed) == 3
+    assert f"warning: run {run}'s end was not stored: cannot write database" in err
+    assert "ddlcomm: error: ranks ended with exit code 3 during gather (buffer, 4B)" in err

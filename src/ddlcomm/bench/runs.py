@@ -101,21 +101,32 @@ def settle(store: Store, run_id: int, rc: int,
     failed with why (``where(points)`` may say where it ended).  (points, failed, run)."""
     points = store.points(run_id)
     failed = sum(p["check"] == "failed" for p in points)
-    if rc == 0:
-        store.finish_run(run_id, "failed" if failed else "passed",
-                         f"{failed} points failed their check" if failed else None)
-    else:
-        interrupted = rc == EXIT_INTERRUPTED
-        ended = "interrupted" if interrupted else f"ranks ended with exit code {rc}"
-        why = ended + where(points)
-        if not store.end_if_running(run_id, "interrupted" if interrupted else "failed", why):
-            _failed_not_interrupted(store, run_id, interrupted, why)
-        said = store.run(run_id)["error"] or why
+    interrupted = rc == EXIT_INTERRUPTED
+    ended = "interrupted" if interrupted else f"ranks ended with exit code {rc}"
+    why = ended + where(points) if rc else ""
+    try:
+        said = _mark(store, run_id, rc, failed, why) or why
+    except DdlcommError as exc:        # a full disk: the points stay, the run reads stale
+        said = why
+        print(f"warning: run {run_id}'s end was not stored: {exc}", file=sys.stderr, flush=True)
+    if rc:
         # A rank that recorded the end knows where it was (a pre-flight, a signal's name):
         # say that, not the guess from the points stored.
         line = said if said.startswith(why) or interrupted else f"{ended}: {said}"
         print(f"ddlcomm: error: {line}", file=sys.stderr, flush=True)
     return points, failed, store.run(run_id)
+
+
+def _mark(store: Store, run_id: int, rc: int, failed: int, why: str) -> Optional[str]:
+    """Store how the run ended (see :func:`settle`); the error it has then."""
+    if rc == 0:
+        store.finish_run(run_id, "failed" if failed else "passed",
+                         f"{failed} points failed their check" if failed else None)
+        return None
+    interrupted = rc == EXIT_INTERRUPTED
+    if not store.end_if_running(run_id, "interrupted" if interrupted else "failed", why):
+        _failed_not_interrupted(store, run_id, interrupted, why)
+    return store.run(run_id)["error"]
 
 
 def exit_code(rc: int, failed: int) -> int:

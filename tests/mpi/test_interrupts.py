@@ -96,13 +96,16 @@ def test_interrupt_under_the_users_launcher(mpi, tmp_path, sig):
 def test_sigterm_or_sighup_to_ddlcomms_own_launch(mpi, tmp_path, sig):
     """SIGHUP (the terminal or ssh session closed) left an MPICH run 'running' for ever; the
     ranks of a SIGTERM were told SIGINT."""
-    db = tmp_path / "o.db"
+    from ddlcomm.launch import shmclean
+    db, segments = tmp_path / "o.db", shmclean.names()
     rc = _stop_after_points([mpi.ddlcomm, *LONG, "--db", db], mpi.env(), db, sig)
     assert rc == 130
     status, error = _run_row(db)
     assert status == "interrupted" and (" during " in error or " after " in error), error
     if sig == signal.SIGTERM:
         assert "(SIGINT)" not in error
+    # MPICH's ranks, ended before MPI_Finalize, left a 2 MiB mpich_shm_* segment each run
+    assert not [n for n in shmclean.names() - segments if n.startswith(("mpich_shm", "sm_segment"))]
 
 
 @pytest.mark.parametrize("backend", ["mpi", "gloo"])

@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from ..errors import DdlcommError
+from ..launch import shmclean
 from ..machine import load
 from ..results import Store, sysinfo
+from ..units import counted, format_size
 from .interrupts import OnInterrupt
 from .watchdog import Watchdog
 
@@ -66,7 +68,8 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
     """Create the run and call ``start(environment)`` to run the ranks; (run id, exit code).
 
     The environment is ours plus ``env``, the run id and the database.
-    SIGTERM, SIGHUP and Ctrl-C while the ranks run give exit code 130.  How busy the
+    SIGTERM, SIGHUP and Ctrl-C while the ranks run give exit code 130; after any
+    abnormal end, the MPI segments the ranks left in /dev/shm are removed (launch/shmclean.py).  How busy the
     machine was while they ran is stored with the run (``load``; the ranks are
     our children, so their CPU time is known).
     """
@@ -74,7 +77,7 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
         run_id = store.create_run(info)
     env = dict(os.environ, **env, **{RUN_ID_ENV: str(run_id), "DDLCOMM_DB": str(db_path)})
     previous = {sig: signal.signal(sig, _terminate) for sig in OWNER_SIGNALS}
-    before = load.snapshot()
+    before, segments = load.snapshot(), shmclean.names()
     try:
         rc = start(env)
     except (KeyboardInterrupt, SystemExit):
@@ -82,6 +85,11 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if rc:                              # ranks that did not reach MPI_Finalize
+        count, size = shmclean.remove_left(segments)
+        if count:
+            print(f"note: removed {counted(count, 'shared-memory segment')} ({format_size(size)}) "
+                  "the ranks left in /dev/shm", file=sys.stderr, flush=True)
     try:
         record_load(db_path, run_id, before, most_ranks(info.get("config") or {}), own=True)
     except DdlcommError as exc:         # a full disk: the run must still be settled and said

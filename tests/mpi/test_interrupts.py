@@ -125,3 +125,33 @@ def test_sigkill_to_ddlcomms_own_launch(mpi, tmp_path, backend):
     assert not _alive(below), f"left running after the owner was killed: {sorted(_alive(below))}"
     status, error = _run_row(db)
     assert status == "interrupted" and error.startswith("interrupted (SIGTERM)"), error
+
+
+def test_sigkill_to_the_launcher_ends_its_orphaned_ranks(mpi, tmp_path):
+    """kill -9 of mpirun: the owner settled the run at once while the orphaned ranks went on
+    measuring into it.  The owner adopts them (PR_SET_CHILD_SUBREAPER) and ends them first."""
+    db, below = tmp_path / "l.db", set()
+
+    def kill_launcher(proc):
+        below.update(_descendants(proc.pid))
+        launcher = [pid for pid in below if _parent(pid) == proc.pid]
+        assert launcher, "no launcher under the owner"
+        for pid in launcher:
+            os.kill(pid, signal.SIGKILL)
+
+    rc = _stop_after_points([mpi.ddlcomm, *LONG, "--db", db], mpi.env(), db, signal.SIGCONT,
+                            before=kill_launcher)
+    assert rc == 3
+    assert not _alive(below), f"left running: {sorted(_alive(below))}"
+    stored = _points(db)
+    time.sleep(1.0)
+    assert _points(db) == stored                     # nothing writes into the ended run
+    status, error = _run_row(db)
+    assert status == "failed" and error.startswith("the launcher was killed by SIGKILL"), error
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1

@@ -88,3 +88,10 @@ def test_a_full_disk_at_the_end_still_says_the_run_and_exits_3(tmp_path, capsys)
     assert len(points) == 2 and row["status"] == "running" and exit_code(3, failed) == 3
     assert f"warning: run {run}'s end was not stored: cannot write database" in err
     assert "ddlcomm: error: ranks ended with exit code 3 during gather (buffer, 4B)" in err
+
+
+def test_signals_are_named_not_left_as_exit_codes():
+    from ddlcomm.bench.runs import ended_with
+    assert ended_with(-9) == "the launcher was killed by SIGKILL"
+    assert ended_with(137) == "ranks ended with exit code 137 (SIGKILL)"
+    assert ended_with(3) == "ranks ended with exit code 3" and ended_with(200) == "ranks ended with exit code 200"

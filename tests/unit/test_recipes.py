@@ -290,6 +290,18 @@ def test_a_rewritten_report_lists_the_runs_that_did_not_complete(tmp_path):
     assert base.session_incomplete(tmp_path / "elsewhere", [], "r:abc", tmp_path) == ran
 
 
+def test_a_session_killed_outright_leaves_its_list(tmp_path):
+    """The list was written at the session's end only, and into --out only: after a kill -9,
+    or rewritten without the same --out, an unfinished session read as complete (exit 0)."""
+    from ddlcomm.recipes import base
+    steps = [base.Step(name, ()) for name in "abc"]
+    out, home = tmp_path / "out", tmp_path / "home"
+    base.session_incomplete(out, [(steps[0], 0, 1.0), (steps[1], 130, 1.0)], None, home, steps)
+    want = [("b", "interrupted (exit 130)"), ("c", "not completed (the session ended before it did)")]
+    assert base.session_incomplete(tmp_path / "elsewhere", [], "r:abc", home) == want
+    assert base.session_incomplete(out, [], "r:abc") == want
+
+
 def test_report_only_of_a_missing_session_makes_no_folder(tmp_path):
     from ddlcomm.recipes.base import reproduce
     from ddlcomm.results import Store

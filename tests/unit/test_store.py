@@ -291,3 +291,42 @@ def test_writer_waits_for_lock(db_path):
         assert time.monotonic() - start >= 0.2
         t.join()
         assert len(s.points(rid)) == 1
+
+
+def test_a_read_only_store_reads_past_a_writer_and_writes_nothing(tmp_path):
+    """Reading commands took the write lock: `results list` waited 30 s and failed while a
+    process held it, and could not read a database on a read-only mount at all."""
+    path = tmp_path / "r.db"
+    with Store(path) as store:
+        run = store.create_run({"status": "passed"})
+        store.add_point(run, make_point())
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        t0 = time.monotonic()
+        with Store(path, readonly=True) as store:
+            assert len(store.points(run)) == 1
+            with pytest.raises(StoreError):
+                store.create_run({"status": "running"})
+        assert time.monotonic() - t0 < 5
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    (tmp_path / "empty.db").write_bytes(b"")
+    with pytest.raises(StoreError, match="is empty"):
+        Store(tmp_path / "empty.db", readonly=True)
+
+
+def test_a_database_on_a_read_only_mount_reads(tmp_path):
+    import subprocess
+    import sys
+    with Store(tmp_path / "r.db") as store:
+        store.add_point(store.create_run({"status": "passed"}), make_point())
+    probe = ("import sys; from ddlcomm.results import Store\n"
+             "with Store(sys.argv[1] + '/r.db', readonly=True) as s: print('points', len(s.points()))")
+    res = subprocess.run(["unshare", "-m", "sh", "-c", 'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" '
+                          '&& exec "$2" -c "$3" "$1"', "_", str(tmp_path), sys.executable, probe],
+                         capture_output=True, text=True, timeout=60)
+    if res.returncode != 0 and "points" not in res.stdout and "ddlcomm" not in res.stderr:
+        pytest.skip(f"no mount namespace here: {res.stderr.strip()[-200:]}")
+    assert res.stdout.strip() == "points 1", res.stdout + res.stderr

@@ -10,6 +10,7 @@ leaves the run marked failed with the rank's message.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from ..errors import DdlcommError
-from ..launch import shmclean
+from ..launch import processes, shmclean
 from ..machine import load
 from ..results import Store, sysinfo
 from ..units import counted, format_size
@@ -78,6 +79,7 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
     env = dict(os.environ, **env, **{RUN_ID_ENV: str(run_id), "DDLCOMM_DB": str(db_path)})
     previous = {sig: signal.signal(sig, _terminate) for sig in OWNER_SIGNALS}
     before, segments = load.snapshot(), shmclean.names()
+    processes.adopt_orphans()
     try:
         rc = start(env)
     except (KeyboardInterrupt, SystemExit):
@@ -86,6 +88,10 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if rc:                              # ranks that did not reach MPI_Finalize
+        orphans = processes.end_orphans()
+        if orphans:                     # its launcher killed outright: they wrote on
+            print(f"note: ended {orphans} process{'' if orphans == 1 else 'es'} the launcher "
+                  "left running", file=sys.stderr, flush=True)
         count, size = shmclean.remove_left(segments)
         if count:
             print(f"note: removed {counted(count, 'shared-memory segment')} ({format_size(size)}) "
@@ -110,7 +116,7 @@ def settle(store: Store, run_id: int, rc: int,
     points = store.points(run_id)
     failed = sum(p["check"] == "failed" for p in points)
     interrupted = rc == EXIT_INTERRUPTED
-    ended = "interrupted" if interrupted else f"ranks ended with exit code {rc}"
+    ended = "interrupted" if interrupted else ended_with(rc)
     why = ended + where(points) if rc else ""
     try:
         said = _mark(store, run_id, rc, failed, why) or why
@@ -123,6 +129,22 @@ def settle(store: Store, run_id: int, rc: int,
         line = said if said.startswith(why) or interrupted else f"{ended}: {said}"
         print(f"ddlcomm: error: {line}", file=sys.stderr, flush=True)
     return points, failed, store.run(run_id)
+
+
+def ended_with(rc: int) -> str:
+    """How the ranks' launcher ended, for a run's error (pure): its exit code, and the
+    signal it stands for (a negative code: the launcher itself killed; 128 + N: a rank)."""
+    if rc < 0:
+        return f"the launcher was killed by {_signal_name(-rc)}"
+    name = _signal_name(rc - 128) if rc > 128 else None
+    return f"ranks ended with exit code {rc}" + (f" ({name})" if name else "")
+
+
+def _signal_name(number: int) -> Optional[str]:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return None
 
 
 def _mark(store: Store, run_id: int, rc: int, failed: int, why: str) -> Optional[str]:
@@ -172,6 +194,34 @@ class RankResult:
     failed: int = 0
 
 
+def _record(db_path: Path, run_id: Optional[int], status: str, message: str) -> None:
+    """End run ``run_id`` with ``status`` and ``message`` unless it has ended (best effort:
+    the rank is going down anyway)."""
+    if run_id is not None and db_path.exists():
+        try:
+            with Store(db_path) as store:
+                store.end_if_running(run_id, status, message)
+        except Exception:  # noqa: BLE001 - nothing left to tell
+            pass
+
+
+@contextlib.contextmanager
+def starting(db_path: Path):
+    """While a rank starts (the backends' start-up, before :func:`rank_run`'s own handler),
+    SIGINT, SIGTERM or SIGHUP still end the run as interrupted: an owner killed in its first
+    seconds sent its launcher SIGTERM, and the ranks died of it, the run left 'running'."""
+    run_id = int(os.environ[RUN_ID_ENV]) if RUN_ID_ENV in os.environ else None
+
+    def act(signame: str) -> None:
+        message = f"interrupted ({signame}) while the ranks started"
+        os.write(2, f"ddlcomm: {message}\n".encode())          # no lock: any thread
+        _record(db_path, run_id, "interrupted", message)
+        os._exit(EXIT_INTERRUPTED)
+
+    with OnInterrupt(act):
+        yield
+
+
 def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
              prepare: Callable[[Watchdog], None],
              body: Callable[[Watchdog, Optional[Store], int], int]) -> RankResult:
@@ -187,12 +237,7 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
     owner = state["run_id"] is None
 
     def record(status: str, message: str) -> None:
-        if state["run_id"] is not None and db_path.exists():
-            try:
-                with Store(db_path) as store:
-                    store.end_if_running(state["run_id"], status, message)
-            except Exception:          # best effort: the rank is going down anyway
-                pass
+        _record(db_path, state["run_id"], status, message)
 
     def on_timeout(what: str, limit: float) -> None:
         message = f"rank {comm.rank}: {what} did not finish within {limit:g} s"

@@ -24,7 +24,7 @@ from ..report import html, tables
 from ..results import Store
 from .plan import BenchPlan
 from .runner import PROGRESS_ENV, check_plan, preflight, run_sweep
-from .runs import EXIT_CHECK_FAILED, exit_code, own, program, rank_run, run_info, settle
+from .runs import EXIT_CHECK_FAILED, exit_code, own, program, rank_run, run_info, settle, starting
 
 
 # ---------------------------------------------------------------- owner side
@@ -100,7 +100,8 @@ def rank_main(plan: BenchPlan, argv: Sequence[str], info: LaunchInfo, db_path: P
               report_dir: Optional[Path]) -> int:
     """Run inside a launcher: measure, store (rank 0), and finish if we own the run."""
     order = registry.start_order(plan.backends)
-    comms = {name: registry.create(name, local_rank=info.local_rank) for name in order}
+    with starting(db_path):
+        comms = {name: registry.create(name, local_rank=info.local_rank) for name in order}
     comm = comms[order[0]]
 
     def prepare(watchdog) -> None:

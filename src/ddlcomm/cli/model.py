@@ -312,7 +312,7 @@ def _load_points(args) -> list[dict]:
     colls = {c.strip() for c in args.collective.split(",")} if args.collective else None
     points: list[dict] = []
     for path in _db_paths(args):
-        with Store(path) as store:
+        with Store(path, readonly=True) as store:
             runs = store.runs()
             recs = [point_record(p) for p in store.points()]
         points.extend(with_cores(recs, runs, str(path)))

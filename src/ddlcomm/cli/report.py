@@ -22,7 +22,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     db = common.existing_db(args)
     run_id = common.run_id(args.run)
     out = common.out_dir(args.out, common.reports_beside(db) / f"run-{run_id}")
-    with Store(db) as store:
+    with Store(db, readonly=True) as store:
         stored, points = store.run(run_id), store.points(run_id)
     if not points:
         raise UsageError(f"run {run_id} has no points to report")

@@ -10,10 +10,66 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Optional
 
 _PR_SET_PDEATHSIG = 1
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def adopt_orphans() -> None:
+    """Make this process the parent of its descendants that lose theirs (Linux's
+    ``PR_SET_CHILD_SUBREAPER``; nothing elsewhere): ranks whose launcher was killed outright
+    come to it, not to init, and :func:`end_orphans` can end them."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def end_orphans(grace_s: float = 10.0) -> int:
+    """SIGTERM the children this process has left (the orphans :func:`adopt_orphans` took
+    in, once its launcher has ended), SIGKILL those alive ``grace_s`` later; reap them all.
+    Returns how many there were."""
+    kids = _children(os.getpid())
+    left = list(kids)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in left:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while left and time.monotonic() < deadline:
+            left = [pid for pid in left if not _reaped(pid)]
+            if left:
+                time.sleep(0.05)
+        if not left:
+            break
+    return len(kids)
+
+
+def _children(pid: int) -> list[int]:
+    """The live (not zombie) children of ``pid``, from /proc."""
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
+        except (OSError, IndexError, ValueError):
+            continue
+        if int(ppid) == pid and state != "Z":
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def _reaped(pid: int) -> bool:
+    """Whether child ``pid`` has ended (reaped now, or already)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return done == pid
 
 
 def forwarded(exc: BaseException) -> int:

@@ -25,6 +25,7 @@ from typing import Callable, Optional, Sequence
 
 from tqdm import tqdm
 
+from ..bench.runs import EXIT_INTERRUPTED
 from ..errors import RankFailure, UsageError
 from ..launch.processes import die_with_parent, end
 from ..results import Store
@@ -107,15 +108,16 @@ def _run_step(cmd: list[str], out, timeout_s: Optional[float]) -> int:
 
 
 def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
-              timeout_s: Optional[float] = RUN_LIMIT_S,
-              extra: Sequence[str] = ()) -> list[tuple[Step, int, float]]:
+              timeout_s: Optional[float] = RUN_LIMIT_S, extra: Sequence[str] = (),
+              on_step: Callable[[list], None] = lambda results: None
+              ) -> list[tuple[Step, int, float]]:
     """Run every step (progress bar on stderr), each with ``--db``, ``--tag`` and ``extra``,
-    each within ``timeout_s`` (None: no limit).
+    each within ``timeout_s`` (None: no limit); ``on_step(results so far)`` after each.
 
     Output of each step goes to ``log``; a failing step is reported with its
     last lines and the recipe goes on, so one broken variant does not lose the rest.
-    Past ``$DDLCOMM_RECIPE_DEADLINE_S``, or after a SIGTERM or SIGINT (Ctrl-C), the steps
-    left are not run (exit code :data:`NOT_RUN`).
+    Past ``$DDLCOMM_RECIPE_DEADLINE_S``, or after a SIGTERM, SIGHUP or SIGINT (Ctrl-C), the
+    steps left are not run (exit code :data:`NOT_RUN`).
     """
     results = []
     t_start = time.monotonic()
@@ -125,13 +127,14 @@ def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
     # step's processes too: they end it, marked interrupted).
     stopped: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, frame: stopped.append(signum))
-                for sig in (signal.SIGTERM, signal.SIGINT)}
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         with open(log, "a") as out, tqdm(total=len(steps), unit="run", file=sys.stderr) as bar:
             for step in steps:
                 left = None if deadline is None else deadline - (time.monotonic() - t_start)
                 if stopped or (left is not None and left < 5):
                     results.append((step, NOT_RUN, 0.0))
+                    on_step(results)
                     bar.update(1)
                     continue
                 bar.set_postfix_str(step.label, refresh=True)
@@ -142,6 +145,7 @@ def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
                 start = time.monotonic()
                 rc = _run_step(cmd, out, _sooner(timeout_s, left))
                 results.append((step, rc, time.monotonic() - start))
+                on_step(results)
                 if rc != 0:
                     tqdm.write(f"ddlcomm: step failed (exit {rc}): {step.label}; see {log}",
                                file=sys.stderr)
@@ -198,14 +202,14 @@ def _tagged(store: Store, tag: str) -> list[dict]:
 
 def session_runs(db: Path, tag: str) -> list[dict]:
     """The runs of the session ``tag`` in ``db`` (its report names them)."""
-    with Store(db) as store:
+    with Store(db, readonly=True) as store:
         return _tagged(store, tag)
 
 
 def session_points(db: Path, tag: str) -> list[dict]:
     """The points of every run tagged ``tag``, run by run (UsageError if there are none),
     each with its run's logical cpus (``run_cores``)."""
-    with Store(db) as store:
+    with Store(db, readonly=True) as store:
         points = [{**point_record(p), "run_cores": r.get("cores")}
                   for r in _tagged(store, tag) for p in store.points(r["id"])]
     if not points:
@@ -241,13 +245,19 @@ def session_unavailable(recipe: Recipe, out: Path, report_only: Optional[str],
 
 
 def session_incomplete(out: Path, results, report_only: Optional[str],
-                       home: Optional[Path] = None) -> list[tuple[str, str]]:
-    """The runs that did not complete, with why: from the steps' exit codes, recorded in
-    ``out``, when the session runs; read back (``out``, else ``home``) when only its report
-    is rewritten."""
+                       home: Optional[Path] = None, steps: Sequence[Step] = ()) -> list[tuple[str, str]]:
+    """The runs that did not complete, with why: from the steps' exit codes (the ``steps``
+    not in ``results`` yet: not run), recorded in ``out`` and ``home`` when the session runs
+    (after each step, so a session killed outright leaves its list); read back (``out``,
+    else ``home``) when only its report is rewritten."""
     if report_only is None:
+        done = {id(s) for s, _, _ in results}
         found = [(s.label, _why_incomplete(rc)) for s, rc, _ in results if rc != 0]
-        (out / INCOMPLETE_FILE).write_text(json.dumps(found, indent=1))
+        found += [(s.label, "not completed (the session ended before it did)") for s in steps
+                  if id(s) not in done]
+        for folder in dict.fromkeys(f for f in (out, home) if f is not None):
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / INCOMPLETE_FILE).write_text(json.dumps(found, indent=1))
         return found
     return _recorded(INCOMPLETE_FILE, out, home) or []
 
@@ -283,7 +293,9 @@ def reproduce(recipe: Recipe, db: Path, *, full: bool = False, report_only: Opti
         for variant, reason in unavailable:
             print(f"  not available here: {variant}: {reason}")
         run_limit, extra = limits(full, timeout_s)
-        results = run_steps(steps, db, tag, log, run_limit, extra)
+        session_incomplete(out, [], None, home, steps)      # all listed until they run
+        results = run_steps(steps, db, tag, log, run_limit, extra,
+                            on_step=lambda done: session_incomplete(out, done, None, home, steps))
         try:
             points = session_points(db, tag)
         except UsageError:
@@ -311,6 +323,8 @@ def _why_incomplete(rc: int) -> str:
         return "not run (deadline, SIGTERM or Ctrl-C)"
     if rc == TIMED_OUT:
         return "ended at its time limit (reproduce --timeout, or the deadline)"
+    if rc == EXIT_INTERRUPTED:
+        return "interrupted (exit 130)"
     return f"failed (exit {rc})"
 
 

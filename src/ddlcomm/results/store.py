@@ -21,6 +21,7 @@ import json
 import os
 import shlex
 import sqlite3
+import urllib.parse
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from numbers import Integral, Real
@@ -178,22 +179,20 @@ class Store:
     ``":memory:"`` for a private in-memory database (tests).
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], readonly: bool = False) -> None:
         self.path = str(path)
         self._db: sqlite3.Connection | None = None
-        if self.path != ":memory:":
+        if self.path != ":memory:" and not readonly:
             try:
                 Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise StoreError(f"cannot create the folder of database {self.path}: {e}",
                                  "give --db (or DDLCOMM_DB) a writable path") from None
         try:
-            # isolation_level=None: we issue BEGIN/COMMIT ourselves.
-            self._db = sqlite3.connect(os.path.expanduser(self.path), timeout=BUSY_TIMEOUT_S,
-                                       isolation_level=None)
+            self._db = self._connect(readonly)
             self._db.row_factory = sqlite3.Row
             self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            self._open_schema()
+            self._check_readable() if readonly else self._open_schema()
         except sqlite3.DatabaseError as e:
             self.close()
             msg = str(e)
@@ -204,6 +203,36 @@ class Store:
         except StoreError:
             self.close()
             raise
+
+    def _connect(self, readonly: bool) -> sqlite3.Connection:
+        """The connection (isolation_level None: we issue BEGIN/COMMIT ourselves).  Read-only,
+        it takes no lock and writes nothing, so a database on a read-only mount or one a run
+        is writing reads at once; where SQLite cannot even make its shared-memory index
+        beside the file (a read-only folder), the file is read as immutable."""
+        path = os.path.expanduser(self.path)
+        if not readonly:
+            return sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        uri = "file:" + urllib.parse.quote(os.path.abspath(path))
+        db = sqlite3.connect(uri + "?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        try:
+            db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            return db
+        except sqlite3.OperationalError:
+            db.close()
+            return sqlite3.connect(uri + "?immutable=1", uri=True, isolation_level=None)
+
+    def _check_readable(self) -> None:
+        """A read-only store: a ddlcomm database of this schema (an older one needs its
+        upgrade written first)."""
+        version = self._version()
+        self._check_not_newer(version)
+        if version == 0:
+            raise StoreError(f"database {self.path} is empty", "run `ddlcomm bench` into it first")
+        if version < len(MIGRATIONS):
+            raise StoreError(f"database {self.path} has schema {version}, older than this "
+                             f"ddlcomm's {len(MIGRATIONS)}, and is opened only to be read here",
+                             "open it once with a command that writes (ddlcomm results merge "
+                             "into a copy, or a bench run) to upgrade it")
 
     # ------------------------------------------------------------ schema
     def _version(self) -> int:

@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..bench.runs import exit_code, own, program, rank_run, run_info, settle
+from ..bench.runs import exit_code, own, program, rank_run, run_info, settle, starting
 from ..comm import registry
 from ..errors import RankFailure, UsageError
 from ..launch import mpirun, spawn
@@ -107,10 +107,9 @@ def rank_main(job: TrainJob, argv: Sequence[str], db_path: Path,
               report_dir: Optional[Path], config: dict) -> int:
     """Inside the ranks: run every configuration of ``job``; rank 0 stores the points."""
     info = detect()
-    comm = registry.create(job.backend, local_rank=info.local_rank if info else None)
-    gloo = comm
-    if job.needs_gloo:
-        gloo = registry.create("gloo", local_rank=comm.local_rank)
+    with starting(db_path):
+        comm = registry.create(job.backend, local_rank=info.local_rank if info else None)
+        gloo = registry.create("gloo", local_rank=comm.local_rank) if job.needs_gloo else comm
 
     def prepare(watchdog) -> None:
         if comm.size != job.ranks:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 
 class DdlcommError(Exception):
-    """Base class of all errors ddlcomm raises on purpose."""
+    """Base class of all errors ddlcomm raises on purpose; the CLI exits with its
+    ``exit_code`` (README's table: 2, bad input, unless a subclass says otherwise)."""
+
+    exit_code = 2
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -41,3 +44,9 @@ class RankFailure(DdlcommError):
 
 class StoreError(DdlcommError):
     """The results database cannot be read or written."""
+
+
+class RunLost(StoreError):
+    """The database a run wrote was removed or replaced while it ran (exit 3, as a failed run)."""
+
+    exit_code = 3

@@ -155,3 +155,31 @@ def _parent(pid: int) -> int:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return -1
+
+
+def test_a_database_removed_during_the_run_is_saved_not_replaced(mpi, tmp_path):
+    """rm -rf of the database's folder mid-run: rank 0 wrote on into the unlinked file, and
+    the owner made a new, empty database in its place and said 'no run 1' (exit 2)."""
+    import shutil
+    folder = tmp_path / "gone"
+    folder.mkdir()
+    db = folder / "x.db"
+    proc = subprocess.Popen([str(mpi.ddlcomm), "bench", "--sizes", "4B:4MiB", "--budget", "0.02",
+                             "--no-report", "--db", str(db)], env=mpi.env(), cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while _points(db) < 3:
+            assert proc.poll() is None and time.monotonic() < deadline, "no points stored in time"
+            time.sleep(0.2)
+        shutil.rmtree(folder)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    saved = tmp_path / "x.db.run1-rescued"
+    assert proc.returncode == 3, err
+    assert f"rank 0 saved the database it wrote to {saved}" in err
+    assert not folder.exists() and _points(saved) >= 3

@@ -330,3 +330,21 @@ def test_a_database_on_a_read_only_mount_reads(tmp_path):
     if res.returncode != 0 and "points" not in res.stdout and "ddlcomm" not in res.stderr:
         pytest.skip(f"no mount namespace here: {res.stderr.strip()[-200:]}")
     assert res.stdout.strip() == "points 1", res.stdout + res.stderr
+
+
+def test_a_store_whose_file_was_removed_saves_a_copy(tmp_path):
+    from ddlcomm.results.store import rescue_path
+    path = tmp_path / "d" / "r.db"
+    store = Store(path)
+    run = store.create_run({"status": "running"})
+    store.add_point(run, make_point())
+    assert not store.moved()
+    path.unlink()
+    assert store.moved()
+    store.add_point(run, make_point(2048))           # into the unlinked file
+    to = rescue_path(path, run)
+    assert to == tmp_path / "d" / f"r.db.run{run}-rescued"
+    store.save_copy(to)
+    store.close()
+    with Store(to, readonly=True) as copy:
+        assert len(copy.points(run)) == 2

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from ..errors import DdlcommError
+from ..errors import DdlcommError, RunLost
 from ..launch import processes, shmclean
 from ..machine import load
 from ..results import Store, sysinfo
+from ..results.store import rescue_path
 from ..units import counted, format_size
 from .interrupts import OnInterrupt
 from .watchdog import Watchdog
@@ -70,12 +71,13 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
 
     The environment is ours plus ``env``, the run id and the database.
     SIGTERM, SIGHUP and Ctrl-C while the ranks run give exit code 130; after any
-    abnormal end, the MPI segments the ranks left in /dev/shm are removed (launch/shmclean.py).  How busy the
-    machine was while they ran is stored with the run (``load``; the ranks are
-    our children, so their CPU time is known).
+    abnormal end, what the ranks left is cleaned up (:func:`_clean_up`).  How busy the
+    machine was while they ran is stored with the run (``load``; the ranks are our
+    children, so their CPU time is known).  RunLost where the database file was removed
+    or replaced meanwhile.
     """
-    with Store(db_path) as store:
-        run_id = store.create_run(info)
+    with Store(db_path) as opened:
+        run_id = opened.create_run(info)
     env = dict(os.environ, **env, **{RUN_ID_ENV: str(run_id), "DDLCOMM_DB": str(db_path)})
     previous = {sig: signal.signal(sig, _terminate) for sig in OWNER_SIGNALS}
     before, segments = load.snapshot(), shmclean.names()
@@ -87,20 +89,32 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if rc:                              # ranks that did not reach MPI_Finalize
-        orphans = processes.end_orphans()
-        if orphans:                     # its launcher killed outright: they wrote on
-            print(f"note: ended {orphans} process{'' if orphans == 1 else 'es'} the launcher "
-                  "left running", file=sys.stderr, flush=True)
-        count, size = shmclean.remove_left(segments)
-        if count:
-            print(f"note: removed {counted(count, 'shared-memory segment')} ({format_size(size)}) "
-                  "the ranks left in /dev/shm", file=sys.stderr, flush=True)
+    if rc:
+        _clean_up(segments)
+    if opened.moved():                  # do not make a new, empty one in its place
+        saved = rescue_path(db_path, run_id)
+        raise RunLost(f"{db_path} was removed or replaced while run {run_id} ran"
+                      + (f": rank 0 saved the database it wrote to {saved}" if saved.exists()
+                         else ": its points went with it"),
+                      "leave a database in place while a run writes it")
     try:
         record_load(db_path, run_id, before, most_ranks(info.get("config") or {}), own=True)
     except DdlcommError as exc:         # a full disk: the run must still be settled and said
         print(f"warning: the run's load record was not stored: {exc}", file=sys.stderr, flush=True)
     return run_id, rc
+
+
+def _clean_up(segments: set[str]) -> None:
+    """After ranks that did not reach MPI_Finalize: end those a launcher killed outright left
+    running (they wrote on), remove the shared-memory segments they left."""
+    orphans = processes.end_orphans()
+    if orphans:
+        print(f"note: ended {orphans} process{'' if orphans == 1 else 'es'} the launcher "
+              "left running", file=sys.stderr, flush=True)
+    count, size = shmclean.remove_left(segments)
+    if count:
+        print(f"note: removed {counted(count, 'shared-memory segment')} ({format_size(size)}) "
+              "the ranks left in /dev/shm", file=sys.stderr, flush=True)
 
 
 def record_load(db_path: Path, run_id: int, before: dict, ranks: Optional[int], own: bool) -> None:
@@ -266,6 +280,17 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
         return RankResult(EXIT_RANK_FAILED if not isinstance(exc, DdlcommError) else EXIT_USAGE)
 
 
+def _keep(store: Store, db_path: Path, run_id: int) -> None:
+    """Rank 0, at the end: where the database file was removed or replaced while the run
+    wrote it, save what the store still holds open to :func:`rescue_path` (the owner says
+    where)."""
+    if store.moved():
+        to = rescue_path(db_path, run_id)
+        store.save_copy(to)
+        print(f"ddlcomm: warning: {db_path} was removed or replaced during the run: its "
+              f"database is saved to {to}", file=sys.stderr, flush=True)
+
+
 def _run_body(comm, db_path: Path, state: dict, owner: bool, watchdog: Watchdog,
               info: Callable[[], dict], prepare: Callable[[Watchdog], None],
               body: Callable[[Watchdog, Optional[Store], int], int]) -> RankResult:
@@ -284,6 +309,7 @@ def _run_body(comm, db_path: Path, state: dict, owner: bool, watchdog: Watchdog,
     before = load.snapshot() if owner and store is not None else None
     failed = body(watchdog, store, state["run_id"])
     if store is not None:
+        _keep(store, db_path, state["run_id"])
         store.close()
     comm.barrier()
     if before is not None:

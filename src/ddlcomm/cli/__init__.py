@@ -50,7 +50,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return COMMANDS[args.command].run(args, argv)
     except DdlcommError as exc:
         print(f"ddlcomm: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except KeyboardInterrupt:
         print("ddlcomm: interrupted", file=sys.stderr)
         return 130

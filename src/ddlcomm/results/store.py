@@ -172,6 +172,22 @@ def _from_column(kind: str, value: Any) -> Any:
     return value
 
 
+def _identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path``, None where there is none."""
+    try:
+        st = os.stat(os.path.expanduser(path))
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def rescue_path(db_path: Path, run_id: int) -> Path:
+    """Where a rank saves run ``run_id``'s database when its file was removed or replaced
+    while the run wrote it: beside it where its folder is left, else in the working folder."""
+    name = f"{db_path.name}.run{run_id}-rescued"
+    return db_path.parent / name if db_path.parent.is_dir() else Path.cwd() / name
+
+
 class Store:
     """A results database at ``path`` (created, with its folders, if missing).
 
@@ -182,6 +198,7 @@ class Store:
     def __init__(self, path: str | os.PathLike[str], readonly: bool = False) -> None:
         self.path = str(path)
         self._db: sqlite3.Connection | None = None
+        self._identity: tuple[int, int] | None = None
         if self.path != ":memory:" and not readonly:
             try:
                 Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
@@ -193,6 +210,7 @@ class Store:
             self._db.row_factory = sqlite3.Row
             self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             self._check_readable() if readonly else self._open_schema()
+            self._identity = _identity(self.path)
         except sqlite3.DatabaseError as e:
             self.close()
             msg = str(e)
@@ -310,6 +328,19 @@ class Store:
             return self._conn.execute(sql, args).fetchall()
         except sqlite3.Error as e:
             raise StoreError(f"cannot read database {self.path}: {e}") from None
+
+    def moved(self) -> bool:
+        """Whether the file at the store's path is no longer the one it opened (removed, or
+        replaced): what it writes then goes to a file nobody will read."""
+        return self.path != ":memory:" and _identity(self.path) != self._identity
+
+    def save_copy(self, to: Path) -> None:
+        """Write the whole open database to ``to`` (``VACUUM INTO``): what a moved store
+        holds is saved from the file it still has open."""
+        try:
+            self._conn.execute("VACUUM INTO ?", (str(to),))
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot save database {self.path} to {to}: {e}") from None
 
     def close(self) -> None:
         """Close the connection; the store cannot be used afterwards."""

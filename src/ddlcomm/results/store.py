@@ -214,7 +214,11 @@ class Store:
         except sqlite3.DatabaseError as e:
             self.close()
             msg = str(e)
-            if "not a database" in msg or "malformed" in msg or "encrypted" in msg:
+            if "malformed" in msg:
+                raise StoreError(f"{self.path} is a damaged SQLite database ({msg})",
+                                 f"`sqlite3 {self.path} .recover | sqlite3 NEW.db` saves what it "
+                                 "can; or give --db (or DDLCOMM_DB) another path") from None
+            if "not a database" in msg or "encrypted" in msg:
                 raise StoreError(f"{self.path} is not an SQLite database ({msg})",
                                  "move it away, or give --db (or DDLCOMM_DB) another path") from None
             raise StoreError(f"cannot open database {self.path}: {msg}") from None

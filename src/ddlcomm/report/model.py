@@ -223,6 +223,7 @@ def fit_figure(fit, group) -> Any:
             x = [r["bytes"] for r in pts]
             ls = ["-", "--", ":"][j % 3]
             ax.plot(x, [r["model_s"] * 1e6 for r in pts], color=color, linestyle=ls,
+                    marker="_" if len(x) == 1 else None, markersize=14,   # one size: no line
                     label=f"{label} model")
             held = any(r["heldout"] for r in pts)
             ax.plot(x, [r["measured_s"] * 1e6 for r in pts], linestyle="none", marker="o",

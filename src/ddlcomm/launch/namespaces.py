@@ -13,14 +13,12 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Sequence
 
 from ..errors import UnsupportedError
-from .processes import pid_alive
+from .processes import pid_alive, terminate
 
 #: Where sets keep their namespace files, hosts file and launch agent.
 STATE_DIR = Path("/run/ddlcomm")
@@ -160,16 +158,4 @@ def end_processes(netns_files: Sequence[Path], cgroups: Sequence[Path] = (),
     pids = [p for f in netns_files for p in _pids_in_netns(f)]
     pids += [p for cg in cgroups for p in cgroup_pids(cg)]
     pids = sorted(set(pids) - {os.getpid()})
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and any(pid_alive(p) and not _zombie(p) for p in pids):
-            time.sleep(0.05)
-        pids = [p for p in pids if pid_alive(p) and not _zombie(p)]
-        if not pids:
-            break
-    return pids
+    return terminate(pids, lambda p: not pid_alive(p) or _zombie(p), grace_s)

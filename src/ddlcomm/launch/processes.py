@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 _PR_SET_PDEATHSIG = 1
 
@@ -33,7 +33,14 @@ def end_orphans(grace_s: float = 10.0) -> int:
     in, once its launcher has ended), SIGKILL those alive ``grace_s`` later; reap them all.
     Returns how many there were."""
     kids = _children(os.getpid())
-    left = list(kids)
+    terminate(kids, _reaped, grace_s)
+    return len(kids)
+
+
+def terminate(pids: Sequence[int], gone: Callable[[int], bool], grace_s: float) -> list[int]:
+    """SIGTERM ``pids``, SIGKILL those not ``gone`` ``grace_s`` later; those still not gone
+    another ``grace_s`` on."""
+    left = list(pids)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in left:
             try:
@@ -42,12 +49,12 @@ def end_orphans(grace_s: float = 10.0) -> int:
                 pass
         deadline = time.monotonic() + grace_s
         while left and time.monotonic() < deadline:
-            left = [pid for pid in left if not _reaped(pid)]
+            left = [pid for pid in left if not gone(pid)]
             if left:
                 time.sleep(0.05)
         if not left:
             break
-    return len(kids)
+    return left
 
 
 def _children(pid: int) -> list[int]:

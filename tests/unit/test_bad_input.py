@@ -55,9 +55,11 @@ def place(tmp_path_factory):
 
 
 def _snapshot(folder: Path) -> dict:
+    """Every file of ``folder``: size, time, bytes.  SQLite's ``-shm`` (the WAL's shared-memory
+    index) is left out: any reader marks its read there, the read-only ones too."""
     return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns,
                                          p.read_bytes() if p.is_file() else b"")
-            for p in sorted(folder.rglob("*"))}
+            for p in sorted(folder.rglob("*")) if not p.name.endswith("-shm")}
 
 
 def _session_left(sid: int) -> list[str]:

@@ -227,21 +227,28 @@ class Store:
             raise
 
     def _connect(self, readonly: bool) -> sqlite3.Connection:
-        """The connection (isolation_level None: we issue BEGIN/COMMIT ourselves).  Read-only,
-        it takes no lock and writes nothing, so a database on a read-only mount or one a run
-        is writing reads at once; where SQLite cannot even make its shared-memory index
-        beside the file (a read-only folder), the file is read as immutable."""
+        """The connection (isolation_level None: we issue BEGIN/COMMIT ourselves).  Read-only
+        (``query_only``), it takes no write lock, so a database a run is writing reads at
+        once, and, as the last one to close, it still tidies SQLite's ``-wal``/``-shm``
+        files away.  Where the file cannot be opened so (a read-only mount), it is opened
+        ``mode=ro``, and where SQLite cannot even make its shared-memory index beside it,
+        as immutable."""
         path = os.path.expanduser(self.path)
         if not readonly:
             return sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        if not os.path.exists(path):
+            raise StoreError(f"no results database at {self.path}",
+                             "run `ddlcomm bench` first or pass --db")
         uri = "file:" + urllib.parse.quote(os.path.abspath(path))
-        db = sqlite3.connect(uri + "?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        try:
-            db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-            return db
-        except sqlite3.OperationalError:
-            db.close()
-            return sqlite3.connect(uri + "?immutable=1", uri=True, isolation_level=None)
+        for target, is_uri in ((path, False), (uri + "?mode=ro", True), (uri + "?immutable=1", True)):
+            db = sqlite3.connect(target, uri=is_uri, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            try:
+                db.execute("PRAGMA query_only = ON")
+                db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+                return db
+            except sqlite3.OperationalError:
+                db.close()
+        raise StoreError(f"cannot open database {self.path} to read it")
 
     def _check_readable(self) -> None:
         """A read-only store: a ddlcomm database of this schema (an older one needs its

@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 _PR_SET_PDEATHSIG = 1
-
-
 _PR_SET_CHILD_SUBREAPER = 36
 
 

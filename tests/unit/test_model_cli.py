@@ -324,3 +324,18 @@ def test_options_that_would_change_nothing_are_refused(capsys):
             "--t-c", "0.02", "--model", "resnet50", "--fusion", "25MiB", "--workers", "1,2"]
     fail(capsys, *ssgd, match="--fusion with --t-c changes nothing without --overlap wfbp")
     assert run(capsys, *ssgd, "--overlap", "wfbp")[0] == 0
+
+
+def test_a_split_fit_says_which_sizes_priced_each_row(capsys, db, tmp_path):
+    """Predictions jump where a split fit's sets meet (167.5 µs at 63 KiB, 64.2 µs at 64 KiB)
+    and nothing said which set priced which size."""
+    fit = tmp_path / "split.json"
+    assert run(capsys, "calibrate", "--db", str(db), "--split", "64KiB", "--out", str(fit))[0] == 0
+    rc, out, _ = run(capsys, "predict", "--fit", str(fit), "--ranks", "2", "--bytes", "63KiB,64KiB")
+    assert rc == 0 and "fit_sizes" in out and "*:64KiB" in out and "64KiB:*" in out
+    rows = json.loads(run(capsys, "predict", "--fit", str(fit), "--ranks", "2", "--bytes", "1KiB",
+                          "--json")[1])
+    assert rows[0]["fit_sizes"] == "*:64KiB"
+    rc, out, _ = run(capsys, "predict", "--alpha", "1e-6", "--beta", "1e-9", "--library", "mpich",
+                     "--ranks", "2", "--bytes", "1KiB")
+    assert "fit_sizes" not in out

@@ -31,16 +31,19 @@ def predict(collective: str, algorithm: str, ranks: Sequence[int], sizes: Sequen
     """One row per size and rank count: the modelled seconds and the algorithm it ran as.
 
     With ``fit``, each size takes the fitted set that ``want`` (library, backend,
-    placement, form) selects, with its cores and cache; else ``params`` with
+    placement, form) selects, with its cores and cache (a split fit's row says whose
+    sizes, ``fit_sizes``: a prediction jumps where the sets meet); else ``params`` with
     ``want["library"]`` naming whose default algorithm ``library`` means.
     """
     want = dict(want or {})
     rows = []
     for n in sizes:
+        regime = None
         if fit is not None:
             lookup = "broadcast" if collective == "ps" else collective
             group = fit.select(lookup, algorithm, n, **want)
             p_n, library, host_cores = group.params, group.key.get("library"), group.cores
+            regime = group.key.get("regime")
         else:
             p_n, library, host_cores = params, want.get("library"), None
         setting = Setting(library=library, ranks_per_node=ranks_per_node,
@@ -55,7 +58,8 @@ def predict(collective: str, algorithm: str, ranks: Sequence[int], sizes: Sequen
                 t = costs.time(collective, algorithm, p, n, p_n, setting)
             rows.append({"collective": collective, "algorithm": algorithm,
                          "ran_as": ran_as(collective, algorithm, p, n, setting),
-                         "ranks": p, "bytes": n, "seconds": t})
+                         "ranks": p, "bytes": n, "seconds": t,
+                         **({"fit_sizes": regime} if regime not in (None, "*") else {})})
     return rows
 
 

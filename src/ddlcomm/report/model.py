@@ -138,13 +138,17 @@ def render_tuning(table: Mapping[str, Any]) -> str:
 
 
 def render_predictions(rows: Sequence[Mapping[str, Any]]) -> str:
-    headers = ["collective", "algorithm", "ran_as", "ranks", "size", "time_us", "algbw_GB/s"]
+    """predict's table; a split fit's rows name the sizes of the set that priced them."""
+    split = any("fit_sizes" in r for r in rows)
+    headers = ["collective", "algorithm", "ran_as", "ranks", "size", "time_us", "algbw_GB/s",
+               *(["fit_sizes"] if split else [])]
     out = []
     for r in rows:
         t = r["seconds"]
         bw = f"{r['bytes'] / t / 1e9:.3g}" if t > 0 else "-"
         out.append([r["collective"], r["algorithm"], r["ran_as"], str(r["ranks"]),
-                    format_size(r["bytes"]), format_us(t * 1e6), bw])
+                    format_size(r["bytes"]), format_us(t * 1e6), bw,
+                    *([r.get("fit_sizes", "*")] if split else [])])
     return format_table(headers, out)
 
 
@@ -291,16 +295,18 @@ def scaling_figure(rows: Sequence[Mapping[str, Any]], nbytes: int) -> Any:
     ncol = 3 if len(sets) > 8 else 2
     legend_rows = -(-(len(sets) + len(whats)) // ncol)
     fig, ax = plt.subplots(figsize=(6.4, 4.0 + 0.17 * legend_rows), layout="constrained")
+    # ms, or µs where every prediction is under a millisecond (ticks of 10^-2 ms read badly)
+    unit, scale = ("µs", 1e6) if max(r["seconds"] for r in chosen) < 1e-3 else ("ms", 1e3)
     for (label, what), rs in series.items():
         rs = sorted(rs, key=lambda r: r["ranks"])
-        ax.plot([r["ranks"] for r in rs], [r["seconds"] * 1e3 for r in rs],
+        ax.plot([r["ranks"] for r in rs], [r["seconds"] * scale for r in rs],
                 linestyle=styles.get(what, "-"), markersize=3, **plots.nth_style(sets.index(label)))
     ax.set_xscale("log", base=2)
     ranks = sorted({r["ranks"] for r in chosen})     # each one predicted (--max-ranks 3 too)
     ax.set_xticks(ranks, [str(p) for p in ranks], minor=False)
     ax.set_yscale("log")
     ax.set_xlabel("ranks")
-    ax.set_ylabel("predicted time (ms)")
+    ax.set_ylabel(f"predicted time ({unit})")
     ax.grid(True, alpha=0.3)
     ax.set_title(f"predicted all-reduce and PS step, {format_size(nbytes)} per rank\n"
                  "(fitted parameters, one node's cores per node)", fontsize="medium")

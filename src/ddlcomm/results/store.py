@@ -209,7 +209,14 @@ class Store:
             self._db = self._connect(readonly)
             self._db.row_factory = sqlite3.Row
             self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            self._check_readable() if readonly else self._open_schema()
+            if readonly and self._check_readable():     # an older schema: upgraded, as before
+                self._db.close()
+                self._db = self._connect(False)
+                self._db.row_factory = sqlite3.Row
+                self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+                readonly = False
+            if not readonly:
+                self._open_schema()
             self._identity = _identity(self.path)
         except sqlite3.DatabaseError as e:
             self.close()
@@ -250,18 +257,14 @@ class Store:
                 db.close()
         raise StoreError(f"cannot open database {self.path} to read it")
 
-    def _check_readable(self) -> None:
-        """A read-only store: a ddlcomm database of this schema (an older one needs its
-        upgrade written first)."""
+    def _check_readable(self) -> bool:
+        """A read-only store: a ddlcomm database, not empty, not newer; True where its
+        schema is older and must be upgraded (written) before this ddlcomm can read it."""
         version = self._version()
         self._check_not_newer(version)
         if version == 0:
             raise StoreError(f"database {self.path} is empty", "run `ddlcomm bench` into it first")
-        if version < len(MIGRATIONS):
-            raise StoreError(f"database {self.path} has schema {version}, older than this "
-                             f"ddlcomm's {len(MIGRATIONS)}, and is opened only to be read here",
-                             "open it once with a command that writes (ddlcomm results merge "
-                             "into a copy, or a bench run) to upgrade it")
+        return version < len(MIGRATIONS)
 
     # ------------------------------------------------------------ schema
     def _version(self) -> int:

@@ -207,13 +207,9 @@ class Store:
                                  "give --db (or DDLCOMM_DB) a writable path") from None
         try:
             self._db = self._connect(readonly)
-            self._db.row_factory = sqlite3.Row
-            self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             if readonly and self._check_readable():     # an older schema: upgraded, as before
                 self._db.close()
                 self._db = self._connect(False)
-                self._db.row_factory = sqlite3.Row
-                self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
                 readonly = False
             if not readonly:
                 self._open_schema()
@@ -234,8 +230,15 @@ class Store:
             raise
 
     def _connect(self, readonly: bool) -> sqlite3.Connection:
-        """The connection (isolation_level None: we issue BEGIN/COMMIT ourselves).  Read-only
-        (``query_only``), it takes no write lock, so a database a run is writing reads at
+        """The connection, rows by name, waiting up to :data:`BUSY_TIMEOUT_S` for a lock."""
+        db = self._open_file(readonly)
+        db.row_factory = sqlite3.Row
+        db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        return db
+
+    def _open_file(self, readonly: bool) -> sqlite3.Connection:
+        """The bare connection (isolation_level None: we issue BEGIN/COMMIT ourselves).
+        Read-only (``query_only``), it takes no write lock, so a database a run is writing reads at
         once, and, as the last one to close, it still tidies SQLite's ``-wal``/``-shm``
         files away.  Where the file cannot be opened so (a read-only mount), it is opened
         ``mode=ro``, and where SQLite cannot even make its shared-memory index beside it,

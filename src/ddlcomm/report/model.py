@@ -295,11 +295,10 @@ def scaling_figure(rows: Sequence[Mapping[str, Any]], nbytes: int) -> Any:
     ncol = 3 if len(sets) > 8 else 2
     legend_rows = -(-(len(sets) + len(whats)) // ncol)
     fig, ax = plt.subplots(figsize=(6.4, 4.0 + 0.17 * legend_rows), layout="constrained")
-    # ms, or µs where every prediction is under a millisecond (ticks of 10^-2 ms read badly)
-    unit, scale = ("µs", 1e6) if max(r["seconds"] for r in chosen) < 1e-3 else ("ms", 1e3)
+    unit, scale = plots.time_unit(max(r["seconds"] for r in chosen) * 1e6)
     for (label, what), rs in series.items():
         rs = sorted(rs, key=lambda r: r["ranks"])
-        ax.plot([r["ranks"] for r in rs], [r["seconds"] * scale for r in rs],
+        ax.plot([r["ranks"] for r in rs], [r["seconds"] * 1e6 / scale for r in rs],
                 linestyle=styles.get(what, "-"), markersize=3, **plots.nth_style(sets.index(label)))
     ax.set_xscale("log", base=2)
     ranks = sorted({r["ranks"] for r in chosen})     # each one predicted (--max-ranks 3 too)

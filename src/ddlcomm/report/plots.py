@@ -69,6 +69,12 @@ def nth_style(i: int) -> dict[str, str]:
     return {"color": f"C{i % 10}", "marker": MARKERS[i // 10 % len(MARKERS)]}
 
 
+def time_unit(longest_us: float) -> tuple[str, float]:
+    """A time axis's unit and its size in µs: ms, or µs where every time is under a
+    millisecond (ticks of 10^-3 ms read badly)."""
+    return ("µs", 1.0) if longest_us < 1e3 else ("ms", 1e3)
+
+
 def _style(styles: Optional[Mapping[str, Mapping[str, str]]], label: str) -> dict[str, str]:
     """The line style of series ``label`` (matplotlib's next colour and a dot where none)."""
     return {"marker": "o", **(styles or {}).get(label, {})}

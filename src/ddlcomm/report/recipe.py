@@ -37,8 +37,7 @@ def _figure(points: Sequence[Point], title: str, panel_of: Key, x_of: Key, line_
                              squeeze=False, layout="constrained")
     lines = sorted({line_of(p) for p in points}, key=str)
     styles = {name: plots.nth_style(i) for i, name in enumerate(lines)}
-    # ms, or µs where every time is under a millisecond (ticks of 10^-3 ms read badly)
-    unit, scale = ("µs", 1.0) if max(p["t_avg_us"] for p in points) < 1e3 else ("ms", 1e3)
+    unit, scale = plots.time_unit(max(p["t_avg_us"] for p in points))
     for ax, panel in zip(axes[0], panels):
         for name in lines:
             ps = sorted((p for p in points if panel_of(p) == panel and line_of(p) == name),

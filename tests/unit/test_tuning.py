@@ -20,7 +20,7 @@ MACHINE = Path(__file__).resolve().parent.parent / "data" / "machines" / "epyc-2
 
 def point(alg, nbytes, us, ranks=2, library="Open MPI", **more):
     return {"library": library, "backend": "mpi", "collective": "allreduce", "form": "buffer",
-            "algorithm": alg, "bytes": nbytes, "ranks": ranks, "t_avg_us": us,
+            "algorithm": alg, "bytes": nbytes, "ranks": ranks, "t_p50_us": us,
             "check": "passed", **more}
 
 
@@ -48,6 +48,14 @@ def test_build_takes_the_fastest_at_each_size_and_merges_bands():
     assert [s["bytes"] for s in two["sizes"]] == [KiB, 4 * KiB, MiB, 16 * MiB, 64 * MiB]
     assert two["sizes"][1]["us"] == {"library": 5.0, "shm": 3.5}   # each by its fastest run
     assert "auto" not in two["sizes"][3]["us"] and "ring" not in two["sizes"][4]["us"]
+
+
+def test_build_ranks_by_the_metric_asked():
+    """By default the median call decides: one slow call in a run does not (p50 against avg)."""
+    points = [point("library", MiB, 100.0, t_avg_us=100.0), point("ring", MiB, 90.0, t_avg_us=140.0)]
+    assert tuning.build(points)["tables"][0]["bands"] == [[0, "ring"]]
+    by_avg = tuning.build(points, metric="t_avg_us")
+    assert by_avg["metric"] == "t_avg_us" and by_avg["tables"][0]["bands"] == [[0, "library"]]
 
 
 def test_choose_follows_the_bands():
@@ -122,7 +130,9 @@ def test_model_tune_on_a_committed_machine(tmp_path, capsys):
                  "--out", str(out)]) == 0
     printed = capsys.readouterr()
     assert "Open MPI allreduce, 2 ranks:" in printed.out and "tuning table:" in printed.err
+    assert "p50 us" in printed.out
     table = json.loads(out.read_text())
+    assert table["metric"] == "t_p50_us"
     t = tuning.load(str(out))
     for entry in table["tables"]:
         for size in entry["sizes"]:

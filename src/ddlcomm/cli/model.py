@@ -17,7 +17,7 @@ from ..dtypes import get_dtype
 from ..errors import UsageError
 from ..machine.cpus import last_level_cache
 from ..model import ssgd
-from ..model.calibrate import calibrate, load, parse_holdout, select_points, with_cores
+from ..model.calibrate import METRICS, calibrate, load, parse_holdout, select_points, with_cores
 from ..model.costs import Params
 from ..model.node import bandwidth_of
 from ..model.predict import caveats, check_request, comm_from_fit, predict
@@ -199,7 +199,7 @@ def _add_tune(msub) -> None:
                         description=(
                             "From runs that measured several algorithms side by side "
                             "(`ddlcomm bench --algorithm library,ring,rhd,shm`), the fastest "
-                            "at each size (each by its fastest run's average), per library, "
+                            "at each size (each by its fastest run's --metric), per library, "
                             "collective and rank count, as bands that `--algorithm auto` "
                             "follows when `bench --tuning FILE` names the table."))
     t.add_argument("--db", action="append", metavar="PATH",
@@ -208,6 +208,9 @@ def _add_tune(msub) -> None:
     _add_selection(t, "the points")
     _add_dtype(t)
     t.add_argument("--collective", help="only these collectives (comma list)")
+    t.add_argument("--metric", default="p50", choices=["p50", "avg", "min", "max"],
+                   help="which stored time ranks the algorithms (default p50: the median "
+                        "call, as `results versus` ranks them; avg lets a few slow calls decide)")
     t.add_argument("--out", metavar="TUNING.json", required=True, help="write the table here")
     t.add_argument("--json", action="store_true", help="print the table as JSON")
 
@@ -490,7 +493,7 @@ def cmd_report(args) -> int:
 
 def cmd_tune(args) -> int:
     out = out_file(args.out, "--out")
-    table = tuning.build(_load_points(args), source={
+    table = tuning.build(_load_points(args), metric=METRICS[args.metric], source={
         "databases": [str(p) for p in _db_paths(args)],
         "command": "ddlcomm model " + " ".join(sys.argv[2:])})
     write_text(out, json.dumps(table, indent=1) + "\n")

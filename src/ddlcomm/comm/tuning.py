@@ -3,9 +3,9 @@
 ``ddlcomm model tune`` builds it (:func:`build`) from benchmark runs that
 measured several algorithms side by side (``ddlcomm bench --algorithm
 library,ring,rhd,shm``): for each library, collective and rank count, the
-fastest algorithm at each measured size (each algorithm by its fastest run),
-as bands: from this size up, this algorithm.  ``ddlcomm bench --tuning FILE``
-hands it to ``auto`` (:func:`ddlcomm.comm.algorithms.decide`): where the table
+fastest algorithm at each measured size (by the median call, each algorithm by
+its fastest run), as bands: from this size up, this algorithm.  ``ddlcomm
+bench --tuning FILE`` hands it to ``auto`` (:func:`ddlcomm.comm.algorithms.decide`): where the table
 has the run's library, collective and rank count, ``auto`` runs its choice
 (every rank reads the same file, so every rank chooses alike); elsewhere
 ``auto`` keeps its rules.  A size below the smallest measured one takes the
@@ -50,12 +50,13 @@ class Tuning:
         return choice
 
 
-def build(points: Iterable[Mapping[str, Any]], metric: str = "t_avg_us",
+def build(points: Iterable[Mapping[str, Any]], metric: str = "t_p50_us",
           source: Optional[dict] = None) -> dict:
     """The table's file content from stored points (``results.export.point_record``
     form): every checked buffer point of a concrete algorithm (not ``auto``);
     at each (library, collective, ranks, bytes) measured with two or more
-    algorithms, the fastest; consecutive sizes with the same winner make one band.
+    algorithms, the fastest by ``metric`` (each algorithm by its fastest run);
+    consecutive sizes with the same winner make one band.
     Each size keeps every algorithm's time (µs), so the margins can be read."""
     fastest: dict[tuple, dict[str, float]] = defaultdict(dict)
     for p in points:

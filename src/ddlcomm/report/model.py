@@ -117,7 +117,8 @@ def render_fit(fit, residuals: bool = False) -> str:
 def render_tuning(table: Mapping[str, Any]) -> str:
     """A tuning table (``comm/tuning.build``): per library, collective and rank count,
     the bands of ``auto``, then each measured size's winner and its margin over the
-    library's own collective where it was measured."""
+    library's own collective where it was measured, in the time that ranked them."""
+    metric = str(table.get("metric", "t_avg_us")).removeprefix("t_").removesuffix("_us")
     lines = []
     for t in table["tables"]:
         bands = ", ".join(f"{format_size(start) if start else '0'}+: {alg}"
@@ -132,8 +133,8 @@ def render_tuning(table: Mapping[str, Any]) -> str:
                          size["best"], format_us(us[size["best"]]),
                          format_us(lib) if lib is not None else "-",
                          f"{lib / us[size['best']]:.2f}x" if lib else "-"])
-    table_text = format_table(["library", "collective", "ranks", "bytes", "fastest", "us",
-                               "library us", "gain"], rows)
+    table_text = format_table(["library", "collective", "ranks", "bytes", "fastest",
+                               f"{metric} us", f"library {metric} us", "gain"], rows)
     return "\n".join(lines) + "\n\n" + table_text
 
 

@@ -5,10 +5,10 @@ measured several algorithms side by side (``ddlcomm bench --algorithm
 library,ring,rhd,shm``): for each library, collective and rank count, the
 fastest algorithm at each measured size (by the median call, each algorithm by
 its fastest run), as bands: from this size up, this algorithm.  ``ddlcomm
-bench --tuning FILE`` hands it to ``auto`` (:func:`ddlcomm.comm.algorithms.decide`): where the table
-has the run's library, collective and rank count, ``auto`` runs its choice
-(every rank reads the same file, so every rank chooses alike); elsewhere
-``auto`` keeps its rules.  A size below the smallest measured one takes the
+bench --tuning FILE`` hands it to ``auto`` (:func:`ddlcomm.comm.algorithms.decide`):
+where the table has the run's library, collective and rank count, ``auto`` runs
+its choice (every rank reads the same file, so every rank chooses alike);
+elsewhere ``auto`` keeps its rules.  A size below the smallest measured one takes the
 first band.  Pure, but for :func:`load`.
 """
 from __future__ import annotations

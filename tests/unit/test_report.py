@@ -261,6 +261,23 @@ def test_no_two_series_look_alike_past_ten():
     assert len(looks) == 20 and len(set(looks)) == 20
 
 
+def test_series_of_two_factors_share_a_colour_per_factor():
+    """Backend x phase drew three unrelated colours per backend: now a colour per phase
+    (the factor of more values) and a marker per backend."""
+    from ddlcomm.report.plots import latency_figure, series_styles
+    pts = [make_point("allreduce", "buffer", s, backend=b, library=b, extra={"phase": ph})
+           for b in ("mpi", "gloo") for ph in ("d2h", "collective", "h2d") for s in (1024, 4096)]
+    looks = {label: (st["color"], st["marker"]) for label, st in series_styles(pts).items()}
+    assert len(looks) == 6 and len(set(looks.values())) == 6
+    for ph in ("d2h", "collective", "h2d"):
+        assert len({c for label, (c, _) in looks.items() if label.endswith(f"phase={ph}")}) == 1
+    for b in ("mpi", "gloo"):
+        assert len({m for label, (_, m) in looks.items() if label.startswith(b)}) == 1
+    lines = latency_figure(pts, "allreduce").axes[0].get_lines()
+    assert {(line.get_color(), line.get_marker()) for line in lines
+            if line.get_label()[0] != "_"} == set(looks.values())
+
+
 def test_a_run_failed_by_its_checks_alone_is_not_called_cut_short(points, tmp_path):
     run = dict(RUN, status="failed", error="1 points failed their check")
     page = write_run_report(run, points, tmp_path / "r").read_text()

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..units import format_size
-from .tables import Point, group_by_collective, heading, series_key, varying_dimensions
+from .tables import (Point, dimension_value, group_by_collective, heading, series_key,
+                     varying_dimensions)
 
 _DPI = 110
 _FIGSIZE = (6.4, 4.4)
@@ -53,14 +54,41 @@ def series_styles(points: Sequence[Point]) -> dict[str, dict[str, str]]:
     """A style (``color``, ``marker``) per series label over every collective of ``points``,
     in the order they were measured, so that a series keeps its look from one figure to
     the next (by the order of each figure's own series, ``rhd`` was red in one and orange
-    in another), and no two series look alike: past ten series the marker changes (two
-    backends times five algorithms times two forms drew 20 lines in 10 colours)."""
-    labels: dict[str, None] = {}
+    in another), and no two series of a figure look alike.
+
+    Where series differ in two or more factors (backend x phase, algorithm x form), the
+    factor of fewest values (the last on a tie) picks the marker and the others the
+    colour, so that the lines of one backend, or of one phase, share a colour; where they
+    would need more than ten colours or more markers than :data:`MARKERS`, and where one
+    factor varies, the ``i``-th series takes :func:`nth_style`."""
+    parts: dict[str, Optional[tuple[str, tuple]]] = {}
     for collective, group in group_by_collective(points).items():
         varying = varying_dimensions(group)
+        factor = _marker_factor(group, varying)
         for p in group:
-            labels.setdefault(series_key(p, varying) or collective, None)
-    return {label: nth_style(i) for i, label in enumerate(labels)}
+            parts.setdefault(series_key(p, varying) or collective, None if factor is None else (
+                series_key(p, [d for d in varying if d not in factor]),
+                tuple(repr(dimension_value(p, d)) for d in factor)))
+    heads = list(dict.fromkeys(part[0] for part in parts.values() if part))
+    tails = list(dict.fromkeys(part[1] for part in parts.values() if part))
+    if len(heads) > 10 or len(tails) > len(MARKERS):
+        parts = dict.fromkeys(parts)
+    single = [label for label, part in parts.items() if part is None]
+    return {label: nth_style(single.index(label)) if part is None else
+            {"color": f"C{heads.index(part[0])}", "marker": MARKERS[tails.index(part[1])]}
+            for label, part in parts.items()}
+
+
+def _marker_factor(group: Sequence[Point], varying: Sequence[str]) -> Optional[tuple[str, ...]]:
+    """The factor of the series of ``group`` (one collective) that takes the marker: the
+    one of fewest values, the last on a tie; backend and library are one factor.  None
+    where fewer than two factors vary."""
+    pair = tuple(d for d in ("backend", "library") if d in varying)
+    factors = ([pair] if pair else []) + [(d,) for d in varying if d not in pair]
+    if len(factors) < 2:
+        return None
+    return min(reversed(factors),
+               key=lambda f: len({tuple(repr(dimension_value(p, d)) for d in f) for p in group}))
 
 
 def nth_style(i: int) -> dict[str, str]:

@@ -122,6 +122,16 @@ def pytest_configure(config) -> None:
     signal.signal(signal.SIGTERM, _terminated)
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """A test that skips for want of a GPU must carry the ``gpu`` marker: scripts/gpu-check
+    runs the marked ones on the GPU machine, and an unmarked one would never run there."""
+    unmarked = [item.nodeid for item in items if item.get_closest_marker("gpu") is None and any(
+        str(mark.kwargs.get("reason", "")).startswith("needs a GPU")
+        for mark in item.iter_markers("skipif"))]
+    if unmarked:
+        raise pytest.UsageError(f"GPU tests without the gpu marker: {', '.join(unmarked)}")
+
+
 def run(cmd, env, timeout: float) -> subprocess.CompletedProcess:
     """subprocess.run in a process group of its own, ended with its ranks on timeout."""
     proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.PIPE,

@@ -9,7 +9,11 @@ from ddlcomm.kernels.device import (DEVICE, HOST, KindCache, address, copy_pass,
 from ddlcomm.memory.gpu import cuda_available
 
 CUDA, WHY = cuda_available()
-needs_gpu = pytest.mark.skipif(not CUDA, reason=f"needs a GPU: {WHY}")
+
+
+def needs_gpu(test):
+    """A GPU test: marked ``gpu`` (scripts/gpu-check runs it there), skipped here with why."""
+    return pytest.mark.gpu(pytest.mark.skipif(not CUDA, reason=f"needs a GPU: {WHY}")(test))
 
 
 def test_host_buffers_are_looked_up_once_per_buffer():

@@ -175,6 +175,21 @@ def test_report_only_without_a_database(tmp_path):
                   out=tmp_path / "out")
 
 
+def test_report_only_reads_a_database_on_a_read_only_mount(tmp_path):
+    """It refused one: "--db ... is not writable" (the check of a run's database)."""
+    import subprocess
+    import sys
+    Store(tmp_path / "r.db").close()
+    cmd = [sys.executable, "-m", "ddlcomm", "reproduce", "woo2020", "--report-only", "woo2020:abc",
+           "--db", str(tmp_path / "r.db"), "--out", "/tmp"]
+    res = subprocess.run(["unshare", "-m", "sh", "-c", 'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" '
+                          '&& shift && exec "$@"', "_", str(tmp_path), *cmd],
+                         capture_output=True, text=True, timeout=60)
+    if "ddlcomm" not in res.stderr:
+        pytest.skip(f"no mount namespace here: {res.stderr.strip()[-200:]}")
+    assert res.returncode == 2 and "no points of session woo2020:abc" in res.stderr, res.stderr
+
+
 def test_awan2019_gpu_half_and_what_does_not_run(monkeypatch):
     """The GPU latency runs it would make, and unavailable() naming exactly those not run."""
     from ddlcomm.recipes import awan2019

@@ -36,5 +36,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     recipe = get_recipe(args.name)
     timeout_s = None if args.timeout is None else parse_seconds(args.timeout, "--timeout")
-    return reproduce(recipe, common.db_path(args), full=args.full, report_only=args.report_only,
+    # --report-only reads the database (one on a read-only mount too); a run writes it
+    db = common.existing_db(args) if args.report_only else common.db_path(args)
+    return reproduce(recipe, db, full=args.full, report_only=args.report_only,
                      out=common.out_dir(args.out, None), timeout_s=timeout_s)

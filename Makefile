@@ -47,7 +47,7 @@ system-packages:
 	.venv/$*/bin/python -m pip install -q -e ".[mpi,torch,test]"
 	@touch $@
 
-run: system-packages .venv/openmpi/.ddlcomm-base
+run: .venv/openmpi/.ddlcomm-base
 	.venv/openmpi/bin/ddlcomm bench
 
 test: setup

@@ -336,7 +336,7 @@ def _targets(o: BenchOptions, dtype: DType, op: ReduceOp) -> tuple[list[str], li
                             ("--op", o.op != "sum"), ("--in-place", o.in_place)):
             if given:
                 raise UsageError(f"{flag} applies to --collective runs",
-                                 "a workload sums its gradients in buffer form")
+                                 "a workload reduces its gradients its own way, in buffer form")
         return [], workloads_
     for flag in ("model", "fusion", "steps"):
         if getattr(o, flag) is not None:

@@ -37,7 +37,8 @@ def add_parser(sub) -> None:
                                       "list measured side by side: ps-sync, ps-async, allreduce")
     b.add_argument("--sizes",
                    help="LO:HI[xF] sweep (powers of F, default x2) or a comma list, "
-                        "per-rank message bytes (default: 4B:64MiB)")
+                        "per-rank message bytes (default: one element of --dtype to 64MiB, "
+                        "4B:64MiB for float32)")
     b.add_argument("--model", help="workloads: send a model's gradients, per layer "
                                    "(alexnet, googlenet, resnet50, mobilenet, vgg16)")
     b.add_argument("--fusion", metavar="BYTES",
@@ -45,13 +46,15 @@ def add_parser(sub) -> None:
                         "(e.g. 25MiB; 0: per tensor); without it, one message per layer")
     b.add_argument("--steps", help="workloads: timed steps (ps-async: pushes per worker, default 100)")
     b.add_argument("--path", default="host",
-                   help="data path: host (default) or the GPU paths host-staged, direct (also "
-                        "for single collectives), nccl-chief (workloads only); they need a GPU")
+                   help="data path, or a comma list measured side by side: host (default) or the "
+                        "GPU paths host-staged, direct (also for single collectives), "
+                        "nccl-chief (workloads only); they need a GPU")
     b.add_argument("--dtype", default="float32",
                    help="float16, bfloat16, float32, float64, int32, int64, uint8 (default: float32)")
     b.add_argument("--op", default="sum", help="sum, prod, min, max, avg (default: sum)")
     b.add_argument("--form", choices=["buffer", "object", "both"],
-                   help="buffer calls (NumPy arrays), pickled-object calls, or both (default)")
+                   help="buffer calls (NumPy arrays), pickled-object calls, or both (default; "
+                        "buffer on --memory device)")
     b.add_argument("--algorithm", default="library",
                    help="comma list of algorithms measured side by side: library (the backend's "
                         "own collective), auto, or ddlcomm's own (ring, rhd, shm, hierarchical, "
@@ -106,8 +109,6 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     info = detect()
     plan = bench_plan(args, default_ranks=None if info else 2)
     db = common.db_path(args)
-    for name in plan.backends:
-        registry.check(name)
     if info is not None:
         return session.rank_main(plan, argv, info, db, common.report_dir(args, db))
     check_ranks(plan.ranks, usable_cores(), args.oversubscribe)   # memory: check_fits

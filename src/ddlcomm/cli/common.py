@@ -47,7 +47,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     add_db(p)
     p.add_argument("--tag", help="a label stored with the run (recipes find their runs by it)")
     p.add_argument("--report-dir", metavar="DIR",
-                   help="where run-N/index.html goes (default: reports/ beside the database)")
+                   help="where run-N/index.html goes (default: reports/ beside the database, "
+                        "reports/NAME/ beside a database NAME.db other than ddlcomm.db)")
     p.add_argument("--no-report", action="store_true", help="do not write the HTML/PNG report")
 
 

@@ -29,7 +29,8 @@ def add_parser(sub) -> None:
                     help="run nothing: rewrite the report of an earlier session (its tag, "
                          "e.g. woo2020:2685bee5, printed when it ran)")
     rp.add_argument("--out", metavar="DIR",
-                    help="report folder (default: reports/NAME-TAG beside the database)")
+                    help="report folder (default: reports/TAG beside the database, ':' as '-', "
+                         "e.g. reports/woo2020-2685bee5)")
     common.add_db(rp)
 
 

@@ -348,3 +348,17 @@ def test_a_store_whose_file_was_removed_saves_a_copy(tmp_path):
     store.close()
     with Store(to, readonly=True) as copy:
         assert len(copy.points(run)) == 2
+
+
+def test_a_nan_in_extra_is_stored_as_strict_json(tmp_path):
+    """A diverged training run stored NaN, which SQLite's json_extract refuses."""
+    import numpy as np
+    path = tmp_path / "n.db"
+    with Store(path) as store:
+        run = store.create_run({"status": "passed"})
+        store.add_point(run, make_point(extra={"loss": [float("nan"), 1.5], "loss_first": np.nan,
+                                               "ranks_seen": {3, 1, 2}}))
+        extra = store.points(run)[0]["extra"]
+    assert extra == {"loss": [None, 1.5], "loss_first": None, "ranks_seen": [1, 2, 3]}
+    with sqlite3.connect(path) as db:
+        assert db.execute("select json_extract(extra, '$.loss[1]') from points").fetchone() == (1.5,)

@@ -159,3 +159,13 @@ def test_param_bytes_from_the_parameters_dtypes():
     assert (f64.dtype, f64.count, f64.nbytes) == ("float64", 8, 64)
     half = param_bytes([torch.zeros(4, dtype=torch.float16), torch.zeros(1)])
     assert (half.dtype, half.nbytes) == ("mixed", 12)
+
+
+def test_a_diverged_loss_curve_is_nan_without_a_warning():
+    import warnings
+
+    from ddlcomm.train.loop import loss_summary
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s = loss_summary(np.array([[np.nan, np.nan, 2.0], [np.nan, 1.0, 2.0]]))
+    assert np.isnan(s["loss"][0]) and s["loss"][1:] == [1.0, 2.0] and not s["loss_decreased"]

@@ -76,10 +76,15 @@ def summary_rows(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
                      _pct(f.get("predicted_error")), f"{f.get('images_per_s') or 0:.1f}",
                      _ms(ph.get("forward")), _ms(ph.get("backward")), _ms(ph.get("update")),
                      _ms(ph.get("comm_exposed")), _ms(ph.get("comm_hidden")),
-                     f"{f.get('loss_first', 0):.3f}->{f.get('loss_last', 0):.3f}",
+                     f"{_loss(f.get('loss_first'))}->{_loss(f.get('loss_last'))}",
                      "-" if rep is None else ("identical" if rep else "DIFFER"),
                      "FAILED" if f.get("check") == "failed" else str(f.get("check"))])
     return headers, rows
+
+
+def _loss(value: Optional[float]) -> str:
+    """A stored loss (NaN is stored as null)."""
+    return "nan" if value is None else f"{value:.3f}"
 
 
 def scaling_rows(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:

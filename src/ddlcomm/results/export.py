@@ -34,22 +34,24 @@ def point_record(point: Mapping[str, Any]) -> dict[str, Any]:
     return rec
 
 
-def _clean(value: Any) -> Any:
-    """Make ``value`` strict JSON: NaN/inf become None, NumPy values plain ones."""
+def strict(value: Any) -> Any:
+    """Make ``value`` strict JSON: NaN/inf become None, NumPy values plain ones, sets sorted lists."""
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
         value = value.tolist()
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, Mapping):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_clean(v) for v in value]
+        return {str(k): strict(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return [strict(v) for v in sorted(value)]
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
     return value
 
 
 def to_json(points: Iterable[Mapping[str, Any]]) -> str:
     """A JSON list of :func:`point_record` objects, indented by 2."""
-    return json.dumps([_clean(point_record(p)) for p in points], indent=2, default=str)
+    return json.dumps([strict(point_record(p)) for p in points], indent=2, default=str)
 
 
 def _cell(value: Any) -> Any:
@@ -57,7 +59,7 @@ def _cell(value: Any) -> Any:
     if value is None:
         return ""
     if isinstance(value, (Mapping, list, tuple)):
-        return json.dumps(_clean(value), default=str)
+        return json.dumps(strict(value), default=str)
     return value
 
 

@@ -30,6 +30,7 @@ from typing import Any, Iterator
 
 from ..errors import StoreError
 from ..launch.processes import owner_gone, this_process
+from .export import strict
 
 #: Seconds a writer waits for another process's lock before giving up.
 BUSY_TIMEOUT_S = 30.0
@@ -123,11 +124,7 @@ def utc_now() -> str:
 
 
 def _json_default(value: Any) -> Any:
-    """Let NumPy scalars and arrays (and sets, paths) go into JSON."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if isinstance(value, (set, frozenset)):
-        return sorted(value)
+    """Let paths go into JSON (:func:`~ddlcomm.results.export.strict` made the rest plain)."""
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
@@ -153,7 +150,8 @@ def _to_column(what: str, name: str, kind: str, value: Any) -> Any:
         ok = isinstance(value, dict)
         if ok:
             try:
-                value = json.dumps(value, default=_json_default, sort_keys=False)
+                # strict JSON (NaN as null): SQLite's json_extract refuses NaN
+                value = json.dumps(strict(value), default=_json_default, sort_keys=False)
             except (TypeError, ValueError) as e:
                 raise StoreError(f"{what} field {name!r} cannot be stored as JSON: {e}") from None
     if not ok:

@@ -21,6 +21,7 @@ rank's own (as in Horovod) and not part of the check.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Collection, Iterable, Optional
 
@@ -69,12 +70,15 @@ def replicas_identical(comm, flat: np.ndarray) -> bool:
     hi, lo = flat.copy(), flat.copy()
     comm.allreduce(hi, hi, op="max")
     comm.allreduce(lo, lo, op="min")
-    return agree_all(comm, bool(np.array_equal(hi, flat) and np.array_equal(lo, flat)))
+    same = np.array_equal(hi, flat, equal_nan=True) and np.array_equal(lo, flat, equal_nan=True)
+    return agree_all(comm, bool(same))  # NaN everywhere is identical (the loss check fails it)
 
 
 def loss_summary(losses: np.ndarray) -> dict:
     """The loss curve averaged over workers (rows) and whether it fell."""
-    curve = np.nanmean(losses, axis=0) if losses.size else np.zeros(0)
+    with warnings.catch_warnings():           # an iteration whose every loss is NaN stays NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        curve = np.nanmean(losses, axis=0) if losses.size else np.zeros(0)
     k = min(LOSS_WINDOW, max(1, len(curve) // 2))
     first, last = float(np.mean(curve[:k])), float(np.mean(curve[-k:]))
     return {"loss": [round(float(v), 5) for v in curve], "loss_first": first, "loss_last": last,

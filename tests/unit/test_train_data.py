@@ -30,7 +30,7 @@ def write(folder, n_files=3, n=10):
 
 def test_files_read_ahead_in_batches_across_files(tmp_path):
     files = data_files(write(tmp_path / "d"))
-    data = FolderData(files, batch=4, classes=1000, rank=0, size=1, prefetch=2)
+    data = FolderData(files, batch=4, rank=0, size=1, prefetch=2)
     try:
         got = [data.next() for _ in range(8)]                    # 30 images: 7 batches, then again
     finally:
@@ -43,7 +43,7 @@ def test_files_read_ahead_in_batches_across_files(tmp_path):
 
 def test_each_rank_reads_its_share(tmp_path):
     files = data_files(write(tmp_path / "d", n_files=4))
-    data = FolderData(files, batch=10, classes=1000, rank=1, size=2)
+    data = FolderData(files, batch=10, rank=1, size=2)
     try:
         labels = {int(data.next()[1][0]) for _ in range(4)}
     finally:
@@ -59,7 +59,7 @@ def test_bad_folders_and_files(tmp_path):
         data_files(tmp_path / "empty")
     (tmp_path / "bad").mkdir()
     np.savez(tmp_path / "bad" / "a.npz", images=np.zeros(3))
-    data = FolderData(data_files(tmp_path / "bad"), 2, 10, 0, 1)
+    data = FolderData(data_files(tmp_path / "bad"), 2, 0, 1)
     with pytest.raises(UsageError, match="lacks array x or y"):
         data.next()
     data.close()
@@ -70,11 +70,19 @@ def test_data_checked_from_headers_before_any_rank(tmp_path):
     a rank after the start, and images of another size trained as --image-size's."""
     from ddlcomm.train.data import data_shape
     assert data_shape(data_files(write(tmp_path / "d"))) == (30, 4, 4)
-    cases = {"zero": dict(x=np.zeros((0, 3, 4, 4), np.uint8), y=np.zeros(0)),
-             "flat": dict(x=np.zeros((2, 4, 4), np.uint8), y=np.zeros(2)),
-             "pickled": dict(x=np.array([None, None], object).reshape(2, 1, 1, 1), y=np.zeros(2)),
-             "oblong": dict(x=np.zeros((2, 3, 4, 5), np.uint8), y=np.zeros(2))}
-    match = {"zero": "no images", "flat": "must be", "pickled": "must be", "oblong": "square"}
+    labels = np.zeros(2, np.int64)
+    cases = {"zero": dict(x=np.zeros((0, 3, 4, 4), np.uint8), y=labels[:0]),
+             "flat": dict(x=np.zeros((2, 4, 4), np.uint8), y=labels),
+             "pickled": dict(x=np.array([None, None], object).reshape(2, 1, 1, 1), y=labels),
+             "oblong": dict(x=np.zeros((2, 3, 4, 5), np.uint8), y=labels),
+             # int16 pixels trained unscaled (loss 6211 -> 51065, passed); float, bool labels
+             # were taken modulo the classes
+             "int16": dict(x=np.zeros((2, 3, 4, 4), np.int16), y=labels),
+             "complex": dict(x=np.zeros((2, 3, 4, 4), np.complex64), y=labels),
+             "float_y": dict(x=np.zeros((2, 3, 4, 4), np.float32), y=np.zeros(2)),
+             "bool_y": dict(x=np.zeros((2, 3, 4, 4), np.float32), y=np.zeros(2, bool))}
+    match = {"zero": "no images", "flat": "must be", "pickled": "must be", "oblong": "square",
+             **dict.fromkeys(("int16", "complex", "float_y", "bool_y"), "integer class labels")}
     for name, arrays in cases.items():
         (tmp_path / name).mkdir()
         np.savez(tmp_path / name / "a.npz", **arrays)
@@ -87,7 +95,7 @@ def test_data_checked_from_headers_before_any_rank(tmp_path):
 
 
 def test_a_share_smaller_than_a_batch_is_refused_not_awaited(tmp_path):
-    data = FolderData(data_files(write(tmp_path / "d", n_files=1, n=3)), 4, 10, 0, 1)
+    data = FolderData(data_files(write(tmp_path / "d", n_files=1, n=3)), 4, 0, 1)
     with pytest.raises(UsageError, match="holds 3 images, fewer than a batch of 4"):
         data.next()
     data.close()
@@ -97,7 +105,7 @@ def test_the_image_size_is_the_datas(tmp_path, capsys):
     from ddlcomm.cli import main
     folder = tmp_path / "d"
     folder.mkdir()
-    np.savez(folder / "a.npz", x=np.zeros((8, 3, 28, 28), np.uint8), y=np.zeros(8))
+    np.savez(folder / "a.npz", x=np.zeros((8, 3, 28, 28), np.uint8), y=np.zeros(8, np.int64))
     assert main(["train", "--db", str(tmp_path / "t.db"), "--data", str(folder),
                  "--image-size", "32", "--no-report"]) == 2
     assert "--image-size 32, but the --data images are 28x28" in capsys.readouterr().err
@@ -106,3 +114,20 @@ def test_the_image_size_is_the_datas(tmp_path, capsys):
     from ddlcomm.train.config import base_config
     args = build_parser().parse_args(["train", "--data", str(folder)])
     assert base_config(options(args)).image_size == 28
+
+
+@pytest.mark.parametrize("x, y, message", [
+    # labels past the classes were taken modulo the classes, silently
+    (np.zeros((8, 3, 32, 32), np.uint8), np.arange(8) * 100, "labels run 0..700, but smallcnn has 10"),
+    (np.zeros((8, 3, 32, 32), np.uint8), -np.arange(8), "labels run -7..0"),
+    # without --image-size it blamed an --image-size 4 the user never gave
+    (np.zeros((8, 3, 4, 4), np.uint8), np.zeros(8, np.int64), "--data images are 4x4, too small"),
+])
+def test_data_the_network_cannot_train_on_is_refused(tmp_path, capsys, x, y, message):
+    from ddlcomm.cli import main
+    folder = tmp_path / "d"
+    folder.mkdir()
+    np.savez(folder / "a.npz", x=x, y=y)
+    assert main(["train", "--db", str(tmp_path / "t.db"), "--data", str(folder), "--no-report"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err

@@ -23,7 +23,7 @@ from ..errors import UnsupportedError, UsageError
 from ..units import (MAX_ITERS, MAX_SEED, format_size, parse_list, parse_positive_int,
                      parse_seconds, parse_size)
 from .aggregate import ARCHS
-from .data import data_files, data_shape
+from .data import data_files, data_shape, label_range
 from .device import get_device
 from .nets import check_image_size, get_net
 from .wire import wire_for
@@ -135,10 +135,18 @@ def base_config(o: TrainOptions) -> TrainConfig:
     if o.prefetch is not None and o.data is None:
         raise UsageError("--prefetch applies to --data runs (synthetic batches are not read)")
     if o.data is not None:
-        _, side, _ = data_shape(data_files(o.data))    # refuse a folder it cannot train on now
+        files = data_files(o.data)
+        _, side, _ = data_shape(files)      # refuse a folder it cannot train on now
         if o.image_size and image != side:
             raise UsageError(f"--image-size {image}, but the --data images are {side}x{side}",
                              f"give --image-size {side}, or leave it out")
+        if side < spec.min_image_size:
+            raise UsageError(f"the --data images are {side}x{side}, too small for {spec.name}",
+                             f"its pooling needs at least {spec.min_image_size} pixels")
+        lo, hi = label_range(files)
+        if lo < 0 or hi >= spec.classes:
+            raise UsageError(f"the --data labels run {lo}..{hi}, but {spec.name} has "
+                             f"{spec.classes} classes", f"give labels 0..{spec.classes - 1}")
         image = side
         data = str(Path(o.data).expanduser().resolve())
     check_image_size(spec, image)

@@ -87,6 +87,9 @@ def data_shape(files: list[Path]) -> tuple[int, int, int]:
         if len(xs) != 4 or xs[1] != 3 or ys != xs[:1] or xt.hasobject or yt.hasobject:
             raise UsageError(f"--data file {f}: x must be (N, 3, H, W) and y (N,) of numbers, "
                              f"got {xs} {xt} and {ys} {yt}")
+        if not (xt == np.uint8 or xt.kind == "f") or yt.kind not in "iu":
+            raise UsageError(f"--data file {f}: x must hold uint8 (0..255) or float pixels and "
+                             f"y integer class labels, got {xt} and {yt}")
         total += xs[0]
         sizes.add(xs[2:])
     if len(sizes) > 1 or any(h != w for h, w in sizes):
@@ -98,13 +101,25 @@ def data_shape(files: list[Path]) -> tuple[int, int, int]:
     return total, h, w
 
 
+def label_range(files: list[Path]) -> tuple[int, int]:
+    """The smallest and largest class label of the data files (their y arrays alone)."""
+    lows, highs = [], []
+    for f in files:
+        with np.load(f) as z:
+            y = z["y"]
+        if len(y):
+            lows.append(int(y.min()))
+            highs.append(int(y.max()))
+    return min(lows, default=0), max(highs, default=0)
+
+
 class FolderData:
     """Batches from ``.npz`` files, read ahead by one thread into a queue of ``prefetch`` batches."""
 
-    def __init__(self, files: list[Path], batch: int, classes: int, rank: int, size: int,
+    def __init__(self, files: list[Path], batch: int, rank: int, size: int,
                  prefetch: int = 4) -> None:
         mine = files[rank::size] or files       # fewer files than ranks: every rank reads them all
-        self.batch, self.classes = batch, classes
+        self.batch = batch
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, prefetch))
         self._stop = threading.Event()
         self._error: Optional[BaseException] = None
@@ -143,7 +158,7 @@ class FolderData:
                 xt = torch.from_numpy(np.ascontiguousarray(x, np.float32))
                 if x.dtype == np.uint8:
                     xt = xt / 255.0
-                if not self._put((xt, torch.from_numpy(np.asarray(y, np.int64) % self.classes))):
+                if not self._put((xt, torch.from_numpy(np.asarray(y, np.int64)))):
                     return
         except BaseException as exc:       # noqa: BLE001 - handed to the training loop
             self._error = exc

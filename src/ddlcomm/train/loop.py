@@ -52,7 +52,7 @@ LOSS_WINDOW = 3
 
 def make_data(cfg: TrainConfig, classes: int, rank: int, size: int):
     if cfg.data is not None:
-        return FolderData(data_files(cfg.data), cfg.batch, classes, rank, size, cfg.prefetch)
+        return FolderData(data_files(cfg.data), cfg.batch, rank, size, cfg.prefetch)
     return SyntheticData(cfg.batch, cfg.image_size, classes, seed=1000 * cfg.seed + rank + 1)
 
 

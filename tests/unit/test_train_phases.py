@@ -79,19 +79,30 @@ def test_speedup_and_efficiency():
 
 
 def test_mean_and_critical_phases():
-    # 2 workers, 2 iterations: worker 1 is slower in iteration 0, worker 0 in iteration 1
+    # 2 workers, 2 iterations of 7 each: worker 1 works longer on average (4.5 against 3.5)
     t = np.zeros((2, 2, len(ph.PHASES)))
     t[0, 0, :6] = [0, 0, 1, 1, 0, 5]        # waited 5 for worker 1
-    t[1, 0, :6] = [0, 0, 3, 4, 0, 1]
-    t[0, 1, :6] = [0, 0, 2, 5, 0, 1]
-    t[1, 1, :6] = [0, 0, 1, 1, 0, 6]
+    t[1, 0, :6] = [0, 0, 3, 3, 0, 1]
+    t[0, 1, :6] = [0, 0, 2, 3, 0, 2]
+    t[1, 1, :6] = [0, 0, 1, 2, 0, 4]
     mean = ph.mean_phases(t)
-    assert mean["forward"] == pytest.approx(7 / 4) and mean["comm_exposed"] == pytest.approx(13 / 4)
+    assert mean["forward"] == pytest.approx(7 / 4) and mean["comm_exposed"] == pytest.approx(12 / 4)
     crit = ph.critical_phases(t)
-    assert crit["forward"] == pytest.approx(2.5) and crit["backward"] == pytest.approx(4.5)
-    assert crit["comm_exposed"] == pytest.approx(1.0)      # the slowest one hardly waits
+    assert crit["forward"] == pytest.approx(2.0) and crit["backward"] == pytest.approx(2.5)
+    assert crit["comm_exposed"] == pytest.approx(2.5)
+    assert sum(crit.values()) == pytest.approx(7.0)
     with pytest.raises(ValueError):
         ph.mean_phases(np.zeros((2, 2, 3)))
+
+
+def test_critical_phases_add_up_to_an_iteration_when_workers_start_apart():
+    """Iterations of 9 then 5 on one worker, 5 then 9 on the other (7 each, on average):
+    the slowest of each iteration added up to 9."""
+    t = np.zeros((2, 2, len(ph.PHASES)))
+    t[0, 0, :6], t[0, 1, :6] = [0, 0, 4, 4, 0, 1], [0, 0, 2, 2, 0, 1]
+    t[1, 0, :6], t[1, 1, :6] = [0, 0, 2, 2, 0, 1], [0, 0, 4, 4.5, 0, 0.5]
+    crit = ph.critical_phases(t)
+    assert sum(crit.values()) == pytest.approx(7.0) and crit["backward"] == pytest.approx(3.25)
 
 
 def test_scale_to():

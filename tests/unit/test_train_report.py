@@ -41,6 +41,20 @@ def test_scaling_against_one_worker():
     assert sc[("allreduce", 2)]["speedup_predicted"] == pytest.approx(2 * 0.16 / 0.18)
 
 
+def test_ddp_scales_against_its_own_jobs_baseline():
+    """DDP's points name its group's backend (Gloo beside mpi): they had no scaling row
+    unless the job's --backend was gloo."""
+    base, ddp = point(1, t_iter=0.16), point(2, t_iter=0.2, peer="ddp")
+    base["run_id"] = ddp["run_id"] = 7
+    ddp.update(backend="gloo", library="Gloo")
+    ddp["extra"]["sync"] = "none"
+    rows = scaling_points([base, ddp])
+    got = {p["extra"]["peer"]: p["extra"] for p in rows}
+    assert got["ddp"]["speedup"] == pytest.approx(2 * 0.16 / 0.2) and got["ddp"]["sync"] == "none"
+    other_run = dict(ddp, run_id=8)
+    assert [p["extra"]["peer"] for p in scaling_points([base, other_run])] == ["ddlcomm"]
+
+
 def test_no_baseline_no_scaling_point():
     assert scaling_points([point(2), point(4)]) == []
     other = point(2)

@@ -2,7 +2,8 @@
 
 For every configuration measured at several worker counts, the baseline is
 the same network and batch trained by one worker alone, through the same backend and library (the one-rank
-``allreduce`` configuration without overlap: no communication to speak of).
+``allreduce`` configuration without overlap: no communication to speak of); for DDP,
+which runs over its own process group (Gloo beside ``mpi``), its own job's.
 Speed-up is ``N * t_iter(1) / t_iter(N)`` (fixed batch per worker),
 efficiency is speed-up / N; the model's are computed from the *baseline's*
 phases with the communication measured at N, which is the S-SGD model's
@@ -29,11 +30,14 @@ def iteration_points(points: Iterable[Point]) -> list[Point]:
 
 def _baseline(iters: list[Point], p: Point) -> Optional[Point]:
     e = extra(p)
+    ddp = e.get("peer") == "ddp"        # its points name its group's backend (Gloo beside mpi)
     for q in iters:
         f = extra(q)
+        same = q.get("run_id") == p.get("run_id") if ddp else \
+            (q.get("backend"), q.get("library")) == (p.get("backend"), p.get("library"))
         if (f.get("workers") == 1 and q.get("ranks") == 1 and f.get("model") == e.get("model")
-                and (q.get("backend"), q.get("library")) == (p.get("backend"), p.get("library"))
-                and f.get("batch") == e.get("batch") and f.get("image_size") == e.get("image_size")
+                and same and f.get("batch") == e.get("batch")
+                and f.get("image_size") == e.get("image_size")
                 and f.get("peer") == "ddlcomm" and f.get("arch") == "allreduce" and not f.get("overlap")):
             return q
     return None
@@ -56,7 +60,8 @@ def scaling_points(points: Iterable[Point]) -> list[dict]:
         rec = {k: copy.deepcopy(v) for k, v in p.items() if k not in ("run_id", "extra")}
         rec["extra"] = {
             **{k: e[k] for k in ("workload", "model", "arch", "peer", "overlap", "wait", "fusion",
-                                 "batch", "image_size", "workers", "threads", "data", "device")
+                                 "batch", "image_size", "workers", "threads", "data", "device",
+                                 "sync", "gpu", "ranks_per_gpu", "gpu_name", "gpus")
                if k in e},
             "phase": "scaling", "t_iter_s": tn, "baseline_t_iter_s": t1,
             "images_per_s": e.get("images_per_s"),

@@ -135,3 +135,14 @@ def test_device_defaults_to_where_the_backend_takes_buffers():
     assert {c.device for c in job.configs} == {"cpu"}
     (job,) = jobs("--backend", "mpi", "--device", "cpu")
     assert {c.device for c in job.configs} == {"cpu"}
+
+
+def test_the_networks_state_counts_against_the_memory(monkeypatch):
+    """16 ranks of vgg16 started on a 22 GiB machine: only the images were counted."""
+    from ddlcomm.train import config
+    monkeypatch.setattr(config, "mem_available", lambda: 20 << 30)
+    with pytest.raises(UsageError, match="vgg16's parameters, gradients and momentum need "
+                                         r"1\.55GiB a rank, 24\.7GiB at 16 ranks"):
+        jobs("--model", "vgg16", "--ranks", "16", "--oversubscribe")
+    assert jobs("--model", "vgg16", "--ranks", "8", "--oversubscribe")
+    assert jobs("--model", "smallcnn", "--ranks", "16", "--oversubscribe")   # no workload table

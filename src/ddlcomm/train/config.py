@@ -20,7 +20,8 @@ from ..bench.plan import (MAX_RANKS_PER_CORE, check_device_algorithm, check_star
                           usable_cores)
 from ..comm import algorithms, registry
 from ..errors import UnsupportedError, UsageError
-from ..units import (MAX_ITERS, MAX_SEED, format_size, parse_list, parse_positive_int,
+from ..workloads.models import total_parameters
+from ..units import (MAX_ITERS, MAX_SEED, counted, format_size, parse_list, parse_positive_int,
                      parse_seconds, parse_size)
 from .aggregate import ARCHS
 from .data import data_files, data_shape, label_range
@@ -264,14 +265,24 @@ def _batches(o: TrainOptions, base: TrainConfig) -> list[int]:
     return [parse_positive_int(o.batch, "--batch")] if o.batch else [base.batch]
 
 
+#: Copies of the network a rank holds in float32: parameters, gradients, SGD's momentum.
+STATE_COPIES = 3
+
+
 def _check_batch_memory(base: TrainConfig, batch: int, ranks: int) -> None:
-    """Refuse batches whose images alone (float32, 3 channels) cannot fit in memory."""
-    per_rank = batch * 3 * base.image_size ** 2 * 4
+    """Refuse runs whose ranks cannot hold a batch's images (float32, 3 channels) and, where
+    the network lives in host memory, its parameters, gradients and momentum: a lower
+    bound (activations and torch's own come on top; 16 ranks of vgg16 started on 22 GiB)."""
+    workload = get_net(base.model).workload
+    state = STATE_COPIES * 4 * total_parameters(workload) if workload and base.device == "cpu" else 0
+    per_rank = batch * 3 * base.image_size ** 2 * 4 + state
     available = mem_available()
     if per_rank * ranks > available:
-        raise UsageError(f"a batch of {batch} images of {base.image_size}x{base.image_size} takes "
-                         f"{format_size(per_rank)} a rank, {format_size(per_rank * ranks)} at "
-                         f"{ranks} ranks: more than the {format_size(available)} available",
+        what = f"a batch of {counted(batch, 'image')} of {base.image_size}x{base.image_size}" + (
+            f" and {base.model}'s parameters, gradients and momentum need" if state else " needs")
+        raise UsageError(f"{what} {format_size(per_rank)} a rank, "
+                         f"{format_size(per_rank * ranks)} at {counted(ranks, 'rank')}: more than "
+                         f"the {format_size(available)} available",
                          "use a smaller --batch or --image-size, or fewer --ranks")
 
 

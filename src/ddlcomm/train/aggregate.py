@@ -156,6 +156,7 @@ class AllreduceAggregator:
         self.calls = [self._call(w) for w in bk.gwires]
         self._counts = [len(m) for m in bk.members]
         self.ready: list = []
+        self.started = None          # the stamp of the first all-reduce started within backward
         self._pending: list[int] = []
         self._next = 0
         self._reqs: list = []
@@ -204,6 +205,8 @@ class AllreduceAggregator:
 
     def _start_ready(self) -> None:
         # Start buckets strictly in bucket order, so every rank issues the same sequence.
+        if self._next == 0 and self._pending and self._pending[0] == 0:
+            self.started = self.place.stamp()
         while self._next < len(self._pending) and self._pending[self._next] == 0:
             self._reqs.append(iallreduce(self.comm, self.bk.gwires[self._next]))
             self._next += 1
@@ -211,6 +214,7 @@ class AllreduceAggregator:
     def begin(self) -> None:
         """Before backward."""
         self.ready.clear()
+        self.started = None
         self._pending = list(self._counts)
         self._next, self._reqs = 0, []
         self.hooks_refused = 0
@@ -219,7 +223,9 @@ class AllreduceAggregator:
         """After backward: every bucket averaged on every rank."""
         if self.overlap and self.hooks_refused == 0:
             self._pending = [0] * len(self._pending)    # parameters without gradients count as ready
+            started = self.started
             self._start_ready()
+            self.started = started                      # None: nothing started within backward
             wait_all(self._reqs, self.wait)
         elif self.wait == "sleep":
             wait_all([iallreduce(self.comm, w) for w in self.bk.gwires], "sleep")

@@ -152,6 +152,7 @@ class AggregatorSteps(Steps):
         self.t = t
         self.computes = t.worker
         self.ready_sum = np.zeros(len(t.bk.order))
+        self.windows: list[float] = []        # per iteration: backward after the first start
         self._start = None
 
     def forward(self, x, y):
@@ -163,6 +164,9 @@ class AggregatorSteps(Steps):
 
     def backward_done(self, iteration: int, start: float, end: float) -> None:
         agg = self.t.agg
+        started = getattr(agg, "started", None)
+        self.windows.append(0.0 if started is None else
+                            max(0.0, end - self.t.place.seconds([started], self._start, start)[0]))
         if iteration >= self.t.cfg.warmup and len(agg.ready) == len(self.t.bk.order):
             ready = self.t.place.seconds(agg.ready, self._start, start)
             self.ready_sum += ph.layer_times(ready, start, end)
@@ -231,7 +235,8 @@ def _train(t: Training) -> list[dict]:
     identical = replicas_identical(t.comm, t.bk.flat_params()) if t.cfg.check else None
     alone = t.agg.measure_alone(t.cfg.comm_reps)    # ((bytes, s) per bucket and rep, total s)
     if t.cfg.overlap:
-        timings.phases["comm_hidden"] = [ph.hidden(alone[1], e) for e in timings.phases["comm_exposed"]]
+        timings.phases["comm_hidden"] = [ph.hidden(alone[1], e, w) for e, w in
+                                         zip(timings.phases["comm_exposed"], steps.windows)]
     w = t.cfg.warmup
     gathered = gather_named(t.comm, {"phases": timings.phases.table[w:], "t_iter": timings.t_iter[w:],
                                      "loss": timings.losses,

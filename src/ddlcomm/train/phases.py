@@ -91,10 +91,12 @@ def layer_times(ready: Sequence[float], start: float, end: float) -> list[float]
     return times.tolist()
 
 
-def hidden(t_comm_alone: float, exposed: float) -> float:
+def hidden(t_comm_alone: float, exposed: float, window: float = math.inf) -> float:
     """Communication hidden behind the backward pass: what the buckets cost alone
-    minus what still showed after backward (never below 0)."""
-    return max(0.0, t_comm_alone - exposed)
+    minus what still showed after backward, never below 0 nor more than ``window``, the
+    part of backward after the first all-reduce started (one bucket, started by the last
+    gradient, hides next to nothing, whatever the two measurements say)."""
+    return max(0.0, min(t_comm_alone - exposed, window))
 
 
 def comm_function(table: Sequence[tuple[int, float]]) -> Callable[[int], float]:

@@ -41,8 +41,8 @@ def unavailable() -> list[tuple[str, str]]:
 def report(recipe, points, out_dir, missing=()):
     cores = cores_of(points)
     return write_train_report(None, points, out_dir, title=recipe.title, notes=[
-        "Bars: time per iteration by phase along the critical path (the slowest worker each "
-        "iteration); diamonds: the S-SGD model's t_iter from this run's phases and buckets.",
+        "Bars: time per iteration by phase along the critical path (the worker whose own work "
+        "took longest); diamonds: the S-SGD model's t_iter from this run's phases and buckets.",
         "Scaling: speed-up N·t_iter(1)/t_iter(N) at a fixed batch per worker; dashed: the model "
         "fed the one-worker phases and the communication measured at N.",
         f"One core per worker; this machine has {cores}, so more workers than that share cores.",

@@ -87,10 +87,11 @@ def _meta_table(run: Mapping[str, Any]) -> str:
     return html
 
 
-def _warnings(run: Mapping[str, Any], points: Sequence[Point]) -> str:
+def _warnings(run: Mapping[str, Any], points: Sequence[Point], noise: bool = True) -> str:
     """A visible box of what makes this run's numbers doubtful: a run that did not end
     (interrupted, failed: its error), points whose check failed, the machine's load
-    (:func:`run_warnings`) and how many points a noise marker flagged."""
+    (:func:`run_warnings`) and, where the page's tables have the noise column
+    (``noise``), that a noise marker flagged points."""
     items = []
     failed = sum(p.get("check") == "failed" for p in points)
     status = "stale (its owner died while it ran)" if run.get("stale") else run.get("status")
@@ -103,7 +104,7 @@ def _warnings(run: Mapping[str, Any], points: Sequence[Point]) -> str:
         items.append(f'<span class="bad">{counted(failed, "point")} failed the check</span> '
                      "(listed in the summary; left out of the plots' lines and the averages)")
     items += [escape(w) for w in run_warnings(run)]
-    if any(noise_notes(group) for group in group_by_collective(points).values()):
+    if noise and any(noise_notes(group) for group in group_by_collective(points).values()):
         items.append("some points look like scheduler noise: see the <b>noise</b> column and "
                      "the notes under each table")
     if not items:

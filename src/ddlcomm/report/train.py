@@ -129,9 +129,11 @@ def phases_figure(points: Sequence[Point]) -> Any:
             backward = bottom
         bottom = [b + v for b, v in zip(bottom, vals)]
     hidden = [((f.get("phases_s") or {}).get("comm_hidden") or 0.0) * 1e3 for f in its]
-    if any(hidden):
-        ax.bar([i + 0.37 for i in x], hidden, bottom=backward, fill=False, hatch="//",
-               edgecolor="#d62728", width=0.12, label="comm hidden behind backward (not in t_iter)")
+    shown = [i for i in x if hidden[i] > 0]      # a bar of 0 drew a stray red tick
+    if shown:
+        ax.bar([i + 0.37 for i in shown], [hidden[i] for i in shown],
+               bottom=[backward[i] for i in shown], fill=False, hatch="//", edgecolor="#d62728",
+               width=0.12, label="comm hidden behind backward (not in t_iter)")
     measured = [(f.get("t_iter_s") or 0) * 1e3 for f in its]
     ax.scatter(x, measured, marker="_", s=500, color="black", zorder=5, label="measured t_iter")
     pred = [(i, f["t_iter_predicted_s"] * 1e3) for i, f in enumerate(its) if f.get("t_iter_predicted_s")]
@@ -140,7 +142,7 @@ def phases_figure(points: Sequence[Point]) -> Any:
                    edgecolor="black", zorder=6, label="S-SGD model t_iter")
     ax.set_xticks(list(x), [label(f) for f in its], rotation=30, ha="right", fontsize="small")
     ax.set_ylabel("time per iteration (ms)")
-    return plots._finish(fig, ax, "Time per iteration by phase (critical path: the slowest worker each iteration)")
+    return plots._finish(fig, ax, "Time per iteration by phase (critical path: the worker with the most work)")
 
 
 def predicted_figure(points: Sequence[Point]) -> Any:
@@ -315,7 +317,7 @@ def write_train_report(run: Optional[Mapping[str, Any]], points: Sequence[Point]
     title = title or f"ddlcomm training run {run.get('id') if run else ''}".strip()
     parts = [f"<h1>{escape(title)}</h1>"]
     if run:
-        parts.append(_warnings(run, points) + _meta_table(run))
+        parts.append(_warnings(run, points, noise=False) + _meta_table(run))   # no noise column
     parts += [f'<p><a href="{escape(href)}">{escape(text)}</a></p>' for text, href in links]
     if notes:
         parts.append("<ul>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")

@@ -12,8 +12,10 @@ from . import common
 def add_parser(sub) -> None:
     rp = sub.add_parser("reproduce", help="run a named published experiment (woo2020, choi2021, "
                                           "shi2018, awan2019)",
-                        description="Run a named experiment as a series of `ddlcomm bench` runs in "
-                                    "one database and write its report, laid out like the paper's "
+                        description="Run a named experiment as a series of `ddlcomm bench` and "
+                                    "`ddlcomm train` runs in one database (woo2020, choi2021 and "
+                                    "awan2019's latency half: bench; shi2018 and awan2019's "
+                                    "training half: train) and write its report, laid out like the paper's "
                                     "figures. Defaults are scaled to finish in minutes here. "
                                     "$DDLCOMM_RECIPE_DEADLINE_S (seconds from the start) starts no "
                                     "run past it and ends the one running then; the report lists "

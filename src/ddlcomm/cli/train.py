@@ -52,7 +52,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "(default off)")
     t.add_argument("--algorithm", default="library",
                    help="allreduce: the buckets' all-reduce: library (the backend's own, default), "
-                        "or ddlcomm's ring, rhd, shm or auto (chosen per bucket size), with a kernel "
+                        "or ddlcomm's ring, rhd, shm, auto (chosen per bucket size) or, on the CPU, "
+                        "hierarchical (shm in each node, ring or rhd among nodes), with a kernel "
                         "suffix (ring+numpy) where wanted; on the GPU they reduce there and move "
                         "blocks by CUDA IPC or pinned copies (blocking: not with --overlap)")
     t.add_argument("--wait", default="spin", choices=list(WAIT_CHOICES),

@@ -135,8 +135,7 @@ def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
                 if stopped or (left is not None and left < 5):
                     results.append((step, NOT_RUN, 0.0))
                     on_step(results)
-                    bar.update(1)
-                    continue
+                    continue                    # the bar counts the runs made (it said 3/3)
                 bar.set_postfix_str(step.label, refresh=True)
                 cmd = [environment_python(step.env), step.command, *step.args, *extra,
                        "--db", str(db), "--tag", tag, "--no-report"]

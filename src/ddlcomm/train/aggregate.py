@@ -265,6 +265,7 @@ class PSAggregator:
     """Parameter server on rank 0: gather gradients, average and step there, broadcast parameters."""
 
     arch = "ps"
+    started = None                  # nothing starts within backward
 
     def __init__(self, comm, bk: Buckets, optimizer_factory: Callable[[], object],
                  place: Placed = HOST) -> None:

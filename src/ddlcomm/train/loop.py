@@ -164,7 +164,7 @@ class AggregatorSteps(Steps):
 
     def backward_done(self, iteration: int, start: float, end: float) -> None:
         agg = self.t.agg
-        started = getattr(agg, "started", None)
+        started = agg.started
         self.windows.append(0.0 if started is None else
                             max(0.0, end - self.t.place.seconds([started], self._start, start)[0]))
         if iteration >= self.t.cfg.warmup and len(agg.ready) == len(self.t.bk.order):

@@ -131,3 +131,23 @@ def test_data_the_network_cannot_train_on_is_refused(tmp_path, capsys, x, y, mes
     assert main(["train", "--db", str(tmp_path / "t.db"), "--data", str(folder), "--no-report"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+def test_shares_follow_the_readers():
+    from ddlcomm.train.data import shares
+    assert shares([10, 20, 30], 2) == [40, 20]
+    assert shares([10], 3) == [10, 10, 10]          # fewer files than ranks: every rank reads all
+
+
+def test_a_share_smaller_than_a_batch_is_refused_before_the_start(tmp_path, capsys):
+    """It failed in the ranks, after the start, with the error printed twice."""
+    from ddlcomm.cli import main
+    folder = tmp_path / "d"
+    folder.mkdir()
+    for i, n in enumerate((40, 8)):
+        np.savez(folder / f"p{i}.npz", x=np.zeros((n, 3, 32, 32), np.uint8), y=np.zeros(n, np.int64))
+    assert main(["train", "--db", str(tmp_path / "t.db"), "--data", str(folder), "--ranks", "2",
+                 "--batch", "16", "--no-report"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["ddlcomm: error: at 2 workers a worker's share of --data holds 8 images, fewer "
+                   "than a batch of 16 (give more images, more files, or a smaller --batch)"]

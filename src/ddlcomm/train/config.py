@@ -24,7 +24,7 @@ from ..workloads.models import total_parameters
 from ..units import (MAX_ITERS, MAX_SEED, counted, format_size, parse_list, parse_positive_int,
                      parse_seconds, parse_size)
 from .aggregate import ARCHS
-from .data import data_files, data_shape, label_range
+from .data import data_files, data_shape, file_images, label_range, shares
 from .device import get_device
 from .nets import check_image_size, get_net
 from .wire import wire_for
@@ -195,6 +195,7 @@ def plan_jobs(o: TrainOptions, launcher_size: Optional[int]) -> list[TrainJob]:
         # Every training rank loads torch, as a gloo rank does, whatever the backend.
         check_start(max(ranks), o.oversubscribe, [o.backend, "gloo"])
     _check_batch_memory(base, max(batches), max(ranks))
+    _check_data_shares(base, archs, ranks, max(batches))
     if o.peer == "ddp":
         registry.check("gloo")
     timeout = parse_seconds(o.timeout, "--timeout")
@@ -263,6 +264,21 @@ def _batches(o: TrainOptions, base: TrainConfig) -> list[int]:
         return sorted({parse_positive_int(b, "--batch-sweep")
                        for b in parse_list(o.batch_sweep, "--batch-sweep")})
     return [parse_positive_int(o.batch, "--batch")] if o.batch else [base.batch]
+
+
+def _check_data_shares(base: TrainConfig, archs: list[str], ranks: list[int], batch: int) -> None:
+    """Refuse --data whose share of some worker cannot fill a batch (it failed in the ranks,
+    after the start, the error printed twice)."""
+    if base.data is None:
+        return
+    counts = file_images(data_files(base.data))
+    for n in ranks:
+        for workers in {n - 1 if arch == "ps" else n for arch in archs} - {0}:
+            smallest = min(shares(counts, workers))
+            if smallest < batch:
+                raise UsageError(f"at {counted(workers, 'worker')} a worker's share of --data "
+                                 f"holds {counted(smallest, 'image')}, fewer than a batch of "
+                                 f"{batch}", "give more images, more files, or a smaller --batch")
 
 
 #: Copies of the network a rank holds in float32: parameters, gradients, SGD's momentum.

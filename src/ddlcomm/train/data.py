@@ -101,6 +101,22 @@ def data_shape(files: list[Path]) -> tuple[int, int, int]:
     return total, h, w
 
 
+def file_images(files: list[Path]) -> list[int]:
+    """How many images each data file holds (from its header; the files checked by
+    :func:`data_shape` first)."""
+    counts = []
+    for f in files:
+        with zipfile.ZipFile(f) as archive:
+            counts.append(int(_header(archive, "x.npy")[0][0]))
+    return counts
+
+
+def shares(counts: list[int], size: int) -> list[int]:
+    """Images each of ``size`` ranks reads from files of ``counts`` images, as
+    :class:`FolderData` shares the files out (pure)."""
+    return [sum(counts[rank::size]) if counts[rank::size] else sum(counts) for rank in range(size)]
+
+
 def label_range(files: list[Path]) -> tuple[int, int]:
     """The smallest and largest class label of the data files (their y arrays alone)."""
     lows, highs = [], []
@@ -119,6 +135,7 @@ class FolderData:
     def __init__(self, files: list[Path], batch: int, rank: int, size: int,
                  prefetch: int = 4) -> None:
         mine = files[rank::size] or files       # fewer files than ranks: every rank reads them all
+        # (as :func:`shares` counts them)
         self.batch = batch
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, prefetch))
         self._stop = threading.Event()

@@ -95,3 +95,17 @@ def test_signals_are_named_not_left_as_exit_codes():
     assert ended_with(-9) == "the launcher was killed by SIGKILL"
     assert ended_with(137) == "ranks ended with exit code 137 (SIGKILL)"
     assert ended_with(3) == "ranks ended with exit code 3" and ended_with(200) == "ranks ended with exit code 200"
+
+
+def test_the_run_names_the_signal_the_owner_was_sent(tmp_path):
+    """Open MPI's prterun ends its ranks with SIGTERM on Ctrl-C: the run said SIGTERM."""
+    from ddlcomm.bench.runs import _name_owners_signal
+    db, run = stored(tmp_path, [])
+    for error, want in (("interrupted (SIGTERM) during training (3 of 20)",
+                         "interrupted (SIGINT) during training (3 of 20)"),
+                        ("ranks ended with exit code 3", "ranks ended with exit code 3"),
+                        ("interrupted (SIGINT) after 2 points", "interrupted (SIGINT) after 2 points")):
+        with Store(db) as store:
+            store.update_run(run, error=error)
+            _name_owners_signal(store, run, "SIGINT")
+            assert store.run(run)["error"] == want

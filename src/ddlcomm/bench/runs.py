@@ -56,14 +56,27 @@ def run_info(argv: Sequence[str], config: dict) -> dict:
     return info
 
 
-def _terminate(signum, frame):
-    """SIGTERM or SIGHUP to the owner: end the ranks and mark the run, as Ctrl-C does (the
-    launcher is sent the same signal: :func:`ddlcomm.launch.processes.forwarded`)."""
-    raise SystemExit(128 + signum)
-
-
 #: What the owner ends its ranks on, beside Ctrl-C: kill, and a closed terminal or ssh session.
 OWNER_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+#: run id -> the signal its owner (this process) was sent while the ranks ran, for settle().
+_OWNER_SIGNAL: dict[int, str] = {}
+
+
+class _Signals:
+    """The owner's handler while its ranks run: SIGTERM or SIGHUP end the ranks and mark the
+    run as Ctrl-C does (the launcher is sent the same signal:
+    :func:`ddlcomm.launch.processes.forwarded`); every signal is kept, to be named."""
+
+    def __init__(self) -> None:
+        self.got: list[int] = []
+
+    def __call__(self, signum, frame):
+        self.got.append(signum)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
 
 
 def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> tuple[int, int]:
@@ -79,7 +92,8 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
     with Store(db_path) as opened:
         run_id = opened.create_run(info)
     env = dict(os.environ, **env, **{RUN_ID_ENV: str(run_id), "DDLCOMM_DB": str(db_path)})
-    previous = {sig: signal.signal(sig, _terminate) for sig in OWNER_SIGNALS}
+    signals = _Signals()
+    previous = {sig: signal.signal(sig, signals) for sig in (*OWNER_SIGNALS, signal.SIGINT)}
     before, segments = load.snapshot(), shmclean.names()
     processes.adopt_orphans()
     try:
@@ -91,6 +105,8 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
             signal.signal(sig, handler)
     if rc:
         _clean_up(segments)
+    if signals.got and rc == EXIT_INTERRUPTED:
+        _OWNER_SIGNAL[run_id] = _signal_name(signals.got[0]) or f"signal {signals.got[0]}"
     if opened.moved():                  # do not make a new, empty one in its place
         saved = rescue_path(db_path, run_id)
         raise RunLost(f"{db_path} was removed or replaced while run {run_id} ran"
@@ -102,6 +118,17 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
     except DdlcommError as exc:         # a full disk: the run must still be settled and said
         print(f"warning: the run's load record was not stored: {exc}", file=sys.stderr, flush=True)
     return run_id, rc
+
+
+def _name_owners_signal(store: Store, run_id: int, signame: str) -> None:
+    """The ranks record the signal that reached them, and a launcher may have passed on
+    another (Open MPI's prterun ends its ranks with SIGTERM on Ctrl-C): the run names the
+    one the owner was sent."""
+    error = store.run(run_id).get("error") or ""
+    head = "interrupted ("
+    said = error[len(head):].split(")", 1)[0] if error.startswith(head) else None
+    if said and said.startswith("SIG") and said != signame:
+        store.update_run(run_id, error=head + signame + error[len(head) + len(said):])
 
 
 def _clean_up(segments: set[str]) -> None:
@@ -130,9 +157,12 @@ def settle(store: Store, run_id: int, rc: int,
     points = store.points(run_id)
     failed = sum(p["check"] == "failed" for p in points)
     interrupted = rc == EXIT_INTERRUPTED
-    ended = "interrupted" if interrupted else ended_with(rc)
+    signame = _OWNER_SIGNAL.pop(run_id, None) if interrupted else None
+    ended = f"interrupted ({signame})" if signame else "interrupted" if interrupted else ended_with(rc)
     why = ended + where(points) if rc else ""
     try:
+        if signame:
+            _name_owners_signal(store, run_id, signame)
         said = _mark(store, run_id, rc, failed, why) or why
     except DdlcommError as exc:        # a full disk: the points stay, the run reads stale
         said = why

@@ -231,3 +231,18 @@ def test_mounts_are_read_from_mountinfo(tmp_path):
     # Inside a container's fresh /sys, the host's cgroup hierarchies are mounted again.
     remount = cpuset.cgroup_remount()
     assert remount == "true" or "/sys/fs/cgroup" in remount
+
+
+def test_a_rank_killed_by_a_signal_is_named_as_the_cause(capfd):
+    """Rank 1 killed outright: rank 0's 'Connection reset by peer' (exit 3) came first in
+    rank order and was the job's exit code; the killed rank went unnamed."""
+    import os
+    import sys
+
+    from ddlcomm.launch import spawn
+    program = [sys.executable, "-c",
+               "import os, signal, time\n"
+               "if os.environ['RANK'] == '1': os.kill(os.getpid(), signal.SIGKILL)\n"
+               "time.sleep(0.5); raise SystemExit(3)"]
+    assert spawn.run(2, program, dict(os.environ)) == 128 + 9
+    assert "ddlcomm: rank 1 was killed by SIGKILL" in capfd.readouterr().err

@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from typing import Mapping, Optional, Sequence
 
@@ -56,9 +57,9 @@ def run(nranks: int, program: Sequence[str], env: Mapping[str, str],
     failed_at, code = None, 0
     try:
         while any(p.poll() is None for p in procs):
-            bad = [p.returncode for p in procs if p.returncode not in (None, 0)]
+            bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode not in (None, 0)]
             if bad and failed_at is None:
-                code, failed_at = bad[0], time.monotonic()
+                code, failed_at = _first_failure(bad), time.monotonic()
                 _signal_all(procs, signal.SIGTERM)
             if failed_at is not None and time.monotonic() - failed_at > grace_s:
                 _signal_all(procs, signal.SIGKILL)
@@ -68,7 +69,23 @@ def run(nranks: int, program: Sequence[str], env: Mapping[str, str],
         _wait_or_kill(procs, grace_s)
         return 130
     if code == 0:
-        code = next((p.returncode for p in procs if p.returncode != 0), 0)
+        bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0]
+        code = _first_failure(bad) if bad else 0
+    return code
+
+
+def _first_failure(bad: list[tuple[int, int]]) -> int:
+    """The exit code of a failed job from its failed ranks' (rank, return code): a rank
+    killed by a signal is the cause (the others fail after it: Gloo's "Connection reset by
+    peer" named no culprit), said on stderr, and its code is the shell's 128 + N."""
+    rank, code = next((b for b in bad if b[1] < 0), bad[0])
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        print(f"ddlcomm: rank {rank} was killed by {name}", file=sys.stderr, flush=True)
+        return 128 - code
     return code
 
 

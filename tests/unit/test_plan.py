@@ -136,6 +136,10 @@ def test_resolve_defaults():
     # these measured nothing (own algorithms run in buffer form only) or were ignored
     ({"algorithm": "ring", "collective": "allreduce", "form": "object"}, "run in buffer form"),
     ({"algorithm": "ring", "collective": "allreduce", "impl": "c"}, "run in buffer form"),
+    # ... or left the C points out unsaid
+    ({"algorithm": "ring", "collective": "allreduce", "impl": "c,buffer"},
+     "--form/--impl c measures the library's collective"),
+    ({"algorithm": "ring", "collective": "allreduce", "form": "both"}, "object measures the library"),
     ({"workload": "ps-sync", "op": "max"}, "--op applies to --collective runs"),
     ({"workload": "ps-sync", "form": "object"}, "--form applies to --collective runs"),
     ({"workload": "allreduce", "in_place": True}, "--in-place applies to --collective runs"),

@@ -313,7 +313,19 @@ def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
         extra={"tag": o.tag} if o.tag else {})
     check(plan)
     check_kind_cache(plan, o.kind_cache)
+    if (o.form or o.impl) and "library" not in plan.algorithms:
+        _check_library_forms(plan.forms)
     return plan
+
+
+def _check_library_forms(forms: list[str]) -> None:
+    """Forms asked for that only the library's collective has (the C reference, pickled
+    objects), with none of ``--algorithm`` the library: its points were left out unsaid."""
+    others = [f for f in forms if f != "buffer"]
+    if others:
+        raise UsageError(f"--form/--impl {', '.join(others)} measures the library's collective, "
+                         "and --algorithm leaves it out",
+                         "add library to --algorithm, or ask for the buffer form alone")
 
 
 def _tuning(path: Optional[str]) -> Optional[str]:

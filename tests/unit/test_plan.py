@@ -152,6 +152,15 @@ def test_resolve_refuses(over, message):
         resolve(options(**over), default_ranks=2)
 
 
+def test_the_c_reference_takes_any_op_where_nothing_reduces():
+    """--impl c --op max of broadcast and gather was refused ("times sum reductions")."""
+    from ddlcomm.bench.plan import resolve
+    p = resolve(options(collective="broadcast,gather", impl="c,buffer", op="max"), default_ranks=2)
+    assert {s.form for s in p.points()} == {"c", "buffer"}
+    with pytest.raises(UsageError, match="times sum reductions"):
+        resolve(options(collective="broadcast,allreduce", impl="c", op="max"), default_ranks=2)
+
+
 def test_block_cutting_collectives_measure_each_whole_block_message_once():
     from ddlcomm.bench.plan import resolve
     p = resolve(options(collective="reduce_scatter,alltoall,allreduce", sizes="4B:32B",

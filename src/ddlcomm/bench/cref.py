@@ -88,14 +88,15 @@ class Abilities:
         if not backends or not all(self.runs_on(b) for b in backends):
             raise UsageError(f"--impl c needs --backend {' or '.join(self.mpi_backends())} "
                              "(the C reference calls MPI)")
-        if op not in self.ops or dtype not in self.dtypes:
-            raise UsageError(f"--impl c times {' or '.join(self.ops)} reductions of "
-                             f"{_words(sorted(self.dtypes), 'or')}",
-                             "change --op/--dtype or leave c out of --impl")
         bad = [c for c in collectives if c not in self.collectives]
         if bad:
             raise UsageError(f"--impl c has no {', '.join(bad)}",
                              f"the C reference times {_words(list(self.collectives), 'and')}")
+        reduces = any(get_collective(c).reduces for c in collectives)
+        if (reduces and op not in self.ops) or dtype not in self.dtypes:
+            raise UsageError(f"--impl c times {' or '.join(self.ops)} reductions of "
+                             f"{_words(sorted(self.dtypes), 'or')}",
+                             "change --op/--dtype or leave c out of --impl")
 
 
 def _words(items: Sequence[str], last: str) -> str:

@@ -78,7 +78,8 @@ def test_the_floor_pass_is_done_on_return_on_the_gpu():
 def test_kernel_bench_reports_the_reference_first():
     rows = measure(["float16"], 1 << 16, rounds=2)
     assert [(r["dtype"], r["kernel"]) for r in rows][:1] == [("float32", "numpy")]
-    assert rows[0]["vs_np_add"] == pytest.approx(1.0)
+    assert rows[0]["vs_reference"] == pytest.approx(1.0) and rows[0]["reference"] == "np.add float32"
+    assert measure(["float32"], 64, rounds=1, op="max")[0]["reference"] == "np.maximum float32"
     assert {r["dtype"] for r in rows} == {"float32", "float16"}
     assert all(r["GBps"] > 0 for r in rows)
 

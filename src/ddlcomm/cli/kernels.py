@@ -1,4 +1,4 @@
-"""``ddlcomm kernels``: time the reduction kernels against NumPy's ``np.add``."""
+"""``ddlcomm kernels``: time the reduction kernels against NumPy's float32 ufunc of the op."""
 from __future__ import annotations
 
 import argparse
@@ -16,12 +16,12 @@ from ..units import format_size, parse_list, parse_positive_int, parse_size
 
 
 def add_parser(sub) -> None:
-    k = sub.add_parser("kernels", help="time the reduction kernels against NumPy's np.add",
+    k = sub.add_parser("kernels", help="time the reduction kernels against NumPy's ufunc",
                        description="Reduce two buffers in place with each kernel (NumPy's ufunc, "
                                    "ddlcomm's compiled C kernel) and dtype, rounds interleaved; "
                                    "print the median time, the bandwidth (buffer bytes per "
-                                   "second) and its ratio to NumPy's float32 np.add(a, b, out=a) "
-                                   "measured in the same rounds.")
+                                   "second) and its ratio to NumPy's float32 ufunc of the op "
+                                   "(np.add(a, b, out=a) for sum) measured in the same rounds.")
     k.add_argument("--dtype", default="float32,float16,bfloat16", help="comma list of dtypes "
                    "(default: float32,float16,bfloat16)")
     k.add_argument("--size", default="256MiB", help="bytes per buffer (default 256MiB)")

@@ -4,8 +4,9 @@ Each (dtype, kernel) reduces two buffers of ``nbytes`` in place,
 ``reduce(a, b, a)``, once untimed, then once per round; rounds interleave every pair so drift
 hits them alike, and the median per pair is reported.  Bandwidth is buffer
 bytes per second (one buffer's bytes over one pass's time, as ``np.add``'s
-bandwidth is usually quoted); ``vs_np_add`` divides it by the bandwidth of
-NumPy's float32 ``np.add(a, b, out=a)`` measured in the same rounds.
+bandwidth is usually quoted); ``vs_reference`` divides it by the bandwidth of
+NumPy's float32 ufunc of the same op (``np.add(a, b, out=a)`` for sum, named in
+``reference``) measured in the same rounds.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import numpy as np
 from ..dtypes import check_whole, get_dtype
 from ..errors import UsageError
 from ..units import format_size
-from . import describe, reducer
+from . import _UFUNCS, describe, reducer
 
 #: The reference every bandwidth is divided by.
 REFERENCE = ("float32", "numpy")
@@ -62,11 +63,13 @@ def measure(dtypes: Sequence[str], nbytes: int, kernels: Sequence[str] = ("numpy
             if progress is not None:
                 progress.update(1)
     ref = float(np.median(times[REFERENCE]))
+    reference = f"np.{_UFUNCS[op].__name__} {REFERENCE[0]}"
     out = []
     for pair in pairs:
         t = float(np.median(times[pair]))
         size = buffers[pair[0]][0].nbytes
-        out.append({"dtype": pair[0], "kernel": pair[1], "runs_on": describe(fns[pair]),
+        out.append({"dtype": pair[0], "kernel": pair[1], "op": op, "runs_on": describe(fns[pair]),
                     "bytes": size, "t_ms": t * 1e3, "GBps": size / t / 1e9,
-                    "vs_np_add": (size / t) / (buffers[REFERENCE[0]][0].nbytes / ref)})
+                    "vs_reference": (size / t) / (buffers[REFERENCE[0]][0].nbytes / ref),
+                    "reference": reference})
     return out

@@ -482,9 +482,11 @@ def render_compare(rows: Iterable[Mapping[str, Any]], run_a: Mapping[str, Any] |
 
 def render_kernels(rows: Iterable[Mapping[str, Any]], available: Mapping[str, str]) -> str:
     """``ddlcomm kernels``' table, then a line per kernel missing here."""
-    text = format_table(["dtype", "kernel", "runs on", "size", "median_us", "GB/s", "vs np.add f32"],
+    rows = list(rows)
+    reference = rows[0]["reference"] if rows else "the reference"
+    text = format_table(["dtype", "kernel", "runs on", "size", "median_us", "GB/s", f"vs {reference}"],
                         [[r["dtype"], r["kernel"], r["runs_on"], format_size(r["bytes"]),
-                          format_us(r["t_ms"] * 1e3), f"{r['GBps']:.2f}", f"{r['vs_np_add']:.2f}x"]
+                          format_us(r["t_ms"] * 1e3), f"{r['GBps']:.2f}", f"{r['vs_reference']:.2f}x"]
                          for r in rows])
     missing = [f"kernel {name}: {state}" for name, state in available.items()
                if state.startswith("missing")]

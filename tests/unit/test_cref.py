@@ -162,6 +162,15 @@ def test_compile_error_reports_compiler_output(tmp_path, monkeypatch):
     assert not list((tmp_path / "cache").rglob("ddlcomm_cref*"))   # no half-built binary left
 
 
+@needs_mpicc
+def test_a_damaged_cached_build_is_built_again(tmp_path, monkeypatch):
+    """A cached file that is not a program failed every later --impl c run, for good."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = cref.build()
+    path.write_bytes(b"garbage")
+    assert cref.build() == path and path.read_bytes()[:4] == b"\x7fELF"
+
+
 # ------------------------------------------------------------------ abilities (stated once)
 def test_abilities_are_what_creference_and_the_codes_use():
     assert cref.CReference.collectives == tuple(cref.ABILITIES.collectives)
@@ -175,13 +184,14 @@ def test_abilities_are_what_creference_and_the_codes_use():
     ((["gloo"], ["allreduce"], "float32", "sum"), "needs --backend mpi"),
     ((["mpi", "gloo"], ["allreduce"], "float32", "sum"), "needs --backend mpi"),
     ((["mpi"], ["allreduce"], "float16", "sum"), "sum reductions of float32, float64, int32"),
-    ((["mpi"], ["broadcast"], "float32", "max"), "sum reductions"),
+    ((["mpi"], ["broadcast", "allreduce"], "float32", "max"), "sum reductions"),
     ((["mpi"], ["reduce", "alltoall"], "float32", "sum"), "has no reduce, alltoall"),
 ])
 def test_abilities_refuse_what_the_c_reference_cannot_time(request_, message):
     with pytest.raises(UsageError, match=message):
         cref.ABILITIES.check_request(*request_)
     cref.ABILITIES.check_request(["mpi"], ["broadcast", "gather", "allreduce"], "int64", "sum")
+    cref.ABILITIES.check_request(["mpi"], ["broadcast", "gather"], "float32", "max")   # no reduction
 
 
 def test_abilities_follow_the_registry_not_the_backend_name(monkeypatch):

@@ -174,21 +174,22 @@ def _compile(name: str, flags: Sequence[str], mpicc: Optional[str], force: bool)
         key.update(b"\0")
     outdir = _cache_root() / key.hexdigest()[:16]
     target = outdir / name
-    if target.is_file() and not force:
+    if _built(target) and not force:
         return target
     outdir.mkdir(parents=True, exist_ok=True)
     with open(outdir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)       # released when the file closes
-        if target.is_file() and not force:
+        if _built(target) and not force:
             return target                      # another process built it meanwhile
         fd, tmp = tempfile.mkstemp(prefix=name + ".", dir=outdir)
         os.close(fd)
         try:
             out = subprocess.run([str(cc), *flags, "-o", tmp, str(src)],
                                  capture_output=True, text=True, timeout=300)
-            if out.returncode != 0:
+            if out.returncode != 0 or not _built(Path(tmp)):
                 tail = "\n".join((out.stderr or out.stdout).strip().splitlines()[-15:])
-                raise BackendUnavailable(f"compiling {src.name} with {cc} failed:\n{tail}",
+                raise BackendUnavailable(f"compiling {src.name} with {cc} failed"
+                                         + (f":\n{tail}" if tail else ": it wrote no program"),
                                          "check that the MPI's mpicc and a C compiler work")
             os.chmod(tmp, 0o755)
             os.replace(tmp, target)
@@ -198,6 +199,16 @@ def _compile(name: str, flags: Sequence[str], mpicc: Optional[str], force: bool)
             if os.path.exists(tmp):
                 os.unlink(tmp)
     return target
+
+
+def _built(path: Path) -> bool:
+    """Whether ``path`` holds a compiled program or library (an ELF file): a cached file
+    that is empty or damaged is built again (a damaged one failed every later run)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
 
 
 def build(mpicc: Optional[str] = None, force: bool = False) -> Path:

@@ -63,6 +63,9 @@ def measure_c(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
         times, iterations, warmup = timing.calibrate(comm, timed, plan.budget_s, plan.iters,
                                                      plan.warmup)
         pages = bufs.placement()
+        extra = {"pages": pages}
+        if op is not None and count:          # the floor the buffer form's points have
+            extra["add_us"] = timing.add_us(comm, op, dtype, count, bufs.alloc, plan.budget_s / 4)
     return collective_records(comm, coll, dtype, op, count, times, form="c", root=plan.root,
                               in_place=False, iterations=iterations, warmup=warmup, check=check,
-                              extra={"pages": pages})
+                              extra=extra)

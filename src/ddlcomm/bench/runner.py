@@ -80,9 +80,8 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
                                                    bufs.tensor(dtype, count), plan.budget_s / 4,
                                                    slowest=True)
             else:
-                extra["add_us"] = timing.pass_us(
-                    comm, kernels.reducer(op, dtype, "numpy"), bufs.alloc(dtype, count),
-                    bufs.alloc(dtype, count), plan.budget_s / 4)
+                extra["add_us"] = timing.add_us(comm, op, dtype, count, bufs.alloc,
+                                                plan.budget_s / 4)
     extra.update(backend_facts(comm))
     return collective_records(comm, coll, dtype, op, count, times, form=spec.form,
                               root=plan.root, in_place=in_place, iterations=iterations,

@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from .. import kernels
 from . import stats
 
 #: Calls that probe the time of one call before iterations are chosen: first this many,
@@ -108,6 +109,13 @@ def _probe(comm: Any, timed: Timed, budget_s: float) -> tuple[float, int]:
             break
         n *= 2
     return agree_max(comm, float(np.median(np.concatenate(found)))), made
+
+
+def add_us(comm: Any, op: Any, dtype: Any, count: int, alloc: Callable, budget_s: float) -> float:
+    """The ``add_us`` floor of a reduction of ``count`` elements on host buffers: one NumPy
+    pass of ``op`` (``np.add`` for sum) on two buffers from ``alloc``, every rank at once."""
+    return pass_us(comm, kernels.reducer(op, dtype, "numpy"), alloc(dtype, count),
+                   alloc(dtype, count), budget_s)
 
 
 def pass_us(comm: Any, one_pass: Callable, a: Any, b: Any, budget_s: float,

@@ -12,7 +12,8 @@ Two implementations, chosen per (op, dtype) by :func:`reducer`:
 Every kernel gives the same answers: for float16 and bfloat16, the float32
 result rounded to nearest, ties to even (which for these ops is the correctly
 rounded result); min and max return NaN when either input is NaN, as NumPy's
-do; integers wrap around.
+do (of -0.0 and +0.0 either zero may come back: IEEE 754 leaves it open, and
+NumPy's own float16 and float32 loops differ there); integers wrap around.
 
 The C kernel's ISA is the best the CPU runs unless the environment variable
 ``DDLCOMM_KERNEL_ISA`` (read at import) names another: ``portable``, ``avx2``,

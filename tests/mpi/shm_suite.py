@@ -104,6 +104,39 @@ def cases(comm, held, thin=False):
                         yield label, call, send, every[comm.rank], recv, want, dt
 
 
+def bound_checks(comm, failures) -> None:
+    """What algorithms.bind hands shm and hierarchical (a review's finds): the receive buffer
+    checked as the point-to-point algorithms check theirs, 2-D buffers, and an avg whose
+    sum cancels across nodes (each node's share was divided before the nodes summed)."""
+    from ddlcomm.comm import algorithms
+    from ddlcomm.errors import UsageError
+    avg, total = OPS["avg"], OPS["sum"]
+    for alg in ("shm", "hierarchical"):
+        for recv, why in ((np.zeros(8, np.int32), "is int32"), (np.zeros((4, 2), np.float32).T, "contiguous")):
+            try:
+                algorithms.bind(comm, "allreduce", alg, np.ones(8, np.float32), recv, total, 0)
+                failures.append(f"rank {comm.rank} {alg}: a receive buffer that {why} was taken")
+            except UsageError as exc:
+                if why not in str(exc):
+                    failures.append(f"rank {comm.rank} {alg}: {exc}")
+    for alg in ("shm", "shm+numpy", "hierarchical"):
+        send, recv = np.full((4, 4), comm.rank + 1, np.float32), np.zeros((4, 4), np.float32)
+        algorithms.bind(comm, "allreduce", alg, send, recv, total, 0)()
+        if not (recv == comm.size * (comm.size + 1) / 2).all():
+            failures.append(f"rank {comm.rank} {alg}: 2-D buffers gave {recv.ravel()[:4]}")
+    if comm.size >= 3:
+        import os
+        os.environ["DDLCOMM_NODE"] = f"n{comm.rank}"            # a node per rank
+        vals = [-6.0, -5.0, 11.0] + [0.0] * (comm.size - 3)      # the sum cancels
+        for dt in (np.float16, np.float32, np.float64):
+            send, recv = np.full(8, vals[comm.rank], dt), np.ones(8, dt)
+            algorithms.bind(comm, "allreduce", "hierarchical", send, recv, avg, 0)()
+            if (recv != 0).any():
+                failures.append(f"rank {comm.rank} hierarchical avg {np.dtype(dt).name} "
+                                f"of a cancelling sum: {recv[0]!r}")
+        del os.environ["DDLCOMM_NODE"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", default="mpi")
@@ -118,6 +151,7 @@ def main() -> int:
             if not close(recv, want, dt):
                 failures.append(f"rank {comm.rank} {label} (call {attempt})")
         del call
+    bound_checks(comm, failures)
     assert shm.slices(10, 3) == [(0, 4), (4, 7), (7, 10)]
     assert hierarchical.node_groups(["a", "b", "a", "b", "c"]) == [[0, 2], [1, 3], [4]]
     comm.barrier()

@@ -36,6 +36,7 @@ from ..errors import UsageError
 from ..kernels import reducer
 from ..lazy import load
 from . import device, native, shm
+from .native._common import check_buf, check_recv, flat
 from .tuning import Tuning
 
 #: From this size up ``auto`` uses ddlcomm's all-reduce (ring or rhd).
@@ -155,7 +156,13 @@ def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[R
                            kind_cache=kind_cache, transport=transport)
     reduce = kernel(algorithm, op, sendbuf.dtype)
     if (collective, base) in SHARED_MEMORY:
-        return load(SHARED_MEMORY[collective, base])(comm, sendbuf, recvbuf, op, reduce=reduce)
+        # checked as the point-to-point algorithms check theirs: a receive buffer of another
+        # dtype was written with raw bytes, a transposed one left unwritten, a 2-D one refused
+        # by NumPy's copy
+        send = check_buf(comm, sendbuf, f"{collective}'s send buffer")
+        recv = check_recv(comm, sendbuf, recvbuf, sendbuf.size, f"{collective}'s receive buffer")
+        recv = send if recvbuf is sendbuf else flat(recv)
+        return load(SHARED_MEMORY[collective, base])(comm, send, recv, op, reduce=reduce)
     coll = get_collective(collective)
     kwargs = {"reduce": reduce} if coll.reduces else {}
     if collective in PIPELINED:

@@ -390,3 +390,20 @@ def test_thp_mode_and_meminfo_readers(tmp_path):
     m = tmp_path / "meminfo"
     m.write_text("MemTotal:       24000000 kB\nHugePages_Total:       4\nHugepagesize:       2048 kB\n")
     assert vm.meminfo(str(m)) == {"MemTotal": 24000000, "HugePages_Total": 4, "Hugepagesize": 2048}
+
+
+def test_a_segments_name_can_go_while_it_is_mapped():
+    """The shm all-reduce's staging segment: named until every rank mapped it, then not, so
+    that a rank killed later leaves nothing in /dev/shm."""
+    import os
+
+    from ddlcomm.memory import allocate
+    from ddlcomm.memory.shared import SHM_DIR, unlink_name
+    buf = allocate("shared", 4096)
+    name = buf.placement()["shm_name"]
+    a = buf.array("float32", 4)
+    unlink_name(buf)
+    assert not os.path.exists(os.path.join(SHM_DIR, name))
+    a[:] = 7
+    assert a.sum() == 28
+    buf.free()                                  # nothing left to unlink: no error

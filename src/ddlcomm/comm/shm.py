@@ -38,7 +38,7 @@ import numpy as np
 from .. import memory
 from ..dtypes import ReduceOp
 from ..errors import UnsupportedError
-from ..memory.shared import attach, segment_of
+from ..memory.shared import attach, segment_of, unlink_name
 
 try:
     from . import _shmpipe
@@ -90,6 +90,8 @@ def node_segment(comm, leader: int, nbytes: int):
     if buf is None:
         buf = attach(names[leader])
     comm.barrier()                      # every rank has it mapped before anyone frees
+    if comm.rank == leader:
+        unlink_name(buf)                # a rank killed later leaves no segment behind
     return buf
 
 

@@ -89,6 +89,15 @@ def _unlink(path: str) -> None:
         pass
 
 
+def unlink_name(buf: Buffer) -> None:
+    """Remove the name of ``buf``'s segment (made here) now that every process that needs it
+    has mapped it: the memory stays until the last unmap, and a process killed meanwhile
+    leaves nothing in /dev/shm (``free`` then has no name left to unlink)."""
+    entry = _live.get(buf.address)
+    if entry is not None:
+        _unlink(os.path.join(SHM_DIR, entry[0]))
+
+
 def attach(name: str) -> Buffer:
     """Map the segment ``name`` made by another process's ``allocate("shared", ...)``.
 

@@ -93,7 +93,9 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
         run_id = opened.create_run(info)
     env = dict(os.environ, **env, **{RUN_ID_ENV: str(run_id), "DDLCOMM_DB": str(db_path)})
     signals = _Signals()
-    previous = {sig: signal.signal(sig, signals) for sig in (*OWNER_SIGNALS, signal.SIGINT)}
+    # Ctrl-C only where it interrupts (a job started in the background ignores it)
+    ctrl_c = (signal.SIGINT,) if signal.getsignal(signal.SIGINT) is signal.default_int_handler else ()
+    previous = {sig: signal.signal(sig, signals) for sig in (*OWNER_SIGNALS, *ctrl_c)}
     before, segments = load.snapshot(), shmclean.names()
     processes.adopt_orphans()
     try:
@@ -105,8 +107,6 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
             signal.signal(sig, handler)
     if rc:
         _clean_up(segments)
-    if signals.got and rc == EXIT_INTERRUPTED:
-        _OWNER_SIGNAL[run_id] = _signal_name(signals.got[0]) or f"signal {signals.got[0]}"
     if opened.moved():                  # do not make a new, empty one in its place
         saved = rescue_path(db_path, run_id)
         raise RunLost(f"{db_path} was removed or replaced while run {run_id} ran"
@@ -117,6 +117,8 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
         record_load(db_path, run_id, before, most_ranks(info.get("config") or {}), own=True)
     except DdlcommError as exc:         # a full disk: the run must still be settled and said
         print(f"warning: the run's load record was not stored: {exc}", file=sys.stderr, flush=True)
+    if signals.got and rc == EXIT_INTERRUPTED:
+        _OWNER_SIGNAL[run_id] = _signal_name(signals.got[0]) or f"signal {signals.got[0]}"
     return run_id, rc
 
 

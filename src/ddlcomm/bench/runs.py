@@ -94,7 +94,8 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
     env = dict(os.environ, **env, **{RUN_ID_ENV: str(run_id), "DDLCOMM_DB": str(db_path)})
     signals = _Signals()
     # Ctrl-C only where it interrupts (a job started in the background ignores it)
-    ctrl_c = (signal.SIGINT,) if signal.getsignal(signal.SIGINT) is signal.default_int_handler else ()
+    interruptible = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    ctrl_c = (signal.SIGINT,) if interruptible else ()
     previous = {sig: signal.signal(sig, signals) for sig in (*OWNER_SIGNALS, *ctrl_c)}
     before, segments = load.snapshot(), shmclean.names()
     processes.adopt_orphans()
@@ -160,7 +161,8 @@ def settle(store: Store, run_id: int, rc: int,
     failed = sum(p["check"] == "failed" for p in points)
     interrupted = rc == EXIT_INTERRUPTED
     signame = _OWNER_SIGNAL.pop(run_id, None) if interrupted else None
-    ended = f"interrupted ({signame})" if signame else "interrupted" if interrupted else ended_with(rc)
+    ended = "interrupted" if interrupted else ended_with(rc)
+    ended += f" ({signame})" if signame else ""
     why = ended + where(points) if rc else ""
     try:
         if signame:

@@ -117,7 +117,8 @@ def parse_number(text: Optional[str], flag: str, *, positive: bool = False) -> O
 # ------------------------------------------------------------------ parsers
 def add_parser(sub) -> None:
     """Add ``model`` and its actions to the sub-parsers ``sub`` of ddlcomm's parser."""
-    m = sub.add_parser("model", help="cost models: calibrate, predict, ssgd (the S-SGD model), report, tune",
+    m = sub.add_parser("model",
+                       help="cost models: calibrate, predict, ssgd (the S-SGD model), report, tune",
                        description=(
                            "Performance models: α-β-γ costs of collectives fitted to stored "
                            "points (calibrate), predicted for any size and rank count "

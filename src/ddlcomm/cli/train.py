@@ -39,7 +39,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     t.add_argument("--device", choices=list(DEVICES),
                    help="where the network, data and gradients live: cpu, or cuda (GPU "
                         "local_rank %% gpus; nccl and gloo are handed the CUDA buckets, mpi's "
-                        "library all-reduce host-staged copies, --algorithm the CUDA buckets; every phase ends with a CUDA sync). Default: cuda "
+                        "library all-reduce host-staged copies, --algorithm the CUDA buckets; "
+                        "every phase ends with a CUDA sync). Default: cuda "
                         "for --backend nccl, else cpu")
     t.add_argument("--arch", default="allreduce",
                    help="allreduce, ps, or a comma list measured in turn (default allreduce)")

@@ -171,6 +171,17 @@ def test_a_damaged_cached_build_is_built_again(tmp_path, monkeypatch):
     assert cref.build() == path and path.read_bytes()[:4] == b"\x7fELF"
 
 
+@needs_mpicc
+def test_the_cache_key_follows_the_wrappers_c_compiler(monkeypatch):
+    """Open MPI's -showme:version names Open MPI alone: an OMPI_CC naming another compiler
+    reused the build of the first."""
+    cc = cref.find_mpicc(None)
+    before = cref._version_text(cc)
+    monkeypatch.setenv("OMPI_CC", "no-such-cc")
+    monkeypatch.setenv("MPICH_CC", "no-such-cc")
+    assert cref._version_text(cc) != before
+
+
 # ------------------------------------------------------------------ abilities (stated once)
 def test_abilities_are_what_creference_and_the_codes_use():
     assert cref.CReference.collectives == tuple(cref.ABILITIES.collectives)

@@ -141,15 +141,20 @@ def find_mpicc(mpicc: Optional[str] = None) -> Path:
 
 
 def _version_text(mpicc: Path) -> str:
-    """What ``mpicc`` says about itself (Open MPI: -showme:version, MPICH: -v)."""
-    for flag in ("-showme:version", "-v"):
-        try:
-            out = subprocess.run([str(mpicc), flag], capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if out.returncode == 0:
-            return out.stdout + out.stderr
-    return ""
+    """What ``mpicc`` says about itself (Open MPI: -showme:version, MPICH: -v), and about the
+    C compiler it runs (``--version``: Open MPI's wrapper passes it on, so an ``OMPI_CC``
+    naming another compiler builds again)."""
+    said = []
+    for flags in (("-showme:version", "-v"), ("--version",)):
+        for flag in flags:
+            try:
+                out = subprocess.run([str(mpicc), flag], capture_output=True, text=True, timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            if out.returncode == 0:
+                said.append(out.stdout + out.stderr)
+                break
+    return "".join(said)
 
 
 def _cache_root() -> Path:
@@ -161,7 +166,7 @@ def _compile(name: str, flags: Sequence[str], mpicc: Optional[str], force: bool)
     """Compile the source into the cache as ``name`` with ``flags`` (once) and return its path.
 
     The cache key hashes the source, the flags, the ``mpicc`` path and its
-    version text.  Safe under concurrent first use (several ranks, several
+    version text (and its C compiler's).  Safe under concurrent first use (several ranks, several
     jobs): one process compiles under a lock on the cache folder while the
     others wait, then find the result; the file appears by atomic rename.
     """

@@ -119,7 +119,7 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
     except DdlcommError as exc:         # a full disk: the run must still be settled and said
         print(f"warning: the run's load record was not stored: {exc}", file=sys.stderr, flush=True)
     if signals.got and rc == EXIT_INTERRUPTED:
-        _OWNER_SIGNAL[run_id] = _signal_name(signals.got[0]) or f"signal {signals.got[0]}"
+        _OWNER_SIGNAL[run_id] = processes.signal_name(signals.got[0]) or f"signal {signals.got[0]}"
     return run_id, rc
 
 
@@ -183,16 +183,9 @@ def ended_with(rc: int) -> str:
     """How the ranks' launcher ended, for a run's error (pure): its exit code, and the
     signal it stands for (a negative code: the launcher itself killed; 128 + N: a rank)."""
     if rc < 0:
-        return f"the launcher was killed by {_signal_name(-rc)}"
-    name = _signal_name(rc - 128) if rc > 128 else None
+        return f"the launcher was killed by {processes.signal_name(-rc)}"
+    name = processes.signal_name(rc - 128) if rc > 128 else None
     return f"ranks ended with exit code {rc}" + (f" ({name})" if name else "")
-
-
-def _signal_name(number: int) -> Optional[str]:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return None
 
 
 def _mark(store: Store, run_id: int, rc: int, failed: int, why: str) -> Optional[str]:

@@ -15,10 +15,10 @@ from typing import Sequence
 
 import numpy as np
 
-from ..dtypes import check_whole, get_dtype
+from ..dtypes import check_whole, get_dtype, get_op
 from ..errors import UsageError
 from ..units import format_size
-from . import _UFUNCS, describe, reducer
+from . import describe, reducer
 
 #: The reference every bandwidth is divided by.
 REFERENCE = ("float32", "numpy")
@@ -63,7 +63,7 @@ def measure(dtypes: Sequence[str], nbytes: int, kernels: Sequence[str] = ("numpy
             if progress is not None:
                 progress.update(1)
     ref = float(np.median(times[REFERENCE]))
-    reference = f"np.{_UFUNCS[op].__name__} {REFERENCE[0]}"
+    reference = f"np.{get_op(op).ufunc.__name__} {REFERENCE[0]}"
     out = []
     for pair in pairs:
         t = float(np.median(times[pair]))

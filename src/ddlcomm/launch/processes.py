@@ -87,6 +87,14 @@ def forwarded(exc: BaseException) -> int:
     return signal.SIGINT
 
 
+def signal_name(number: int) -> Optional[str]:
+    """``SIGKILL`` for 9: the name of signal ``number``, None where it has none."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return None
+
+
 def die_with_parent(sig: int = signal.SIGTERM) -> Optional[Callable[[], None]]:
     """A ``preexec_fn`` by which the child gets ``sig`` when this process ends, even by
     SIGKILL (Linux's ``PR_SET_PDEATHSIG``; None elsewhere).  A launcher killed this way

@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Mapping, Optional, Sequence
 
-from .processes import die_with_parent, forwarded
+from .processes import die_with_parent, forwarded, signal_name
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -80,10 +80,7 @@ def _first_failure(bad: list[tuple[int, int]]) -> int:
     peer" named no culprit), said on stderr, and its code is the shell's 128 + N."""
     rank, code = next((b for b in bad if b[1] < 0), bad[0])
     if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
+        name = signal_name(-code) or f"signal {-code}"
         print(f"ddlcomm: rank {rank} was killed by {name}", file=sys.stderr, flush=True)
         return 128 - code
     return code

@@ -91,6 +91,16 @@ def test_info_and_a_small_sweep_come_back_packed(tmp_path):
     with sqlite3.connect(merged) as db:
         assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == runs
     assert json.loads((dest / "info.json").read_text())["memory"]["copy_bandwidth"]["by_copiers"]
+    # a later session's pack adds to what is committed (here: nothing new), the info kept
+    (dest / "info.json").write_text('{"kept": true}')
+    later = subprocess.run([str(ROOT / "scripts" / "import-machine"), str(dest), str(again)],
+                           capture_output=True, text=True, timeout=120)
+    assert later.returncode == 0 and f"0 runs (0 points) merged, {runs} already here" in later.stdout, \
+        later.stdout + later.stderr
+    merged.write_bytes(gzip.decompress((dest / "manycores-openmpi.db.gz").read_bytes()))
+    with sqlite3.connect(merged) as db:
+        assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == runs
+    assert json.loads((dest / "info.json").read_text()) == {"kept": True}
 
 
 def test_one_mpis_gpu_tests_run_alone(tmp_path):

@@ -25,7 +25,7 @@ def synthetic(params: dict[str, Params], ranks=(2, 3, 4), cores=2, noise=0.0, se
                 t *= 1 + noise * rng.standard_normal()
                 out.append({"run_id": p, "backend": "mpi", "library": library,
                             "collective": coll, "form": "buffer", "algorithm": "library",
-                            "bytes": n, "ranks": p, "t_avg_us": t * 1e6, "check": "passed",
+                            "bytes": n, "ranks": p, "t_p50_us": t * 1e6, "check": "passed",
                             "containers": 0, "memory": "numpy", "bind": "none",
                             "host_cores": cores})
     return out
@@ -61,7 +61,7 @@ def test_recovers_the_spill_term():
                            Setting(library="MPICH", ranks_per_node=p, cores=2, cache=cache))
             points.append({"run_id": p, "backend": "mpi", "library": "MPICH",
                            "collective": "allreduce", "form": "buffer", "algorithm": "library",
-                           "bytes": n, "ranks": p, "t_avg_us": t * 1e6, "check": "passed",
+                           "bytes": n, "ranks": p, "t_p50_us": t * 1e6, "check": "passed",
                            "host_cores": 2})
     fit = cal.calibrate(points, cache=cache)
     (g,) = fit.groups
@@ -103,7 +103,7 @@ def test_shared_and_split_groups():
 def test_weighting_is_relative():
     # one big point off by 2x must not swamp the small ones: they stay exact
     pts = synthetic({"gather": TRUE["gather"]}, ranks=(2,))
-    pts[-1]["t_avg_us"] *= 2
+    pts[-1]["t_p50_us"] *= 2
     fit = cal.calibrate(pts)
     errs = sorted(abs(r["rel_err"]) for r in fit.residuals)
     assert errs[len(errs) // 2] < 0.05
@@ -112,7 +112,7 @@ def test_weighting_is_relative():
 def test_skips_what_it_cannot_fit():
     pts = synthetic({"gather": TRUE["gather"]}, ranks=(2,))
     pts += [dict(pts[0], check="failed"), dict(pts[0], collective="alltoall"),
-            dict(pts[0], t_avg_us=0), dict(pts[0], workload="ps-sync", phase="step")]
+            dict(pts[0], t_p50_us=0), dict(pts[0], workload="ps-sync", phase="step")]
     assert len(cal.make_rows(pts)) == len(SIZES)
     with pytest.raises(UsageError, match="no stored points"):
         cal.calibrate([dict(pts[0], check="failed")])
@@ -171,7 +171,7 @@ def test_several_libraries_need_a_choice():
 
 def test_repeated_points_combine():
     clean = synthetic({"gather": TRUE["gather"]}, ranks=(2, 3))
-    slow = [dict(p, run_id=p["run_id"] + 10, t_avg_us=p["t_avg_us"] * 3) for p in clean]
+    slow = [dict(p, run_id=p["run_id"] + 10, t_p50_us=p["t_p50_us"] * 3) for p in clean]
     fit = cal.calibrate(clean + slow)                       # min: the undisturbed runs win
     assert fit.groups[0].max_rel_err < 1e-6
     assert all(r["repeats"] == 2 for r in fit.residuals)

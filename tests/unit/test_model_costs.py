@@ -202,7 +202,8 @@ def test_a_lone_copy_of_open_mpi_does_not_wait_per_byte():
     t = costs.time("broadcast", "chain", 4, N, q, setting)
     assert t == pytest.approx(3 * 1 + 3 * N * 0.01 + 1.0 * 3 * 2)
     mpich = costs.time("broadcast", "chain", 4, N, q, Setting(library="MPICH", ranks_per_node=4, cores=2))
-    assert mpich == pytest.approx(3 * 1 + 3 * N * 0.01 + 0.5 * (3 * 2 + 3 * N * 0.1))
+    # (MPICH's point-to-point bytes on one node count twice: library.P2P_COPIES)
+    assert mpich == pytest.approx(3 * 1 + 6 * N * 0.01 + 0.5 * (3 * 2 + 6 * N * 0.1))
     # the columns a fit multiplies the parameters by are the prediction's
     load = costs.node_load("broadcast", "chain", 4, N, 4, setting)
     assert sum(f * v for f, v in zip(node.features(chain, load), q.to_dict().values())) == \
@@ -252,9 +253,10 @@ def test_hierarchical_by_hand():
 
 def test_ps_step_is_broadcast_plus_gather():
     s = Setting(library="Open MPI")
-    # Open MPI at 3 ranks, 1 MiB: binary broadcast (2 posts, one level of n), linear_sync gather
+    # Open MPI at 3 ranks, 1 MiB: binary broadcast (2 posts; its sends in turn, the second
+    # child's a hop after the first's with no cache to hide it), linear_sync gather
     n = 1 << 20
-    expected = P.time(Schedule(2, n)) + P.time(Schedule(4, 2 * n))
+    expected = P.time(Schedule(2, 2 * n)) + P.time(Schedule(4, 2 * n))
     assert costs.time("ps", "library", 3, n, P, s) == pytest.approx(expected)
     assert costs.time("ps", "binomial+linear", 3, n, P) == pytest.approx(
         P.time(Schedule(2, 2 * n)) + P.time(Schedule(2, 2 * n)))
@@ -403,15 +405,16 @@ def test_contention_from_the_copy_bandwidth_by_copies():
     assert node.bandwidth_of(None) is None and node.bandwidth_of({"error": "x"}) is None
 
 
-def test_contention_slows_the_bytes_from_memory_of_the_copies_at_once():
+def test_contention_slows_every_byte_of_the_copies_at_once():
     q = Params(1.0, 0.01, 0.001, beta_spill=0.02)
     s = Schedule(2, 100.0, 50.0)
     assert q.time(s, Load(spill=0.5, contention=1.0)) == q.time(s, Load(spill=0.5))
-    # half the bytes from memory at 3x: cache half at β, memory half at 3(β + β_spill)
-    want = 2 + (0.5 * 100 * 0.01 + 0.5 * 3 * 100 * (0.01 + 0.02)) \
-        + (0.5 * 50 * 0.001 + 0.5 * 3 * 50 * (0.001 + 0.02))
+    # at 3x: the cache half at 3β, the memory half at 3(β + β_spill)
+    want = 2 + (0.5 * 3 * 100 * 0.01 + 0.5 * 3 * 100 * (0.01 + 0.02)) \
+        + (0.5 * 3 * 50 * 0.001 + 0.5 * 3 * 50 * (0.001 + 0.02))
     assert q.time(s, Load(spill=0.5, contention=3.0)) == pytest.approx(want)
-    assert q.time(s, Load(spill=0.0, contention=3.0)) == q.time(s)    # all in the cache
+    # all in the cache: still 3x (on the 16-core node in-cache all-reduces slowed with the ranks)
+    assert q.time(s, Load(spill=0.0, contention=3.0)) == pytest.approx(2 + 3 * (100 * 0.01 + 50 * 0.001))
     # through node_load: a ring's 8 ranks all copy (8 copies at once); a linear gather's root alone
     bw = ((1, 10.0), (8, 40.0))
     setting = Setting(cores=16, cache=1 << 20, bandwidth=bw)
@@ -445,3 +448,46 @@ def test_one_node_algorithms_are_not_priced_across_nodes(collective, algorithm):
         costs.time(collective, algorithm, 8, 1 << 20, q, Setting(ranks_per_node=2, cores=2))
     with pytest.raises(UsageError, match="span several"):
         costs.time(collective, algorithm, 8, 1 << 20, q, Setting(cores=2))
+
+
+def test_the_trees_children_in_the_order_of_their_sends():
+    assert costs.star_children(4) == [[1, 2, 3], [], [], []]
+    assert costs.binary_children(5) == [[1, 2], [3, 4], [], [], []]
+    assert costs.binomial_children(8) == [[1, 2, 4], [3, 5], [6], [7], [], [], [], []]
+    assert costs.knomial_children(6) == [[4, 3, 2, 1], [], [], [], [5], []]    # radix 4: 5 = "11"
+    # every rank but the root has one parent
+    for tree in costs.TREE_CHILDREN.values():
+        for p in (1, 2, 5, 16, 33):
+            kids = sorted(c for cs in tree(p) for c in cs)
+            assert kids == list(range(1, p)), (tree, p)
+
+
+def test_sends_in_turn_cost_a_hop_each_unless_the_buffer_is_in_memory():
+    """Open MPI's parent sends to its children one after another (16-core node): its
+    linear broadcast of a buffer in the cache takes p-1 hops, of one in memory one."""
+    n = 1 << 20
+    assert costs.hops_in_turn(costs.star_children(8), 1.0) == 7
+    assert costs.hops_in_turn(costs.star_children(8), 0.0) == 1
+    assert costs.hops_in_turn(costs.binomial_children(8), 1.0) == 3   # 0->1->3->7, 0->2->6, 0->4: 1+2
+    assert costs.sends_in_turn("broadcast", "linear", 8, n, 0.0) == Schedule(7, 7 * n)
+    assert costs.sends_in_turn("broadcast", "linear", 8, n, 1.0) == Schedule(7, n)
+    assert costs.sends_in_turn("broadcast", "chain", 8, n, 0.0) is None         # one child each
+    assert costs.sends_in_turn("gather", "linear", 8, n, 0.0) is None
+    one_node = Setting(library="Open MPI", ranks_per_node=8, cores=16)
+    terms, _ = costs.priced("broadcast", "linear", 8, n, {}, 8, one_node)
+    assert terms == Schedule(7, 7 * n)
+    # across nodes, and in other libraries, the tree's own terms
+    assert costs.priced("broadcast", "linear", 8, n, {}, 4, one_node)[0] == costs.terms("broadcast", "linear", 8, n)
+    assert costs.priced("broadcast", "linear", 8, n, {}, 8, Setting(library="gloo"))[0] == \
+        costs.terms("broadcast", "linear", 8, n)
+
+
+def test_mpich_point_to_point_bytes_count_twice_beside_its_shared_memory_collectives():
+    n = 1 << 24
+    s = Setting(library="MPICH")
+    p2p = costs.terms("broadcast", "scatter_ring_allgather", 8, n)
+    assert costs.priced("broadcast", "scatter_ring_allgather", 8, n, {}, 8, s)[0] == \
+        Schedule(p2p.rounds, 2 * p2p.bytes, p2p.reduced_bytes)
+    shm = costs.terms("broadcast", "release_gather", 8, n)
+    assert costs.priced("broadcast", "release_gather", 8, n, {}, 8, s)[0] == shm
+    assert library.p2p_copies("MPICH 5.0.2") == 2.0 and library.p2p_copies("Open MPI") == 1.0

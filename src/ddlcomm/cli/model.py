@@ -170,17 +170,17 @@ def _add_calibrate(msub) -> None:
                         "libraries switch protocols by size")
     c.add_argument("--shared", action="store_true",
                    help="one parameter set for all collectives (default: one per collective)")
-    c.add_argument("--metric", default="avg", choices=["avg", "p50", "min", "max"],
-                   help="which stored time to fit (default avg: mean over ranks of each "
-                        "rank's average)")
+    c.add_argument("--metric", default="p50", choices=["p50", "avg", "min", "max"],
+                   help="which stored time to fit (default p50: the slowest rank's median "
+                        "call, the critical path the model prices; avg: the mean over ranks)")
     c.add_argument("--combine", default="min", choices=["min", "median", "none"],
                    help="a point measured in several runs counts once, by its fastest "
                         "(default min: interference only adds time) or median measurement, "
                         "or once per run (none)")
     c.add_argument("--cache", metavar="SIZE",
-                   help="last-level cache of the machine the points ran on, for the term of "
-                        "copies that spill out of it (default: this machine's, from sysfs; "
-                        "0: no such term)")
+                   help="last-level cache of the machine the points ran on, from which the "
+                        "cache of the term of copies that spill out of it is fitted (default: "
+                        "this machine's, from sysfs; 0: no such term)")
     c.add_argument("--machine", metavar="INFO.json",
                    help="the machine the points ran on, as `ddlcomm info --json --memory-bandwidth` "
                         "wrote it there: its last-level cache (unless --cache) and its copy "

@@ -5,12 +5,12 @@ equation: its measured time = the cost model's terms of the algorithm that
 ran (:mod:`ddlcomm.model.costs`; ``library`` resolved by
 :mod:`ddlcomm.model.library`) times the unknown parameters::
 
-    t = rounds·α + share·(m·bytes·β + m·reduced·γ + spill·c·(bytes + reduced)·β_spill)
+    t = rounds·α + share·c·(bytes·β + reduced·γ + spill·(bytes + reduced)·β_spill)
         + over·(rounds·α_over + [per_byte]·(bytes + reduced)·β_over)
 
 (:func:`ddlcomm.model.node.features`, the node's :class:`~ddlcomm.model.node.Load`
 from :func:`~ddlcomm.model.costs.node_load`, the same as a prediction's; ``c`` the
-measured memory contention, ``m`` = 1 + spill·(c - 1)).  ``over`` > 0 when there are
+measured memory contention among the copies that run at once).  ``over`` > 0 when there are
 more ranks on the node than cores, by how the
 library waits (:func:`ddlcomm.model.node.oversubscription`; the harness
 runs every rank on one host, so ranks on the node = ranks) and ``share`` =
@@ -20,9 +20,18 @@ when no point of a group is oversubscribed; ``per_byte`` is 0 where one rank cop
 at a time in a library whose lone copies run at full speed
 (:func:`ddlcomm.model.costs.waits_per_byte`).
 ``spill`` = max(0, 1 - cache /
-working set), the part of the ranks' buffers beyond the last-level cache
-(:func:`ddlcomm.model.node.spill`; ``cache`` is the machine's, 0 leaves the
-column out): copies from memory cost β + β_spill a byte, from cache β.
+working set), the part of the ranks' buffers beyond the cache
+(:func:`ddlcomm.model.node.spill`; 0 leaves the column out): copies from memory
+cost β + β_spill a byte, from cache β.  ``cache`` is *fitted*, from the machine's
+last-level cache down (:func:`effective_cache`): what a VM reports is the host's
+(300 MiB on the 16-core node, whose 2-rank times per byte rise between 4 and 16
+MiB), and one core's share of it is less.
+
+**Metric.** The cost functions give the critical path, the last rank's time: the
+fit takes ``p50`` by default, the median call of the slowest rank.  ``avg`` (the
+mean over ranks, OSU's) is lower wherever ranks finish apart: a broadcast's
+leaves and a gather's senders return early (on the 16-core node the mean of
+Open MPI's 6-rank chain broadcast was 3.3 hops, its last rank 5).
 
 **Weighting.** Weighted least squares with weight 1/t_measured on each
 equation, i.e. the fit minimises the sum of squared *relative* errors
@@ -259,7 +268,7 @@ def regime_of(nbytes: float, split: Sequence[int]) -> str:
     return f"{format_size(lo)}:*" if lo else "*"
 
 
-def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "avg", shared: bool = False,
+def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "p50", shared: bool = False,
               split: Sequence[int] = (), holdout: Sequence[Holdout] = (),
               cache: Optional[float] = None, bandwidth: Optional[Bandwidth] = None) -> list[Row]:
     """The points a fit can use (checked, buffer or object collectives the model
@@ -280,14 +289,13 @@ def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "avg", shared: 
         try:
             name, kw = costs.resolve(coll, alg, ranks, nbytes,
                                      Setting(library=lib, ranks_per_node=ranks_per_host(p) or ranks))
-            terms = costs.terms(coll, name, ranks, nbytes, **kw)
+            terms, load = costs.priced(coll, name, ranks, nbytes, kw, ranks,
+                                       Setting(library=lib, cores=p.get("host_cores"), cache=cache,
+                                               bandwidth=bandwidth))
         except UsageError:
             continue                                   # an algorithm the model cannot price
         key = (p.get("backend"), lib, placement_of(p), p.get("form"), alg,
                "*" if shared else coll, regime_of(nbytes, split))
-        load = costs.node_load(coll, name, ranks, nbytes, ranks,
-                               Setting(library=lib, cores=p.get("host_cores"), cache=cache,
-                                       bandwidth=bandwidth))
         rows.append(Row(dict(p), key, name, terms, load, t_us * 1e-6,
                         any(h.matches(p) for h in holdout)))
     return rows
@@ -512,7 +520,7 @@ def combine_rows(rows: Sequence[Row], how: str = "min") -> list[Row]:
 
 
 def calibrate(points: Iterable[Mapping[str, Any]], *,
-              metric: str = "avg", combine: str = "min", shared: bool = False,
+              metric: str = "p50", combine: str = "min", shared: bool = False,
               split: Sequence[int] = (),
               holdout: Sequence[Holdout] = (), summary_bytes: int = 64 << 10,
               cache: Optional[float] = None, bandwidth: Optional[Bandwidth] = None,
@@ -521,13 +529,20 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
 
     Each point may carry ``host_cores``, the cores of the host its run
     recorded (:func:`with_cores`), for the oversubscription terms; ``cache``
-    is the last-level cache of the machine (bytes) for the spill term, ``bandwidth``
+    is the last-level cache of the machine (bytes), from which the spill term's
+    effective cache is fitted (:func:`effective_cache`), ``bandwidth``
     its copy bandwidth by concurrent copies for the contention term.  Summaries
     are given over all points and over points of at least ``summary_bytes``.
     """
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}", f"choose from {', '.join(METRICS)}")
-    rows = combine_rows(make_rows(points, metric, shared, split, holdout, cache, bandwidth), combine)
+    points = list(points)
+    reported = cache
+
+    def rows_at(size: Optional[float]) -> list[Row]:
+        return combine_rows(make_rows(points, metric, shared, split, holdout, size, bandwidth), combine)
+    cache = effective_cache(rows_at, cache)
+    rows = rows_at(cache)
     if not rows:
         raise UsageError("no stored points the model can fit",
                          "measure broadcast, gather or allreduce with `ddlcomm bench` first")
@@ -555,12 +570,36 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         "metric": METRICS[metric], "combine": combine,
         "weighting": "1/t (relative error), non-negative",
         "shared": shared, "split": list(split), "holdout": [h.text for h in holdout],
-        "cache_bytes": cache or 0,
+        "cache_bytes": cache or 0, "cache_reported_bytes": reported or 0,
         "copy_bandwidth": [list(pair) for pair in bandwidth or ()],
         "summary_bytes": summary_bytes,
         "summary": error_summary(residuals, summary_bytes),
     })
     return Fit(groups, residuals, info)
+
+
+#: The effective caches :func:`effective_cache` tries: the reported one halved 0 to 10 times.
+CACHE_HALVINGS = 10
+
+
+def effective_cache(rows_at, reported: Optional[float]) -> Optional[float]:
+    """Of ``reported`` (bytes; None or 0: no cache term) halved 0..:data:`CACHE_HALVINGS`
+    times, the cache whose fit has the least sum of squared relative errors on the fitted
+    points; ``rows_at(cache)`` gives the rows priced with that cache."""
+    if not reported:
+        return reported
+    best: tuple[float, float] = (math.inf, reported)
+    for k in range(CACHE_HALVINGS + 1):
+        size = reported / (1 << k)
+        by_key: dict[tuple, list[Row]] = {}
+        for r in rows_at(size):
+            if not r.heldout:
+                by_key.setdefault(r.key, []).append(r)
+        sse = sum(((r.model(params) - r.measured_s) / r.measured_s) ** 2
+                  for members in by_key.values() for params in (fit_group(members),) for r in members)
+        if sse < best[0] * (1 - 1e-6) - 1e-12:        # a smaller cache only where it fits better
+            best = (sse, size)
+    return best[1]
 
 
 def _fit_one(key: tuple, members: Sequence[Row], train: Sequence[Row]) -> tuple[Group, list[dict]]:

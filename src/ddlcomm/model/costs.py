@@ -60,13 +60,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from ..comm import native
 from ..comm.hierarchical import leaders_algorithm
 from ..comm.native import Schedule
 from ..errors import UsageError
-from .library import choose, copies_alone, waiting
+from .library import choose, copies_alone, p2p_copies, waiting
+from .library import sends_in_turn as library_sends_in_turn
 from .node import Bandwidth, Load, contention, features, oversubscription, spill
 
 #: The fan-out Open MPI's chain broadcast runs with by default: 1.  The fixed decision
@@ -312,6 +313,69 @@ def knomial_shape(p: int, radix: int = KNOMIAL_RADIX) -> Shape:
     return (rounds, depth, max(count[1:]))
 
 
+# The same trees as lists of each rank's children, in the order its sends go, for a
+# library whose sends go one after another (:func:`sends_in_turn`).
+def star_children(p: int) -> list[list[int]]:
+    return [list(range(1, p))] + [[] for _ in range(p - 1)]
+
+
+def binary_children(p: int) -> list[list[int]]:
+    return [[c for c in (2 * r + 1, 2 * r + 2) if c < p] for r in range(p)]
+
+
+def knomial_children(p: int, radix: int = KNOMIAL_RADIX) -> list[list[int]]:
+    """Rank x's parent clears x's lowest nonzero base-k digit; the farthest child first."""
+    out: list[list[int]] = [[] for _ in range(p)]
+    for x in range(1, p):
+        d, low = x, 1
+        while d % radix == 0:
+            d, low = d // radix, low * radix
+        out[x - (d % radix) * low].append(x)
+    return [sorted(kids, reverse=True) for kids in out]
+
+
+def binomial_children(p: int) -> list[list[int]]:
+    """Open MPI's ``build_bmtree``: rank i's children i|mask for every mask from the power
+    of two above i up, ascending (the root's first child has the largest subtree)."""
+    out = []
+    for i in range(p):
+        mask, kids = (1 if i == 0 else 1 << i.bit_length()), []
+        while mask < p and (i ^ mask) < p:
+            kids.append(i ^ mask)
+            mask <<= 1
+        out.append(kids)
+    return out
+
+
+#: Broadcast trees priced with the sends in turn (a chain's parents have one child).
+TREE_CHILDREN = {"linear": star_children, "binary": binary_children,
+                 "knomial": knomial_children, "binomial": binomial_children}
+
+
+def hops_in_turn(children: list[list[int]], further: float) -> float:
+    """Hops until the last rank has the buffer when each parent sends to its children in
+    turn: its k-th child (from 0) receives ``1 + k·further`` hops after the parent did."""
+    got = [0.0] * len(children)
+    order = [0]
+    for r in order:
+        for k, c in enumerate(children[r]):
+            got[c] = got[r] + 1.0 + k * further
+            order.append(c)
+    return max(got)
+
+
+def sends_in_turn(collective: str, algorithm: str, p: int, nbytes: float, spill: float) -> Optional[Schedule]:
+    """The terms of a tree broadcast whose parents send in turn (a library's
+    :func:`ddlcomm.model.library.sends_in_turn`), None for other algorithms.  A further
+    send of a buffer in the cache costs a hop; of one in memory (the part ``spill``),
+    nothing on the critical path: the sender's copies of it hide behind the receivers'."""
+    tree = TREE_CHILDREN.get(algorithm) if collective == "broadcast" else None
+    if tree is None or p <= 1:
+        return None
+    rounds = terms(collective, algorithm, p, nbytes).rounds
+    return Schedule(rounds, hops_in_turn(tree(p), 1.0 - spill) * nbytes)
+
+
 def _posted(shape: Shape, nbytes: float) -> Schedule:
     rounds, depth, _ = shape
     return Schedule(rounds, depth * nbytes)
@@ -473,6 +537,25 @@ def node_load(collective: str, algorithm: str, p: int, nbytes: float, ranks_on_n
                 contention(setting.bandwidth, copiers))
 
 
+def priced(collective: str, algorithm: str, p: int, nbytes: float, kw: Mapping[str, Any],
+           ranks_on_node: int, setting: "Setting") -> tuple[Schedule, Load]:
+    """The terms and the :class:`Load` of a call of ``algorithm`` (resolved, with its
+    keyword arguments ``kw``), as the library moves the bytes where all ``p`` ranks share
+    one node (``ranks_on_node`` >= ``p``): sends in turn
+    (:func:`sends_in_turn`), point-to-point bytes copied twice where the library also
+    runs one-node collectives (:func:`ddlcomm.model.library.p2p_copies`)."""
+    load = node_load(collective, algorithm, p, nbytes, ranks_on_node, setting)
+    schedule = terms(collective, algorithm, p, nbytes, **kw)
+    if ranks_on_node < p:                   # across nodes: the network's transport, not these
+        return schedule, load
+    if library_sends_in_turn(setting.library):
+        schedule = sends_in_turn(collective, algorithm, p, nbytes, load.spill) or schedule
+    copies = p2p_copies(setting.library)
+    if copies != 1.0 and (collective, algorithm) not in ONE_NODE:
+        schedule = Schedule(schedule.rounds, copies * schedule.bytes, schedule.reduced_bytes)
+    return schedule, load
+
+
 #: Composite algorithms priced from other entries (see :func:`time`).
 COMPOSITES = ("hierarchical",)
 #: Collectives of the model beyond the harness's: the PS step.
@@ -556,8 +639,7 @@ def time(collective: str, algorithm: str, p: int, nbytes: float, params: Params,
         raise UsageError(f"{collective} {name} runs on one node, and {p} ranks at {per_node} "
                          "a node span several", f"give --ranks-per-node {p} (one node of {p} "
                          "ranks) or another --algorithm")
-    return params.time(terms(collective, name, p, nbytes, **kw),
-                       node_load(collective, name, p, nbytes, min(per_node, p), setting))
+    return params.time(*priced(collective, name, p, nbytes, kw, min(per_node, p), setting))
 
 
 def hierarchical_time(p: int, nbytes: float, intra: Params, setting: Setting) -> float:

@@ -247,6 +247,37 @@ def copies_alone(library: Optional[str]) -> bool:
     return _per_library(COPIES_ALONE, library, False)
 
 
+#: Whether a parent's messages to its children in the library's tree broadcasts go one
+#: after another, each copied by the sender into the shared-memory transport (two
+#: copies a message), rather than at once, each receiver copying its own (single
+#: copy, ``smsc/cma``).  Open MPI: in turn on the 16-core node, whose container
+#: allows no CMA: its linear broadcast took p-1 hops up to 1 MiB (8 ranks: 7.3-12.1x
+#: a 2-rank broadcast at 64-256 KiB), while the other copies of a buffer in memory
+#: hid behind the receivers' from 16 MiB (1.25x at 8 ranks;
+#: :func:`ddlcomm.model.costs.sends_in_turn`).  On the 2-core machine the same
+#: pricing changed its broadcast's error by under a point.
+SENDS_IN_TURN = {"open mpi": True, "mpich": False, "gloo": False}
+
+
+def sends_in_turn(library: Optional[str]) -> bool:
+    """``library``'s :data:`SENDS_IN_TURN` (False when unknown or not given)."""
+    return _per_library(SENDS_IN_TURN, library, False)
+
+
+#: Copies of each byte of the library's point-to-point messages on one node, against
+#: one of its one-node shared-memory collectives (:data:`ddlcomm.model.costs.ONE_NODE`),
+#: where a library runs both: MPICH's sender copies into the shared cells, its receiver
+#: out.  On the 16-core node MPICH's 8-rank broadcast of 16 MiB (scatter and ring
+#: allgather, 1.75 n) took 3.2x its 2-rank release_gather (n); priced at one copy, its
+#: 8-16-rank broadcasts came out 36-86% short.
+P2P_COPIES = {"mpich": 2.0}
+
+
+def p2p_copies(library: Optional[str]) -> float:
+    """``library``'s :data:`P2P_COPIES` (1 when unknown or not given)."""
+    return _per_library(P2P_COPIES, library, 1.0)
+
+
 def _no_rule(library: str, collective: str, table) -> UsageError:
     return UsageError(f"no default-algorithm rule of {library} for {collective}",
                       f"modelled: {', '.join(table)}; give --algorithm")

@@ -68,19 +68,21 @@ class Load(NamedTuple):
 def features(terms: Schedule, load: Optional[Load] = None) -> tuple[float, ...]:
     """What each parameter of ``costs.PARAMETERS`` is multiplied by (a fit's columns)::
 
-        t = rounds·α + share·(m·bytes·β + m·reduced·γ + spill·c·(bytes + reduced)·β_spill)
+        t = rounds·α + share·c·(bytes·β + reduced·γ + spill·(bytes + reduced)·β_spill)
             + over·(rounds·α_over + [per_byte]·(bytes + reduced)·β_over)
 
-    with ``c`` the contention and ``m = 1 + spill·(c - 1)``: the bytes from the cache
-    cost β (γ) each, those from memory (the part ``spill``) c·(β + β_spill).
+    with ``c`` the contention: every byte of copies that run at once costs c times one
+    alone, those from memory (the part ``spill``) β_spill more.  Not only those from
+    memory: on the 16-core node Open MPI's all-reduce of 64 KiB-1 MiB, in cache, took
+    1.6-1.9x as long at 16 ranks as at 8 (c(16)/c(8) = 1.6 there).
     """
     over, busy, spilled, per_byte, c = load or Load()
     busy = max(1.0, busy)
     c = max(1.0, c)
-    m = busy * (1.0 + spilled * (c - 1.0))
+    m = busy * c
     moved = terms.bytes + terms.reduced_bytes
     return (terms.rounds, m * terms.bytes, m * terms.reduced_bytes,
-            over * terms.rounds, over * moved if per_byte else 0.0, busy * spilled * c * moved)
+            over * terms.rounds, over * moved if per_byte else 0.0, m * spilled * moved)
 
 
 #: A node's copy bandwidth by concurrent copies: ((copies, bytes/s of all together), ...),

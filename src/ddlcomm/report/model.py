@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from ..model import costs
 from ..model.calibrate import SET_KEYS, family_summary, summarize
@@ -93,6 +93,15 @@ def render_summary(fit) -> str:
     return "\n".join(lines)
 
 
+def _cache(cache: Optional[float], reported: Optional[float]) -> str:
+    """The fit's effective cache, and the last-level cache it was fitted from."""
+    if not cache:
+        return "none (no spill term)"
+    if not reported:                     # a fit file from before the cache was fitted
+        return format_size(cache)
+    return f"{format_size(cache)} fitted (of {format_size(reported)} reported)"
+
+
 def render_fit(fit, residuals: bool = False) -> str:
     parts = [render_groups(fit)]
     if residuals:
@@ -101,11 +110,11 @@ def render_fit(fit, residuals: bool = False) -> str:
         held = [r for r in fit.residuals if r["heldout"]]
         if held:
             parts.append("held-out points:\n" + render_residuals(held))
-    cache, bandwidth = fit.meta.get("cache_bytes"), fit.bandwidth
+    cache, reported, bandwidth = fit.meta.get("cache_bytes"), fit.meta.get("cache_reported_bytes"), fit.bandwidth
     copies = (", ".join(f"{k}: {b / 1e9:.1f}" for k, b in bandwidth) + " GB/s"
               if bandwidth else "not measured (no contention term)")
     parts.append(f"weighting: {fit.meta.get('weighting')}; metric: {fit.meta.get('metric')}; "
-                 f"cache: {format_size(cache) if cache else 'none (no spill term)'}; "
+                 f"cache: {_cache(cache, reported)}; "
                  f"copy bandwidth by concurrent copies: {copies}")
     parts.append(render_summary(fit))
     notes = fit.meta.get("notes") or []

@@ -244,7 +244,9 @@ def bcast_release_gather(p: int, nbytes: float) -> Schedule:
 # ``smsc``) has each *receiver* copy its own message, so the children of a level
 # copy at the same time: a level costs one n of bytes on the critical path (the
 # cores they share are the ``share`` of :data:`ACTIVE`), while the posts, one α
-# each, follow one another.
+# each, follow one another.  Where the sender copies (no single copy allowed, as
+# on the 16-core node), a parent's messages go in turn: :func:`sends_in_turn`,
+# which :func:`priced` applies for a library whose :data:`~.library.SENDS_IN_TURN` says so.
 #
 # Each tree's shape is (rounds, depth, widest): the most posts ahead of and
 # including a rank's own along any path (a child's message is its parent's

@@ -54,11 +54,19 @@ def _alive(pids: set[int]) -> set[int]:
     return left
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """SIGINT at its default, as a terminal's foreground job has it: a test session run in
+    the background (``make test &``) hands its children SIGINT ignored, which ddlcomm
+    keeps ignoring, as a user's background job wants."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _stop_after_points(cmd, env, db, sig, points=3, limit=120.0, before=None) -> int:
     """Start ``cmd``, send ``sig`` once ``points`` are stored (calling ``before(proc)`` just
     before), return its exit code."""
     proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+                            stderr=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=_sigint_as_in_a_terminal)
     try:
         deadline = time.monotonic() + limit
         while _points(db) < points:

@@ -72,6 +72,30 @@ def test_recovers_the_spill_term():
     assert cal.calibrate(points).groups[0].max_rel_err > 0.01
 
 
+def test_each_set_fits_its_own_cache_from_the_reported_one():
+    """A VM reports its host's last-level cache (300 MiB on the 16-core node); each
+    parameter set finds the cache its points spill at, the reported one halved."""
+    true = Params(2e-6, 1e-10, 3e-10, beta_spill=4e-10)
+    points = []
+    for coll, cache in (("allreduce", 4 << 20), ("broadcast", 16 << 20)):
+        for p in (2, 4):
+            for n in SIZES:
+                t = costs.time(coll, "library", p, n, true,
+                               Setting(library="MPICH", ranks_per_node=p, cores=8, cache=cache))
+                points.append({"run_id": p, "backend": "mpi", "library": "MPICH",
+                               "collective": coll, "form": "buffer", "algorithm": "library",
+                               "bytes": n, "ranks": p, "t_p50_us": t * 1e6, "check": "passed",
+                               "host_cores": 8})
+    fit = cal.calibrate(points, cache=64 << 20)
+    caches = {g.key["collective"]: g.cache for g in fit.groups}
+    assert caches == {"allreduce": 4 << 20, "broadcast": 16 << 20}
+    assert all(g.max_rel_err < 1e-6 for g in fit.groups)
+    assert fit.cache == 64 << 20 and fit.params_for("broadcast")[1].cache == 16 << 20
+    # kept in the fit file
+    again = cal.Fit.from_dict(fit.to_dict())
+    assert {g.key["collective"]: g.cache for g in again.groups} == caches
+
+
 def test_holdout_ranks_predicted():
     fit = cal.calibrate(synthetic(TRUE), holdout=[cal.parse_holdout("ranks=4")])
     held = [r for r in fit.residuals if r["heldout"]]

@@ -66,7 +66,7 @@ def test_predict_million_ranks(capsys):
 def test_calibrate_predict_report(capsys, db, tmp_path):
     fit = tmp_path / "fit.json"
     rc, out, _ = run(capsys, "calibrate", "--db", str(db), "--cache", "16MiB")
-    assert rc == 0 and "fitted (of 16MiB reported)" in out       # the cache is fitted from it
+    assert rc == 0 and "16MiB reported, each set's fitted from it" in out   # fitted from it
     # the synthetic points were made without a cache: fitted without one, exactly
     rc, out, _ = run(capsys, "calibrate", "--db", str(db), "--holdout", "ranks=4",
                      "--cache", "0", "--out", str(fit))
@@ -202,9 +202,10 @@ def test_calibrate_takes_cache_and_copy_bandwidth_from_the_machine(capsys, db, t
                                 "memory": {"copy_bandwidth": {"by_copiers": {"1": 1e10, "2": 1.5e10}}}}))
     fit = tmp_path / "fit.json"
     rc, out, _ = run(capsys, "calibrate", "--db", str(db), "--machine", str(info), "--out", str(fit))
-    assert rc == 0 and "(of 8MiB reported)" in out and "1: 10.0, 2: 15.0 GB/s" in out
+    assert rc == 0 and "8MiB reported" in out and "1: 10.0, 2: 15.0 GB/s" in out
     data = json.loads(fit.read_text())
-    assert data["cache_reported_bytes"] == 8 << 20 and data["copy_bandwidth"] == [[1, 1e10], [2, 1.5e10]]
+    assert data["cache_bytes"] == 8 << 20 and data["copy_bandwidth"] == [[1, 1e10], [2, 1.5e10]]
+    assert all(0 < g["cache_bytes"] <= 8 << 20 for g in data["groups"])
     rc, out, _ = run(capsys, "calibrate", "--db", str(db), "--machine", str(info), "--cache", "0")
     assert rc == 0 and "no spill term" in out
     rc, out, _ = run(capsys, "calibrate", "--db", str(db))

@@ -22,8 +22,8 @@ at a time in a library whose lone copies run at full speed
 ``spill`` = max(0, 1 - cache /
 working set), the part of the ranks' buffers beyond the cache
 (:func:`ddlcomm.model.node.spill`; 0 leaves the column out): copies from memory
-cost β + β_spill a byte, from cache β.  ``cache`` is *fitted*, from the machine's
-last-level cache down (:func:`effective_cache`): what a VM reports is the host's
+cost β + β_spill a byte, from cache β.  ``cache`` is *fitted* per parameter set, from
+the machine's last-level cache down (:func:`effective_cache`): what a VM reports is the host's
 (300 MiB on the 16-core node, whose 2-rank times per byte rise between 4 and 16
 MiB), and one core's share of it is less.
 
@@ -329,19 +329,22 @@ class Group:
     max_rel_err: Optional[float] = None
     #: The sizes it was fitted at: (smallest, largest, how many); None in older fit files.
     fitted_bytes: Optional[tuple[int, int, int]] = None
+    #: Its effective cache (bytes, :func:`effective_cache`); None: the fit's (older files).
+    cache: Optional[float] = None
 
     def to_dict(self) -> dict:
         return {"key": self.key, "params": self.params.to_dict(), "cores": self.cores,
                 "points": self.points, "median_rel_err": self.median_rel_err,
                 "max_rel_err": self.max_rel_err,
-                "fitted_bytes": list(self.fitted_bytes) if self.fitted_bytes else None}
+                "fitted_bytes": list(self.fitted_bytes) if self.fitted_bytes else None,
+                "cache_bytes": self.cache}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Group":
         sizes = d.get("fitted_bytes")
         return cls(dict(d["key"]), Params.from_dict(d["params"]), d.get("cores"),
                    int(d.get("points", 0)), d.get("median_rel_err"), d.get("max_rel_err"),
-                   tuple(int(x) for x in sizes) if sizes else None)
+                   tuple(int(x) for x in sizes) if sizes else None, d.get("cache_bytes"))
 
     def label(self) -> str:
         return set_label(self.key)
@@ -418,13 +421,17 @@ class Fit:
                    nbytes: Optional[float] = None, **want) -> tuple[Params, Setting]:
         """(Params, Setting) of the group :meth:`select` picks."""
         g = self.select(collective, algorithm, nbytes, **want)
-        return g.params, Setting(library=g.key.get("library"), cores=g.cores, cache=self.cache,
-                                 bandwidth=self.bandwidth)
+        return g.params, Setting(library=g.key.get("library"), cores=g.cores,
+                                 cache=self.cache_of(g), bandwidth=self.bandwidth)
 
     @property
     def cache(self) -> Optional[float]:
-        """The last-level cache the fit assumed (bytes), None if it had none."""
+        """The last-level cache of the machine the fit was given (bytes), None if none."""
         return self.meta.get("cache_bytes") or None
+
+    def cache_of(self, group: Group) -> Optional[float]:
+        """The cache ``group`` was fitted with (its own; the fit's in older files)."""
+        return group.cache if group.cache is not None else self.cache
 
     @property
     def bandwidth(self) -> Optional[Bandwidth]:
@@ -529,36 +536,33 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
 
     Each point may carry ``host_cores``, the cores of the host its run
     recorded (:func:`with_cores`), for the oversubscription terms; ``cache``
-    is the last-level cache of the machine (bytes), from which the spill term's
-    effective cache is fitted (:func:`effective_cache`), ``bandwidth``
+    is the last-level cache of the machine (bytes), from which each group's
+    effective cache for the spill term is fitted (:func:`effective_cache`), ``bandwidth``
     its copy bandwidth by concurrent copies for the contention term.  Summaries
     are given over all points and over points of at least ``summary_bytes``.
     """
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}", f"choose from {', '.join(METRICS)}")
     points = list(points)
-    reported = cache
-
-    def rows_at(size: Optional[float]) -> list[Row]:
-        return combine_rows(make_rows(points, metric, shared, split, holdout, size, bandwidth), combine)
-    cache = effective_cache(rows_at, cache)
-    rows = rows_at(cache)
+    by_cache = {size: combine_rows(make_rows(points, metric, shared, split, holdout, size, bandwidth),
+                                   combine) for size in cache_candidates(cache)}
+    rows = by_cache[cache]
     if not rows:
         raise UsageError("no stored points the model can fit",
                          "measure broadcast, gather or allreduce with `ddlcomm bench` first")
     _check_holdouts(holdout, rows)
-    by_key: dict[tuple, list[Row]] = {}
-    for r in rows:
-        by_key.setdefault(r.key, []).append(r)
     groups: list[Group] = []
     residuals: list[dict] = []
     notes = holdout_notes(holdout, rows)
-    for key, members in by_key.items():
+    for key, members in _by_key(rows).items():
         train = [r for r in members if not r.heldout]
         notes += fit_notes(key, members, train)
         if not train:
             continue                                   # nothing left to fit this group from
-        group, errors = _fit_one(key, members, train)
+        size = effective_cache({c: _by_key(r).get(key, []) for c, r in by_cache.items()})
+        members = _by_key(by_cache[size])[key]
+        group, errors = _fit_one(key, members, [r for r in members if not r.heldout])
+        group.cache = size
         groups.append(group)
         residuals += errors
     if not groups:
@@ -570,7 +574,7 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         "metric": METRICS[metric], "combine": combine,
         "weighting": "1/t (relative error), non-negative",
         "shared": shared, "split": list(split), "holdout": [h.text for h in holdout],
-        "cache_bytes": cache or 0, "cache_reported_bytes": reported or 0,
+        "cache_bytes": cache or 0,
         "copy_bandwidth": [list(pair) for pair in bandwidth or ()],
         "summary_bytes": summary_bytes,
         "summary": error_summary(residuals, summary_bytes),
@@ -578,26 +582,37 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
     return Fit(groups, residuals, info)
 
 
-#: The effective caches :func:`effective_cache` tries: the reported one halved 0 to 10 times.
+#: The effective caches a fit tries (:func:`cache_candidates`): the reported one halved
+#: 0 to 10 times.
 CACHE_HALVINGS = 10
 
 
-def effective_cache(rows_at, reported: Optional[float]) -> Optional[float]:
-    """Of ``reported`` (bytes; None or 0: no cache term) halved 0..:data:`CACHE_HALVINGS`
-    times, the cache whose fit has the least sum of squared relative errors on the fitted
-    points; ``rows_at(cache)`` gives the rows priced with that cache."""
+def cache_candidates(reported: Optional[float]) -> list[Optional[float]]:
+    """The caches a fit tries, the reported one (bytes; None or 0: no cache term) first."""
     if not reported:
-        return reported
-    best: tuple[float, float] = (math.inf, reported)
-    for k in range(CACHE_HALVINGS + 1):
-        size = reported / (1 << k)
-        by_key: dict[tuple, list[Row]] = {}
-        for r in rows_at(size):
-            if not r.heldout:
-                by_key.setdefault(r.key, []).append(r)
-        sse = sum(((r.model(params) - r.measured_s) / r.measured_s) ** 2
-                  for members in by_key.values() for params in (fit_group(members),) for r in members)
-        if sse < best[0] * (1 - 1e-6) - 1e-12:        # a smaller cache only where it fits better
+        return [reported]
+    return [reported / (1 << k) for k in range(CACHE_HALVINGS + 1)]
+
+
+def _by_key(rows: Sequence[Row]) -> dict[tuple, list[Row]]:
+    out: dict[tuple, list[Row]] = {}
+    for r in rows:
+        out.setdefault(r.key, []).append(r)
+    return out
+
+
+def effective_cache(members_at: Mapping[Optional[float], Sequence[Row]]) -> Optional[float]:
+    """Of one group's rows priced with each candidate cache (:func:`cache_candidates`, the
+    reported one first), the cache whose fit has the least sum of squared relative errors
+    on the fitted points; a smaller one only where it fits better."""
+    best: tuple[float, Optional[float]] = (math.inf, next(iter(members_at)))
+    for size, members in members_at.items():
+        train = [r for r in members if not r.heldout]
+        if not train:
+            continue
+        params = fit_group(train)
+        sse = sum(((r.model(params) - r.measured_s) / r.measured_s) ** 2 for r in train)
+        if sse < best[0] * (1 - 1e-6) - 1e-12:
             best = (sse, size)
     return best[1]
 

@@ -670,12 +670,13 @@ def hierarchical_time(p: int, nbytes: float, intra: Params, setting: Setting) ->
 
 
 def ps_step_time(algorithm: str, p: int, nbytes: float, params: Params,
-                 setting: Setting = Setting(), gather_params: Optional[Params] = None) -> float:
+                 setting: Setting = Setting(), gather_params: Optional[Params] = None,
+                 gather_setting: Optional[Setting] = None) -> float:
     """One PS step on ``p`` ranks (a server and p-1 workers): the server
     broadcasts the parameters, then gathers every worker's gradients, both
     through its own link.  ``algorithm``: ``library`` or ``BCAST+GATHER``
-    (e.g. ``binomial+linear``); ``gather_params``: the gather's own
-    parameters (default: ``params``)."""
+    (e.g. ``binomial+linear``); ``gather_params``, ``gather_setting``: the
+    gather's own parameters and setting (default: the broadcast's)."""
     if algorithm == "library":
         bcast, gather = "library", "library"
     else:
@@ -684,7 +685,7 @@ def ps_step_time(algorithm: str, p: int, nbytes: float, params: Params,
             raise UsageError(f"PS step algorithm {algorithm!r} is not library or BCAST+GATHER",
                              "e.g. binomial+linear")
     return time("broadcast", bcast, p, nbytes, params, setting) \
-        + time("gather", gather, p, nbytes, gather_params or params, setting)
+        + time("gather", gather, p, nbytes, gather_params or params, gather_setting or setting)
 
 
 def allreduce_time(fit, algorithm: str, p: int, nbytes: float, **want: Optional[str]) -> float:
@@ -705,9 +706,12 @@ def ps_time(fit, algorithm: str, p: int, nbytes: float, setting: Optional[Settin
             **want: Optional[str]) -> float:
     """Seconds of one PS step (see :func:`ps_step_time`) with a fit (its
     broadcast's and gather's parameter sets, picked by ``want``) or Params;
-    ``setting`` replaces the fit's own (its library, cores and cache)."""
+    ``setting`` replaces the fit's own (its library and cores; each set keeps the
+    cache it was fitted with)."""
     if isinstance(fit, Params):
         return ps_step_time(algorithm, p, nbytes, fit, setting or Setting())
     b_params, own = fit.params_for("broadcast", "library", nbytes, **want)
-    g_params, _ = fit.params_for("gather", "library", nbytes, **want)
-    return ps_step_time(algorithm, p, nbytes, b_params, setting or own, g_params)
+    g_params, g_own = fit.params_for("gather", "library", nbytes, **want)
+    if setting is not None:               # the caller's placement, each set's own cache
+        own, g_own = (replace(setting, cache=s.cache) for s in (own, g_own))
+    return ps_step_time(algorithm, p, nbytes, b_params, own, g_params, g_own)

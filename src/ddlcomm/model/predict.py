@@ -43,13 +43,13 @@ def predict(collective: str, algorithm: str, ranks: Sequence[int], sizes: Sequen
             lookup = "broadcast" if collective == "ps" else collective
             group = fit.select(lookup, algorithm, n, **want)
             p_n, library, host_cores = group.params, group.key.get("library"), group.cores
-            regime = group.key.get("regime")
+            regime, cache = group.key.get("regime"), fit.cache_of(group)
         else:
-            p_n, library, host_cores = params, want.get("library"), None
+            p_n, library, host_cores, cache = params, want.get("library"), None, None
         setting = Setting(library=library, ranks_per_node=ranks_per_node,
                           cores=cores if cores is not None else host_cores,
                           inter=inter, leaders_algorithm=leaders,
-                          cache=fit.cache if fit is not None else None,
+                          cache=cache,
                           bandwidth=fit.bandwidth if fit is not None else None)
         for p in ranks:
             if collective == "ps" and fit is not None:

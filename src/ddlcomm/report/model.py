@@ -34,15 +34,16 @@ def _sci(value: float) -> str:
 # ------------------------------------------------------------------ terminal
 def render_groups(fit) -> str:
     headers = ["backend", "library", "placement", "form", "algorithm", "collective", "sizes",
-               "alpha_s", "beta_s/B", "gamma_s/B", "alpha_over", "beta_over", "beta_spill", "points",
-               "median_err", "max_err"]
+               "alpha_s", "beta_s/B", "gamma_s/B", "alpha_over", "beta_over", "beta_spill", "cache",
+               "points", "median_err", "max_err"]
     rows = []
     for g in fit.groups:
-        k, pr = g.key, g.params
+        k, pr, cache = g.key, g.params, fit.cache_of(g)
         rows.append([str(k.get("backend")), str(k.get("library")), str(k.get("placement")),
                      str(k.get("form")), str(k.get("algorithm")), str(k.get("collective")),
                      str(k.get("regime")), _sci(pr.alpha), _sci(pr.beta), _sci(pr.gamma),
-                     _sci(pr.alpha_over), _sci(pr.beta_over), _sci(pr.beta_spill), str(g.points),
+                     _sci(pr.alpha_over), _sci(pr.beta_over), _sci(pr.beta_spill),
+                     format_size(cache) if cache else "-", str(g.points),
                      _pct(g.median_rel_err), _pct(g.max_rel_err)])
     return format_table(headers, rows)
 
@@ -93,13 +94,13 @@ def render_summary(fit) -> str:
     return "\n".join(lines)
 
 
-def _cache(cache: Optional[float], reported: Optional[float]) -> str:
-    """The fit's effective cache, and the last-level cache it was fitted from."""
+def _cache(fit, cache: Optional[float]) -> str:
+    """The machine's last-level cache the fit was given, and whether each set fitted its own."""
     if not cache:
         return "none (no spill term)"
-    if not reported:                     # a fit file from before the cache was fitted
+    if all(g.cache is None for g in fit.groups):       # a fit file from before caches were fitted
         return format_size(cache)
-    return f"{format_size(cache)} fitted (of {format_size(reported)} reported)"
+    return f"{format_size(cache)} reported, each set's fitted from it (column cache)"
 
 
 def render_fit(fit, residuals: bool = False) -> str:
@@ -110,11 +111,11 @@ def render_fit(fit, residuals: bool = False) -> str:
         held = [r for r in fit.residuals if r["heldout"]]
         if held:
             parts.append("held-out points:\n" + render_residuals(held))
-    cache, reported, bandwidth = fit.meta.get("cache_bytes"), fit.meta.get("cache_reported_bytes"), fit.bandwidth
+    cache, bandwidth = fit.meta.get("cache_bytes"), fit.bandwidth
     copies = (", ".join(f"{k}: {b / 1e9:.1f}" for k, b in bandwidth) + " GB/s"
               if bandwidth else "not measured (no contention term)")
     parts.append(f"weighting: {fit.meta.get('weighting')}; metric: {fit.meta.get('metric')}; "
-                 f"cache: {_cache(cache, reported)}; "
+                 f"cache: {_cache(fit, cache)}; "
                  f"copy bandwidth by concurrent copies: {copies}")
     parts.append(render_summary(fit))
     notes = fit.meta.get("notes") or []

@@ -401,6 +401,12 @@ def test_contention_from_the_copy_bandwidth_by_copies():
     assert node.contention(bw, 16) == pytest.approx(16 * 10 / 24)  # past the last: flat
     assert node.contention(((1, 10.0), (2, 25.0)), 2) == 1.0      # never below 1
     assert node.contention(((2, 20.0),), 2) == 1.0                # no single-copy figure
+    # a probe's noise: 2 copies measured slower each than 4; each copy's share is taken as
+    # never more with more copies, so 2 cost what 4 did (the 16-core node: 13.0, 30.6 GB/s)
+    noisy = ((1, 7.85), (2, 13.0), (4, 30.6), (16, 55.8))
+    assert node.contention(noisy, 2) == pytest.approx(7.85 / 7.65)
+    assert node.contention(noisy, 4) == pytest.approx(7.85 / 7.65)
+    assert node.contention(noisy, 16) == pytest.approx(16 * 7.85 / 55.8)
     assert node.bandwidth_of({"by_copiers": {"2": 20, "1": 10}}) == ((1, 10.0), (2, 20.0))
     assert node.bandwidth_of(None) is None and node.bandwidth_of({"error": "x"}) is None
 

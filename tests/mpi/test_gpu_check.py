@@ -113,6 +113,14 @@ def test_one_mpis_gpu_tests_run_alone(tmp_path):
     assert "DDLCOMM_TEST_MPIS=mpich" in log and "needs a GPU" in log, log
 
 
+def test_mps_measures_nothing_where_its_daemon_does_not_start(tmp_path):
+    # Here there is no nvidia-cuda-mps-control: said, recorded, nothing run as if under MPS.
+    res, got = _gpu_check(tmp_path, 2, "mps")
+    summary = (got / "summary.txt").read_text()
+    assert "mps: the daemon did not start: nothing measured under it" in summary, summary
+    assert "accept:nccl:2:mps" not in summary and not (got / "accept.db").exists()
+
+
 def test_a_pack_past_the_largest_file_comes_back_in_parts(tmp_path):
     out = tmp_path / "out"
     res = subprocess.run([str(SCRIPT), "info"], capture_output=True, text=True, timeout=300,

@@ -554,13 +554,14 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
     groups: list[Group] = []
     residuals: list[dict] = []
     notes = holdout_notes(holdout, rows)
-    for key, members in _by_key(rows).items():
+    keyed = {size: _by_key(at) for size, at in by_cache.items()}
+    for key, members in keyed[cache].items():
         train = [r for r in members if not r.heldout]
         notes += fit_notes(key, members, train)
         if not train:
             continue                                   # nothing left to fit this group from
-        size = effective_cache({c: _by_key(r).get(key, []) for c, r in by_cache.items()})
-        members = _by_key(by_cache[size])[key]
+        size = effective_cache({c: at.get(key, []) for c, at in keyed.items()})
+        members = keyed[size][key]
         group, errors = _fit_one(key, members, [r for r in members if not r.heldout])
         group.cache = size
         groups.append(group)

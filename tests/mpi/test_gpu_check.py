@@ -103,6 +103,26 @@ def test_info_and_a_small_sweep_come_back_packed(tmp_path):
     assert json.loads((dest / "info.json").read_text()) == {"kept": True}
 
 
+def test_own_runs_alone_add_to_a_machine_measured_before(tmp_path):
+    # MANYCORES_RANKS set but empty: no sweeps, and no second probe of the machine's facts
+    # (its info.json is committed); the own runs' pack merges into what the machine has.
+    res, got = _gpu_check(tmp_path, 3, "manycores:openmpi", MANYCORES_RANKS="", MANYCORES_REPS="1",
+                          MANYCORES_OWN_RANKS="2", MANYCORES_OWN_SIZES="1KiB:4KiBx4")
+    assert not (got / "manycores-openmpi-info.json").exists()
+    with sqlite3.connect(got / "manycores-openmpi.db") as db:
+        tags = {(json.loads(config).get("extra") or {}).get("tag")
+                for (config,) in db.execute("SELECT config FROM runs")}
+    assert tags == {"manycores:openmpi:own:rep1"}, tags
+    dest = tmp_path / "machine"
+    dest.mkdir()
+    (dest / "info.json").write_text('{"committed": true}')
+    packed = next((tmp_path / "out").iterdir())
+    imported = subprocess.run([str(ROOT / "scripts" / "import-machine"), str(dest), str(packed)],
+                              capture_output=True, text=True, timeout=120)
+    assert imported.returncode == 0 and "no info.json" not in imported.stderr, imported.stderr
+    assert json.loads((dest / "info.json").read_text()) == {"committed": True}
+
+
 def test_one_mpis_gpu_tests_run_alone(tmp_path):
     # Here every GPU test skips with its reason; the part still runs and records its exit code.
     res, got = _gpu_check(tmp_path, 3, "tests:mpich")

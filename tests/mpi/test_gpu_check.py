@@ -123,6 +123,19 @@ def test_own_runs_alone_add_to_a_machine_measured_before(tmp_path):
     assert json.loads((dest / "info.json").read_text()) == {"committed": True}
 
 
+def test_the_node_probe_answers_each_question(tmp_path):
+    """scripts/node-probe (gpu-check's part probe): the facts the cost model inferred."""
+    res = subprocess.run([str(ROOT / "scripts" / "node-probe"), str(tmp_path / "p")], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "NODE_PROBE_RANKS": "3"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    text = (tmp_path / "p" / "node-probe.txt").read_text()
+    for n in range(1, 6):
+        assert f"== {n}. " in text, text
+    assert "cpu0 index0: L1" in text
+    assert re.search(r"no-cma +3 ranks +16384 KiB: slowest rank", text), text
+    assert re.search(r"cpus 0,1 +2 ranks", text) and "256 MiB:" in text, text
+
+
 def test_one_mpis_gpu_tests_run_alone(tmp_path):
     # Here every GPU test skips with its reason; the part still runs and records its exit code.
     res, got = _gpu_check(tmp_path, 3, "tests:mpich")

@@ -250,12 +250,13 @@ def copies_alone(library: Optional[str]) -> bool:
 #: Whether a parent's messages to its children in the library's tree broadcasts go one
 #: after another, each copied by the sender into the shared-memory transport (two
 #: copies a message), rather than at once, each receiver copying its own (single
-#: copy, ``smsc/cma``).  Open MPI: in turn on the 16-core node, whose container
-#: allows no CMA: its linear broadcast took p-1 hops up to 1 MiB (8 ranks: 7.3-12.1x
-#: a 2-rank broadcast at 64-256 KiB), while the other copies of a buffer in memory
-#: hid behind the receivers' from 16 MiB (1.25x at 8 ranks;
-#: :func:`ddlcomm.model.costs.sends_in_turn`).  On the 2-core machine the same
-#: pricing changed its broadcast's error by under a point.
+#: copy, ``smsc/cma``).  Open MPI: in turn on the 16-core node, whose container seems
+#: to allow no CMA (not checked there: ``scripts/node-probe`` asks): its linear broadcast
+#: took p-1 hops up to 1 MiB (8 ranks: 7.3-12.1x a 2-rank broadcast at 64-256 KiB),
+#: while the other copies of a buffer in memory hid behind the receivers' from 16 MiB
+#: (1.25x at 8 ranks; :func:`ddlcomm.model.costs.sends_in_turn`).  Whether CMA works is
+#: the machine's, not the library's: the 2-core machine's Open MPI selects it, and there
+#: this pricing moved its broadcast's figures by about a point (fitted 8.2% -> 9.2%).
 SENDS_IN_TURN = {"open mpi": True, "mpich": False, "gloo": False}
 
 

@@ -69,9 +69,14 @@ class ChiefRun(PathRun):
         self.is_server = server and world.rank == 0
         self._gpu = TorchSide(device)
         side = HostSide(self._pinned_alloc) if self.is_server else self._gpu
-        # how NCCL let the ranks in, and the transports of its communicator over every rank
-        # as this rank's log has them (the workers' group logs its own ranks, from 0)
-        super().__init__(side, {"chief": CHIEF, **self.nccl.point_facts()})
+        super().__init__(side)
+
+    @property
+    def facts(self) -> dict:
+        """How NCCL let the ranks in, and the transports of its communicator over every rank
+        as this rank's log has them (the workers' group logs its own ranks, from 0): read
+        after the point's calls, since NCCL connects a pair at its first use."""
+        return {"chief": CHIEF, **self.nccl.point_facts()}
 
     def _pinned_alloc(self, dtype, count):
         return self._gpu.pinned(dtype, count)

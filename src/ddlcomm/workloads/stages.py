@@ -82,8 +82,13 @@ class PathRun:
 
     def __init__(self, side: Side, facts: Optional[dict] = None) -> None:
         self.side = side
-        #: stored with every record of the point (e.g. the pinned copy bandwidth alone)
-        self.facts = facts or {}
+        self._facts = facts or {}
+
+    @property
+    def facts(self) -> dict:
+        """Stored with every record of the point, read when the records are made (after
+        the point's calls)."""
+        return self._facts
 
     def stage(self, comm, collective: str, send, recv=None, op: Optional[str] = None,
               root: int = 0) -> Stage:

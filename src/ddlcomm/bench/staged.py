@@ -55,7 +55,7 @@ def measure_staged(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     facts = backend_facts(comm)
     return _records(comm, coll, dtype, op, count, times, phases, plan.root, in_place,
                     iterations, warmup, check, copied, bars,
-                    {**path.facts, **facts, "path": spec.path})
+                    {**path.facts(comm), **facts, "path": spec.path})
 
 
 def _records(comm, coll, dtype, op, count, times, phases, root, in_place, iterations, warmup,

@@ -98,7 +98,7 @@ def timed_steps(comm, plan, spec, step, phases: Sequence[str], *, check: str, nm
                                                  plan.warmup)
     copied = copy_bytes(comm, copies or {})
     bars = path.copy_bars(comm, copied)
-    more = {**path.facts, **more}
+    more = {**path.facts(comm), **more}
     gathered = comm.gather(times.reshape(-1), root=0)
     if comm.rank != 0:
         return []

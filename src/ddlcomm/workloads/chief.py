@@ -71,12 +71,14 @@ class ChiefRun(PathRun):
         side = HostSide(self._pinned_alloc) if self.is_server else self._gpu
         super().__init__(side)
 
-    @property
-    def facts(self) -> dict:
-        """How NCCL let the ranks in, and the transports of its communicator over every rank
-        as this rank's log has them (the workers' group logs its own ranks, from 0): read
-        after the point's calls, since NCCL connects a pair at its first use."""
-        return {"chief": CHIEF, **self.nccl.point_facts()}
+    def facts(self, comm) -> dict:
+        """How NCCL let the ranks in, and the transports its communicators connected as the
+        chief's log has them (the workers' group logs its own ranks, from 0): the chief's,
+        since the server (rank 0, which makes the records) runs no NCCL call in a PS step;
+        read after the point's calls, since NCCL connects a pair at its first use."""
+        said = comm.broadcast_object(self.nccl.point_facts() if comm.rank == CHIEF else None,
+                                     root=CHIEF)
+        return {"chief": CHIEF, **said}
 
     def _pinned_alloc(self, dtype, count):
         return self._gpu.pinned(dtype, count)

@@ -84,10 +84,9 @@ class PathRun:
         self.side = side
         self._facts = facts or {}
 
-    @property
-    def facts(self) -> dict:
-        """Stored with every record of the point, read when the records are made (after
-        the point's calls)."""
+    def facts(self, comm) -> dict:
+        """Stored with every record of the point: asked on every rank when the records are
+        made, after the point's calls (a path may ask its ranks over ``comm``)."""
         return self._facts
 
     def stage(self, comm, collective: str, send, recv=None, op: Optional[str] = None,

@@ -366,16 +366,16 @@ def hops_in_turn(children: list[list[int]], further: float) -> float:
     return max(got)
 
 
-def sends_in_turn(collective: str, algorithm: str, p: int, nbytes: float, spill: float) -> Optional[Schedule]:
-    """The terms of a tree broadcast whose parents send in turn (a library's
-    :func:`ddlcomm.model.library.sends_in_turn`), None for other algorithms.  A further
-    send of a buffer in the cache costs a hop; of one in memory (the part ``spill``),
-    nothing on the critical path: the sender's copies of it hide behind the receivers'."""
+def sends_in_turn(collective: str, algorithm: str, p: int, spill: float) -> Optional[float]:
+    """The hops of the whole buffer on the critical path of a tree broadcast whose parents
+    send in turn (a library's :func:`ddlcomm.model.library.sends_in_turn`), None for other
+    algorithms.  A further send of a buffer in the cache costs a hop; of one in memory
+    (the part ``spill``), nothing on the critical path: the sender's copies of it hide
+    behind the receivers'."""
     tree = TREE_CHILDREN.get(algorithm) if collective == "broadcast" else None
     if tree is None or p <= 1:
         return None
-    rounds = terms(collective, algorithm, p, nbytes).rounds
-    return Schedule(rounds, hops_in_turn(tree(p), 1.0 - spill) * nbytes)
+    return hops_in_turn(tree(p), 1.0 - spill)
 
 
 def _posted(shape: Shape, nbytes: float) -> Schedule:
@@ -550,8 +550,10 @@ def priced(collective: str, algorithm: str, p: int, nbytes: float, kw: Mapping[s
     schedule = terms(collective, algorithm, p, nbytes, **kw)
     if ranks_on_node < p:                   # across nodes: the network's transport, not these
         return schedule, load
-    if library_sends_in_turn(setting.library):
-        schedule = sends_in_turn(collective, algorithm, p, nbytes, load.spill) or schedule
+    hops = sends_in_turn(collective, algorithm, p, load.spill) \
+        if library_sends_in_turn(setting.library) else None
+    if hops is not None:                    # the posts stay rounds; the bytes go hop by hop
+        schedule = Schedule(schedule.rounds, hops * nbytes)
     copies = p2p_copies(setting.library)
     if copies != 1.0 and (collective, algorithm) not in ONE_NODE:
         schedule = Schedule(schedule.rounds, copies * schedule.bytes, schedule.reduced_bytes)

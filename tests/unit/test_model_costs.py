@@ -497,3 +497,41 @@ def test_mpich_point_to_point_bytes_count_twice_beside_its_shared_memory_collect
     shm = costs.terms("broadcast", "release_gather", 8, n)
     assert costs.priced("broadcast", "release_gather", 8, n, {}, 8, s)[0] == shm
     assert library.p2p_copies("MPICH 5.0.2") == 2.0 and library.p2p_copies("Open MPI") == 1.0
+
+
+def test_a_binomial_gathers_contention_is_that_along_its_critical_path():
+    """Its root takes n, 2n, 4n, 8n while 8, 4, 2, 1 pairs copy at once (16 ranks)."""
+    assert costs.ROUNDS_OF_COPIES["gather", "binomial"](16) == [(1, 8), (2, 4), (4, 2), (8, 1)]
+    assert costs.ROUNDS_OF_COPIES["gather", "binomial"](12) == [(1, 6), (2, 3), (4, 1), (4, 1)]
+    assert costs.ROUNDS_OF_COPIES["gather", "binomial"](2) == [(1, 1)]
+    bw = ((1, 10.0), (2, 20.0), (4, 20.0), (8, 20.0))
+    setting = Setting(cores=16, bandwidth=bw)
+    c = node.contention
+    want = (1 * c(bw, 8) + 2 * c(bw, 4) + 4 * c(bw, 2) + 8 * 1.0) / 15
+    assert costs.path_contention("gather", "binomial", 16, 16, setting) == pytest.approx(want)
+    assert costs.node_load("gather", "binomial", 16, 1 << 20, 16, setting).contention == pytest.approx(want)
+    # the other algorithms: their busy ranks throughout
+    assert costs.path_contention("allreduce", "ring", 8, 8, setting) == pytest.approx(c(bw, 8))
+
+
+def test_a_librarys_temporaries_of_32_mib_and_more_fault_in_at_every_call():
+    mib = 1 << 20
+    # Open MPI's binomial gather: p·n at each inner rank, the root's largest child fills s·n
+    assert library.fresh_bytes("Open MPI 5.0.11", "gather", "binomial", 8, 4 * mib) == 4 * 4 * mib
+    assert library.fresh_bytes("Open MPI", "gather", "binomial", 8, 2 * mib) == 0.0   # 16 MiB: reused
+    assert library.fresh_bytes("Open MPI", "gather", "binomial", 12, 4 * mib) == 4 * 4 * mib
+    # its rabenseifner all-reduce: a temporary of n, half of it received into
+    assert library.fresh_bytes("Open MPI", "allreduce", "rhd", 4, 64 * mib) == 32 * mib
+    assert library.fresh_bytes("Open MPI", "allreduce", "rhd", 4, 16 * mib) == 0.0
+    # MPICH's binomial gather: (s-1)·n at a rank of subtree s
+    assert library.fresh_bytes("MPICH", "gather", "binomial", 16, 4 * mib) == 0.0       # 28 MiB
+    assert library.fresh_bytes("MPICH", "gather", "binomial", 16, 16 * mib) == 7 * 16 * mib
+    assert library.fresh_bytes("gloo", "gather", "linear", 16, 64 * mib) == 0.0
+    # only the library's own call: ddlcomm's rhd over Open MPI allocates no such temporary
+    s = Setting(library="Open MPI", cores=16)
+    own = costs.node_load("allreduce", "rhd", 4, 64 * mib, 4, s)
+    lib = costs.node_load("allreduce", "rhd", 4, 64 * mib, 4, s, library_call=True)
+    assert own.fresh == 0.0 and lib.fresh == 32 * mib
+    q = Params(0.0, 0.0, beta_fault=1e-9)
+    assert q.time(Schedule(0, 0.0), lib) == pytest.approx(32 * mib * 1e-9)
+    assert costs.time("allreduce", "library", 4, 64 * mib, q, s) == pytest.approx(32 * mib * 1e-9)

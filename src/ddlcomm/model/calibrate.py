@@ -291,7 +291,7 @@ def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "p50", shared: 
                                      Setting(library=lib, ranks_per_node=ranks_per_host(p) or ranks))
             terms, load = costs.priced(coll, name, ranks, nbytes, kw, ranks,
                                        Setting(library=lib, cores=p.get("host_cores"), cache=cache,
-                                               bandwidth=bandwidth))
+                                               bandwidth=bandwidth), library_call=alg == "library")
         except UsageError:
             continue                                   # an algorithm the model cannot price
         key = (p.get("backend"), lib, placement_of(p), p.get("form"), alg,

@@ -66,7 +66,7 @@ from ..comm import native
 from ..comm.hierarchical import leaders_algorithm
 from ..comm.native import Schedule
 from ..errors import UsageError
-from .library import choose, copies_alone, p2p_copies, waiting
+from .library import choose, copies_alone, fresh_bytes, p2p_copies, waiting
 from .library import sends_in_turn as library_sends_in_turn
 from .node import Bandwidth, Load, contention, features, oversubscription, spill
 
@@ -90,6 +90,7 @@ class Params:
     alpha_over: float = 0.0
     beta_over: float = 0.0
     beta_spill: float = 0.0
+    beta_fault: float = 0.0
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -505,6 +506,40 @@ ACTIVE: dict[tuple[str, str], Callable[[int], int]] = {
 }
 
 
+def _binomial_gather_rounds(p: int) -> list[tuple[float, int]]:
+    # round k: the root takes its child 2^(k-1)'s subtree while that round's pairs copy
+    return [(min(1 << (k - 1), p - (1 << (k - 1))), -(-(p - (1 << (k - 1))) // (1 << k)))
+            for k in range(1, _log2c(p) + 1)]
+
+
+#: (collective, algorithm) -> p -> [(bytes, copiers at once), ...]: the rounds of a
+#: critical path along which the copies at once change, each with the bytes it moves
+#: (in units of n): the memory contention of :func:`path_contention` is their
+#: byte-weighted mean.  A binomial gather's root takes n, 2n, 4n, ... from its children
+#: while p/2, p/4, p/8, ... pairs copy at once: on the 16-core node, priced at its busiest
+#: round's (8 pairs at 16 ranks: 1.40x) its 12- and 16-rank gathers came out 20-40% too
+#: slow; along its path (1.04x) within 13% (docs/benchmarks.md, "The model on the
+#: 16-core node").  Unlisted algorithms copy :data:`ACTIVE` at once throughout.
+ROUNDS_OF_COPIES: dict[tuple[str, str], Callable[[int], list[tuple[float, int]]]] = {
+    ("gather", "binomial"): _binomial_gather_rounds,
+}
+
+
+def path_contention(collective: str, algorithm: str, p: int, ranks_on_node: int,
+                    setting: "Setting") -> float:
+    """How much slower each copy on the critical path goes than one alone
+    (:func:`ddlcomm.model.node.contention`), at most one copier per core of the node:
+    at the algorithm's busy ranks, or the byte-weighted mean over its
+    :data:`ROUNDS_OF_COPIES`."""
+    def slowed(copiers: int) -> float:
+        return contention(setting.bandwidth, min(copiers, ranks_on_node, setting.cores or ranks_on_node))
+    rounds = ROUNDS_OF_COPIES.get((native.ALIASES.get(collective, collective), algorithm))
+    if rounds is None or p < 2:
+        return slowed(busy_ranks(collective, algorithm, p))
+    path = rounds(p)
+    return sum(w * slowed(k) for w, k in path) / sum(w for w, _ in path)
+
+
 def share(collective: str, algorithm: str, p: int, ranks_per_node: int,
           cores: Optional[int]) -> float:
     """Busy ranks per core, at least 1 (1 when ``cores`` is unknown)."""
@@ -527,26 +562,29 @@ def waits_per_byte(collective: str, algorithm: str, p: int, library: Optional[st
 
 
 def node_load(collective: str, algorithm: str, p: int, nbytes: float, ranks_on_node: int,
-              setting: "Setting") -> Load:
+              setting: "Setting", library_call: bool = False) -> Load:
     """The :class:`Load` of a call of ``algorithm`` (resolved, not ``library``) on
-    ``p`` ranks, ``ranks_on_node`` of them on one node, in ``setting``."""
+    ``p`` ranks, ``ranks_on_node`` of them on one node, in ``setting``; ``library_call``:
+    the library runs it (``library`` resolved), so its own temporaries count."""
     over = oversubscription(ranks_on_node, setting.cores, waiting(setting.library, algorithm))
-    copiers = min(busy_ranks(collective, algorithm, p), ranks_on_node, setting.cores or ranks_on_node)
     return Load(over,
                 share(collective, algorithm, p, ranks_on_node, setting.cores) if over > 0 else 1.0,
                 spill(collective, ranks_on_node, nbytes, setting.cache),
                 waits_per_byte(collective, algorithm, p, setting.library),
-                contention(setting.bandwidth, copiers))
+                path_contention(collective, algorithm, p, ranks_on_node, setting),
+                fresh_bytes(setting.library, collective, algorithm, p, nbytes) if library_call else 0.0)
 
 
 def priced(collective: str, algorithm: str, p: int, nbytes: float, kw: Mapping[str, Any],
-           ranks_on_node: int, setting: "Setting") -> tuple[Schedule, Load]:
+           ranks_on_node: int, setting: "Setting", library_call: bool = False
+           ) -> tuple[Schedule, Load]:
     """The terms and the :class:`Load` of a call of ``algorithm`` (resolved, with its
-    keyword arguments ``kw``), as the library moves the bytes where all ``p`` ranks share
+    keyword arguments ``kw``; ``library_call``: the library's own, see :func:`node_load`),
+    as the library moves the bytes where all ``p`` ranks share
     one node (``ranks_on_node`` >= ``p``): sends in turn
     (:func:`sends_in_turn`), point-to-point bytes copied twice where the library also
     runs one-node collectives (:func:`ddlcomm.model.library.p2p_copies`)."""
-    load = node_load(collective, algorithm, p, nbytes, ranks_on_node, setting)
+    load = node_load(collective, algorithm, p, nbytes, ranks_on_node, setting, library_call)
     schedule = terms(collective, algorithm, p, nbytes, **kw)
     if ranks_on_node < p:                   # across nodes: the network's transport, not these
         return schedule, load
@@ -643,7 +681,8 @@ def time(collective: str, algorithm: str, p: int, nbytes: float, params: Params,
         raise UsageError(f"{collective} {name} runs on one node, and {p} ranks at {per_node} "
                          "a node span several", f"give --ranks-per-node {p} (one node of {p} "
                          "ranks) or another --algorithm")
-    return params.time(*priced(collective, name, p, nbytes, kw, min(per_node, p), setting))
+    return params.time(*priced(collective, name, p, nbytes, kw, min(per_node, p), setting,
+                               library_call=algorithm == "library"))
 
 
 def hierarchical_time(p: int, nbytes: float, intra: Params, setting: Setting) -> float:

@@ -279,6 +279,65 @@ def p2p_copies(library: Optional[str]) -> float:
     return _per_library(P2P_COPIES, library, 1.0)
 
 
+#: glibc's largest dynamic mmap threshold on 64-bit (``DEFAULT_MMAP_THRESHOLD_MAX``,
+#: 32 MiB).  A block this large or larger is mapped afresh by every ``malloc`` and unmapped
+#: by its ``free``, so its pages fault in, zeroed by the kernel, at their first touch in
+#: every call; a smaller one, once freed, raises the threshold above itself and comes back
+#: from the heap with its pages warm.  On the 2-core machine ``malloc``, ``memset`` and
+#: ``free`` of 31 MiB took 0.12 ns/B, of 32 MiB 1.03 ns/B (docs/benchmarks.md).
+FRESH_FROM = 32 << 20
+
+
+def _ompi_gather_binomial(p: int, nbytes: float) -> tuple[float, float]:
+    # ``ompi_coll_base_gather_intra_binomial``: every non-leaf rank but the root mallocs
+    # scount*size (p·n), copies its own n in and receives its subtree's; the root waits
+    # for its largest child, which fills s·n of it.
+    return p * nbytes, _largest_child(p) * nbytes
+
+
+def _ompi_rabenseifner(p: int, nbytes: float) -> tuple[float, float]:
+    # ``ompi_coll_base_allreduce_intra_redscat_allgather``: each rank receives every step
+    # into one temporary of n (``malloc(dsize)``, dsize the span of count) at its start,
+    # the first step's half of the buffer the most.
+    return float(nbytes), nbytes / 2
+
+
+def _mpich_gather_binomial(p: int, nbytes: float) -> tuple[float, float]:
+    # ``MPIR_Gather_intra_binomial``: a non-leaf rank of subtree s mallocs (s-1)·n and
+    # receives into all of it (its own n is sent from its buffer); the root waits for its
+    # largest child.
+    s = _largest_child(p)
+    return (s - 1) * nbytes, (s - 1) * nbytes
+
+
+def _largest_child(p: int) -> int:
+    """Ranks in the largest subtree under the root of a binomial tree of ``p`` ranks."""
+    return max((min(1 << k, p - (1 << k)) for k in range((p - 1).bit_length())), default=0)
+
+
+#: Library -> {(collective, the cost model's algorithm): (p, n) -> (bytes the library
+#: mallocs per call at the rank the critical path waits for, bytes of it that rank
+#: touches)}: the library's own temporaries, which fault in afresh from :data:`FRESH_FROM`
+#: (:func:`fresh_bytes`).
+TEMPORARIES = {
+    "open mpi": {("gather", "binomial"): _ompi_gather_binomial,
+                 ("allreduce", "rhd"): _ompi_rabenseifner},
+    "mpich": {("gather", "binomial"): _mpich_gather_binomial},
+}
+
+
+def fresh_bytes(library: Optional[str], collective: str, algorithm: str, p: int,
+                nbytes: float) -> float:
+    """Bytes of freshly mapped pages a call of the library's own ``algorithm`` touches on
+    its critical path (:data:`TEMPORARIES` whose block is at least :data:`FRESH_FROM`);
+    0 for any other call."""
+    temporary = _per_library(TEMPORARIES, library, {}).get((collective, algorithm))
+    if temporary is None or p < 2:
+        return 0.0
+    size, touched = temporary(p, nbytes)
+    return touched if size >= FRESH_FROM else 0.0
+
+
 def _no_rule(library: str, collective: str, table) -> UsageError:
     return UsageError(f"no default-algorithm rule of {library} for {collective}",
                       f"modelled: {', '.join(table)}; give --algorithm")

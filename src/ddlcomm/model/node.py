@@ -63,26 +63,33 @@ class Load(NamedTuple):
     #: how much slower each of the copies that run at once streams from memory than
     #: one copy alone (>= 1; :func:`contention`)
     contention: float = 1.0
+    #: bytes of freshly mapped pages the critical path touches: the library's own
+    #: temporaries that the C library maps afresh at every call
+    #: (:func:`ddlcomm.model.library.fresh_bytes`)
+    fresh: float = 0.0
 
 
 def features(terms: Schedule, load: Optional[Load] = None) -> tuple[float, ...]:
     """What each parameter of ``costs.PARAMETERS`` is multiplied by (a fit's columns)::
 
         t = rounds·α + share·c·(bytes·β + reduced·γ + spill·(bytes + reduced)·β_spill)
-            + over·(rounds·α_over + [per_byte]·(bytes + reduced)·β_over)
+            + over·(rounds·α_over + [per_byte]·(bytes + reduced)·β_over) + share·fresh·β_fault
 
     with ``c`` the contention: every byte of copies that run at once costs c times one
     alone, those from memory (the part ``spill``) β_spill more.  Not only those from
     memory: on the 16-core node Open MPI's all-reduce of 64 KiB-1 MiB, in cache, took
-    1.6-1.9x as long at 16 ranks as at 8 (c(16)/c(8) = 1.6 there).
+    1.6-1.9x as long at 16 ranks as at 8 (c(16)/c(8) = 1.6 there).  A fresh page's first
+    touch (``fresh``, β_fault) is the kernel's work: it shares the cores, not priced as a
+    copy among copies.
     """
-    over, busy, spilled, per_byte, c = load or Load()
+    over, busy, spilled, per_byte, c, fresh = load or Load()
     busy = max(1.0, busy)
     c = max(1.0, c)
     m = busy * c
     moved = terms.bytes + terms.reduced_bytes
     return (terms.rounds, m * terms.bytes, m * terms.reduced_bytes,
-            over * terms.rounds, over * moved if per_byte else 0.0, m * spilled * moved)
+            over * terms.rounds, over * moved if per_byte else 0.0, m * spilled * moved,
+            busy * fresh)
 
 
 #: A node's copy bandwidth by concurrent copies: ((copies, bytes/s of all together), ...),

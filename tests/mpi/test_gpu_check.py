@@ -101,6 +101,15 @@ def test_info_and_a_small_sweep_come_back_packed(tmp_path):
     with sqlite3.connect(merged) as db:
         assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == runs
     assert json.loads((dest / "info.json").read_text()) == {"kept": True}
+    # facts of a probe newer than the committed ones are added; the committed ones stay
+    (dest / "info.json").write_text('{"cpus": {"model": "kept"}, "features": {"slurm": {"kept": true}}}')
+    newer = subprocess.run([str(ROOT / "scripts" / "import-machine"), str(dest), str(again)],
+                           capture_output=True, text=True, timeout=120)
+    assert newer.returncode == 0 and "added from" in newer.stdout and "features.cma" in newer.stdout, \
+        newer.stdout + newer.stderr
+    info = json.loads((dest / "info.json").read_text())
+    assert info["cpus"]["model"] == "kept" and info["features"]["slurm"] == {"kept": True}
+    assert info["features"]["cma"]["available"] in (True, False), info["features"]
 
 
 def test_own_runs_alone_add_to_a_machine_measured_before(tmp_path):

@@ -3,6 +3,7 @@ probes' guards, and the real probes on this machine (no MPI job is launched; the
 section initialises MPI only in its own child process)."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -12,7 +13,7 @@ import pytest
 
 from ddlcomm import machine
 from ddlcomm.bench import runs
-from ddlcomm.machine import cpus, features, gpus, mpi, probe, ram
+from ddlcomm.machine import cma, cpus, features, gpus, mpi, probe, ram
 from ddlcomm.memory import vm
 from ddlcomm.memory.gpu import gpu_of
 from ddlcomm.report.machine import render_info
@@ -257,9 +258,57 @@ def test_slurm_job():
 
 def test_features_here():
     f = features.facts()
-    for name in ("namespaces", "memkind", "slurm"):
+    for name in ("namespaces", "memkind", "slurm", "cma"):
         assert f[name].get("available") in (True, False), f[name]
         assert f[name]["available"] or f[name]["reason"]
+    # single copy between processes: asked as Open MPI asks, each call's answer kept
+    assert f["cma"]["process_vm_readv"] is not None and "ptrace_scope" in f["cma"], f["cma"]
+
+
+def test_cma_verdict_and_outcome():
+    assert cma.outcome(17, 0) == "ok" and cma.outcome(-1, errno.EPERM) == "EPERM: Operation not permitted"
+    ok = {"ptrace_scope": 1, "ptracer_any": "ok", "kcmp": "ok", "process_vm_readv": "ok"}
+    assert cma.verdict(ok)["available"] is True
+    assert cma.verdict({**ok, "kcmp": None})["available"] is True          # kcmp not asked here
+    refused = cma.verdict({**ok, "kcmp": "EPERM: Operation not permitted"})
+    assert refused["available"] is False
+    assert refused["reason"] == "kcmp(KCMP_VM) between sibling processes: EPERM: Operation not permitted"
+    assert "prctl" in cma.verdict({**ok, "ptracer_any": "EINVAL: Invalid argument"})["reason"]
+    assert cma.verdict({**ok, "process_vm_readv": None})["available"] is False
+
+
+#: A seccomp filter that refuses process_vm_readv (310) and kcmp (312) with EPERM, as a
+#: container's default profile does (x86_64 numbers), then runs the probe in that process.
+SECCOMP_PROBE = """
+import ctypes, json
+class Insn(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+class Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Insn))]
+prog = (Insn * 5)(Insn(0x20, 0, 0, 0),              # load the system call's number
+                  Insn(0x15, 2, 0, 310),            # process_vm_readv: to the last
+                  Insn(0x15, 1, 0, 312),            # kcmp: to the last
+                  Insn(0x06, 0, 0, 0x7fff0000),     # allow
+                  Insn(0x06, 0, 0, 0x00050001))     # refuse with EPERM
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(38, 1, 0, 0, 0) == 0                                            # PR_SET_NO_NEW_PRIVS
+assert libc.prctl(22, 2, ctypes.byref(Prog(5, prog)), 0, 0) == 0, ctypes.get_errno()  # a filter
+from ddlcomm.machine import cma
+print(json.dumps(cma.in_this_process()))
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the filter names x86_64's system calls")
+def test_cma_probe_says_no_where_a_filter_refuses_it():
+    here = cma.in_this_process()
+    assert here["available"] in (True, False), here
+    done = subprocess.run([sys.executable, "-c", SECCOMP_PROBE], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["available"] is False, answer
+    assert answer["kcmp"] == "EPERM: Operation not permitted", answer
+    assert answer["process_vm_readv"] == "EPERM: Operation not permitted", answer
+    assert answer["reason"].startswith("kcmp(KCMP_VM) between sibling processes: EPERM"), answer
 
 
 # ------------------------------------------------------------------ probe

@@ -28,7 +28,8 @@ FIELDS = """\
             count, reason (when none), nvidia_smi, mps {running, pipe_dir, control}, torch_probe (how
             torch was asked);
             with --ranks: ranks, ranks_per_gpu (local rank r uses GPU r % count), shared
-  features  namespaces, memkind (hbw), slurm {tools, version, job}: each available or reason
+  features  namespaces, memkind (hbw), slurm {tools, version, job}, cma {ptrace_scope, ptracer_any,
+            kcmp, process_vm_readv: "ok" or the errno}: each available or reason
 Each section that failed is {"error": "..."}.  Every stored run keeps these facts (its `machine`)."""
 
 
@@ -38,7 +39,8 @@ def add_parser(sub) -> None:
                                    "CPUs, NUMA nodes, transparent and hugetlb huge pages; the MPI of "
                                    "this environment, its version, and whether it is CUDA-aware with "
                                    "the evidence; torch, CUDA, NCCL and CuPy; the GPUs and how many "
-                                   "ranks would share each; namespaces, memkind and Slurm.",
+                                   "ranks would share each; namespaces, memkind, Slurm, and whether "
+                                   "processes can copy from each other's memory (CMA).",
                        epilog=FIELDS, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ranks", metavar="N", help="local ranks to place on the GPUs (rank r on GPU r %% "
                                                 "GPUs): how many share each GPU")

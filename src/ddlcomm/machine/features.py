@@ -1,6 +1,8 @@
 """What else a run may ask for: containers from Linux namespaces, memkind's
-high-bandwidth memory, and Slurm.  Each answers ``available`` and, when not,
-the ``reason`` (the same message the feature's own refusal gives)."""
+high-bandwidth memory, Slurm, and single-copy transfers between processes (CMA, what
+Open MPI's shared-memory transport copies large messages with).  Each answers
+``available`` and, when not, the ``reason`` (the same message the feature's own
+refusal gives)."""
 from __future__ import annotations
 
 import os
@@ -9,7 +11,7 @@ from typing import Any, Mapping, Optional
 from ..errors import DdlcommError
 from ..launch import containers
 from ..memory import hbw
-from . import probe
+from . import cma, probe
 
 SLURM_TOOLS = ("srun", "sbatch", "salloc", "sinfo", "squeue")
 #: The variables of a Slurm allocation worth keeping (the rest of SLURM_* is noise).
@@ -57,6 +59,6 @@ def slurm() -> dict[str, Any]:
 
 
 def facts() -> dict[str, Any]:
-    """``namespaces``, ``memkind`` (hbw) and ``slurm``, each guarded."""
+    """``namespaces``, ``memkind`` (hbw), ``slurm`` and ``cma`` (:mod:`.cma`), each guarded."""
     return {"namespaces": probe.guarded(namespaces), "memkind": probe.guarded(memkind),
-            "slurm": probe.guarded(slurm)}
+            "slurm": probe.guarded(slurm), "cma": probe.guarded(cma.facts)}

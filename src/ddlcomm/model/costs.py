@@ -589,7 +589,7 @@ def priced(collective: str, algorithm: str, p: int, nbytes: float, kw: Mapping[s
     if ranks_on_node < p:                   # across nodes: the network's transport, not these
         return schedule, load
     hops = sends_in_turn(collective, algorithm, p, load.spill) \
-        if library_sends_in_turn(setting.library) else None
+        if library_sends_in_turn(setting.library, setting.single_copy) else None
     if hops is not None:                    # the posts stay rounds; the bytes go hop by hop
         schedule = Schedule(schedule.rounds, hops * nbytes)
     copies = p2p_copies(setting.library)
@@ -641,8 +641,10 @@ class Setting:
     ranks per node (``None``: one node's worth of cores each, so none are
     oversubscribed), the cores per node, and the inter-node parameters of a
     hierarchical all-reduce with the leaders' algorithm, the last-level
-    cache of a node in bytes (``None``: no spill term), and the node's copy
-    bandwidth by concurrent copies (``None``: no contention term)."""
+    cache of a node in bytes (``None``: no spill term), the node's copy
+    bandwidth by concurrent copies (``None``: no contention term), and whether
+    its processes may copy from each other's memory (CMA; ``None``: not known,
+    :func:`ddlcomm.model.library.sends_in_turn`)."""
 
     library: Optional[str] = None
     ranks_per_node: Optional[int] = None
@@ -651,6 +653,7 @@ class Setting:
     leaders_algorithm: str = "auto"
     cache: Optional[float] = None
     bandwidth: Optional[Bandwidth] = None
+    single_copy: Optional[bool] = None
 
 
 def resolve(collective: str, algorithm: str, p: int, nbytes: float,

@@ -248,21 +248,24 @@ def copies_alone(library: Optional[str]) -> bool:
 
 
 #: Whether a parent's messages to its children in the library's tree broadcasts go one
-#: after another, each copied by the sender into the shared-memory transport (two
-#: copies a message), rather than at once, each receiver copying its own (single
-#: copy, ``smsc/cma``).  Open MPI: in turn on the 16-core node, whose container seems
-#: to allow no CMA (not checked there: ``scripts/node-probe`` asks): its linear broadcast
+#: after another where the machine allows no single copy between processes: each is
+#: then copied by the sender into the shared-memory transport (two copies a message),
+#: where with single copy (``smsc/cma``) each receiver copies its own, all at once.
+#: Open MPI: in turn on the 16-core node, whose container seems to allow no CMA (not
+#: checked there; ``ddlcomm info`` asks now, ``features.cma``): its linear broadcast
 #: took p-1 hops up to 1 MiB (8 ranks: 7.3-12.1x a 2-rank broadcast at 64-256 KiB),
 #: while the other copies of a buffer in memory hid behind the receivers' from 16 MiB
-#: (1.25x at 8 ranks; :func:`ddlcomm.model.costs.sends_in_turn`).  Whether CMA works is
-#: the machine's, not the library's: the 2-core machine's Open MPI selects it, and there
-#: this pricing moved its broadcast's figures by about a point (fitted 8.2% -> 9.2%).
+#: (1.25x at 8 ranks; :func:`ddlcomm.model.costs.sends_in_turn`).  The 2-core
+#: machine's Open MPI selects CMA; its committed facts predate the question, and
+#: priced in turn its broadcast's figures moved by about a point (fitted 8.2% -> 9.2%).
 SENDS_IN_TURN = {"open mpi": True, "mpich": False, "gloo": False}
 
 
-def sends_in_turn(library: Optional[str]) -> bool:
-    """``library``'s :data:`SENDS_IN_TURN` (False when unknown or not given)."""
-    return _per_library(SENDS_IN_TURN, library, False)
+def sends_in_turn(library: Optional[str], single_copy: Optional[bool] = None) -> bool:
+    """``library``'s :data:`SENDS_IN_TURN` (False when unknown or not given), unless the
+    machine allows single copy (``single_copy``: ``ddlcomm info``'s ``features.cma``;
+    None where not known, priced as not allowed)."""
+    return single_copy is not True and _per_library(SENDS_IN_TURN, library, False)
 
 
 #: Copies of each byte of the library's point-to-point messages on one node, against

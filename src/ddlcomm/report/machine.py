@@ -107,7 +107,9 @@ def _features(f: Facts) -> list[str]:
     return [f"namespaces (--containers): {_avail(f.get('namespaces') or {})}",
             f"memkind high-bandwidth memory (--memory hbw): {_avail(f.get('memkind') or {})}",
             f"Slurm: {_avail(slurm)}" + (f", {slurm['version']}" if slurm.get("version") else "")
-            + (f", in job {job.get('SLURM_JOB_ID')}" if job else "")]
+            + (f", in job {job.get('SLURM_JOB_ID')}" if job else ""),
+            f"single copy between processes (CMA; Open MPI's large messages on one node): "
+            f"{_avail(f.get('cma') or {})}"]
 
 
 #: label -> (section key, its lines); the order of the output.

@@ -108,16 +108,22 @@ def in_this_process() -> dict[str, Any]:
     buffer = ctypes.create_string_buffer(len(PATTERN))
     ready_r, ready_w = os.pipe()
     done_r, done_w = os.pipe()
-    answer_r, answer_w = os.pipe()
     owner = _child(lambda: _owner(buffer, ready_w, done_r, scope))
+    os.close(ready_w)                                 # an owner that died reads as an end
+    os.close(done_r)
     try:
-        ptracer = os.read(ready_r, 200).decode() if scope else None
+        said = os.read(ready_r, 200).decode()        # the owner's pattern is in place
+        ptracer = said if scope else None
+        answer_r, answer_w = os.pipe()                # the owner holds no end of it
         reader = _child(lambda: _reader(owner, ctypes.addressof(buffer), answer_w))
         os.close(answer_w)
         kcmp, _, read = os.read(answer_r, 400).decode().partition("\n")
         os.waitpid(reader, 0)
     finally:
-        os.write(done_w, b"x")
+        try:
+            os.write(done_w, b"x")
+        except OSError:                               # the owner is gone already
+            pass
         os.waitpid(owner, 0)
     return verdict({"ptrace_scope": scope, "ptracer_any": ptracer,
                     "kcmp": None if kcmp == "None" else kcmp, "process_vm_readv": read or None})

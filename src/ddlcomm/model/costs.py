@@ -64,7 +64,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from ..comm import native
 from ..comm.hierarchical import leaders_algorithm
-from ..comm.native import Schedule
+from ..comm.native import Schedule, gather_binomial
 from ..errors import UsageError
 from .library import choose, copies_alone, fresh_bytes, p2p_copies, waiting
 from .library import sends_in_turn as library_sends_in_turn
@@ -507,9 +507,9 @@ ACTIVE: dict[tuple[str, str], Callable[[int], int]] = {
 
 
 def _binomial_gather_rounds(p: int) -> list[tuple[float, int]]:
-    # round k: the root takes its child 2^(k-1)'s subtree while that round's pairs copy
-    return [(min(1 << (k - 1), p - (1 << (k - 1))), -(-(p - (1 << (k - 1))) // (1 << k)))
-            for k in range(1, _log2c(p) + 1)]
+    # round k: the root takes child 2^k's subtree while the ranks 2^k apart pair up
+    return [(size, -(-(p - (1 << k)) // (2 << k)))
+            for k, size in enumerate(gather_binomial.subtrees(p))]
 
 
 #: (collective, algorithm) -> p -> [(bytes, copiers at once), ...]: the rounds of a

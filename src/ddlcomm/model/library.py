@@ -52,6 +52,7 @@ from __future__ import annotations
 import math
 from typing import Mapping, Optional, TypeVar
 
+from ..comm.native import gather_binomial
 from ..errors import UsageError
 
 INF = math.inf
@@ -315,7 +316,7 @@ def _mpich_gather_binomial(p: int, nbytes: float) -> tuple[float, float]:
 
 def _largest_child(p: int) -> int:
     """Ranks in the largest subtree under the root of a binomial tree of ``p`` ranks."""
-    return max((min(1 << k, p - (1 << k)) for k in range((p - 1).bit_length())), default=0)
+    return max(gather_binomial.subtrees(p), default=0)
 
 
 #: Library -> {(collective, the cost model's algorithm): (p, n) -> (bytes the library

@@ -74,6 +74,13 @@ def schedule(p: int, nbytes: float) -> c.Schedule:
     return c.Schedule(c.log2_ceil(p), (p - 1) * nbytes)
 
 
+def subtrees(p: int) -> list[int]:
+    """Ranks under each of the root's children, in the order it takes them (child 2^k
+    holds min(2^k, p - 2^k))."""
+    p = c.check_p(p)
+    return [min(1 << k, p - (1 << k)) for k in range((p - 1).bit_length())]
+
+
 def steps(p: int) -> int:
     """Rounds of messages: ceil(log2 p)."""
     return c.log2_ceil(c.check_p(p))

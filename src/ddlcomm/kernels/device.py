@@ -176,9 +176,13 @@ def dispatching_reducer(op: str, dtype, cache: "Callable | None" = None,
 
 def many_reducer(op: str, dtype, on_cuda: bool, kernel: str = "auto") -> Callable:
     """``f(inputs, out)``: ``out = inputs[0] (op) inputs[1] (op) ...`` for tensors of one
-    size.  CuPy: one fused kernel reading every input once (``kernel`` auto or cupy, on
-    CUDA, a dtype CuPy has, a CuPy that compiles here); otherwise torch, one kernel per
-    extra input (``cupy`` asked for where it cannot run is refused).  ``f.label``."""
+    size, done on return.  CuPy: one fused kernel reading every input once (``kernel``
+    auto or cupy, on CUDA, a dtype CuPy has, a CuPy that compiles here); otherwise torch,
+    one kernel per extra input, all queued on the stream and waited for once: where
+    processes share a GPU without MPS each wait may cost a time slice (about 0.6 ms with 4
+    ranks on the H200, docs/benchmarks.md), so a wait per input made bfloat16, which CuPy
+    lacks, 1 ms slower than float32 at every size.  ``cupy`` asked for where it cannot run
+    is refused.  ``f.label``."""
     name = _dtype_name(dtype)
     why_not = _cupy_unusable(op, name) if on_cuda and kernel in ("auto", "cupy") else None
     if on_cuda and kernel in ("auto", "cupy") and why_not is None:
@@ -186,17 +190,22 @@ def many_reducer(op: str, dtype, on_cuda: bool, kernel: str = "auto") -> Callabl
     if kernel == "cupy":
         raise UnsupportedError(f"the cupy kernel cannot reduce {name} "
                                f"{f'here: {why_not}' if on_cuda else 'on the CPU'}", "use shm+torch")
-    pair = _device(op, name, "torch", on_cuda)
+    label = _device(op, name, "torch", on_cuda).label      # refuses on_cuda without a GPU
+    torch = _torch()
+    fn = getattr(torch, _TORCH_OPS[op])
+    sync = torch.cuda.current_stream().synchronize if on_cuda else None
 
     def reduce(inputs: Sequence, out) -> None:
         inputs = aliased_first(inputs, out)
         if len(inputs) == 1:
             out.copy_(inputs[0])
-            return
-        pair(inputs[0], inputs[1], out)
-        for other in inputs[2:]:
-            pair(out, other, out)
-    reduce.label = pair.label
+        else:
+            fn(inputs[0], inputs[1], out=out)
+            for other in inputs[2:]:
+                fn(out, other, out=out)
+        if sync is not None:
+            sync()
+    reduce.label = label
     return reduce
 
 

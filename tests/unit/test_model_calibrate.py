@@ -1,6 +1,8 @@
 """Calibration: known α, β, γ recovered from synthetic points; holdout; fit files."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -173,9 +175,9 @@ def test_fit_file_round_trip(tmp_path):
     assert [g.params for g in back.groups] == [g.params for g in fit.groups]
     params, setting = back.params_for("allreduce", "ring", 1 << 20)
     assert params.alpha == pytest.approx(TRUE["allreduce"].alpha) and setting.library == "Open MPI"
-    assert setting.single_copy is None                      # the machine's CMA: not given
-    cma = cal.calibrate(synthetic(TRUE), single_copy=True).save(tmp_path / "cma.json")
-    assert cal.load(cma).single_copy is True and cal.load(cma).params_for("allreduce", "ring")[1].single_copy
+    old = json.loads(path.read_text()) | {"single_copy": True}     # a key earlier fits wrote
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert cal.load(tmp_path / "old.json").params_for("allreduce", "ring", 1 << 20) == (params, setting)
     assert costs.allreduce_time(back, "ring", 4, 1 << 20) == pytest.approx(
         costs.time("allreduce", "ring", 4, 1 << 20, TRUE["allreduce"]), rel=1e-6)
     with pytest.raises(UsageError, match="no fitted parameters"):

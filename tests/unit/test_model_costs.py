@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 import time
 
 import pytest
@@ -538,17 +537,16 @@ def test_a_librarys_temporaries_of_32_mib_and_more_fault_in_at_every_call():
     assert costs.time("allreduce", "library", 4, 64 * mib, q, s) == pytest.approx(32 * mib * 1e-9)
 
 
-def test_open_mpi_sends_in_turn_only_where_the_machine_allows_no_single_copy():
+def test_open_mpi_sends_in_turn_and_mpich_does_not():
+    # per library, whatever the machine's single copy (CMA): the 16-core node's Open MPI
+    # selected it and its broadcasts still fit as sends in turn
     n = 1 << 20
-    assert library.sends_in_turn("Open MPI") and library.sends_in_turn("Open MPI", False)
-    assert not library.sends_in_turn("Open MPI", True) and not library.sends_in_turn("MPICH", False)
+    assert library.sends_in_turn("Open MPI") and library.sends_in_turn("open mpi")
+    assert not library.sends_in_turn("MPICH") and not library.sends_in_turn("Gloo")
+    assert not library.sends_in_turn(None)
     tree = costs.terms("broadcast", "linear", 8, n)
-    cma = Setting(library="Open MPI", ranks_per_node=8, cores=16, single_copy=True)
-    assert costs.priced("broadcast", "linear", 8, n, {}, 8, cma)[0] == tree
-    assert costs.priced("broadcast", "linear", 8, n, {}, 8, replace(cma, single_copy=None))[0] == \
-        Schedule(7, 7 * n)
-    # the machine's answer, from `ddlcomm info --json`
-    assert node.single_copy_of({"features": {"cma": {"available": True}}}) is True
-    assert node.single_copy_of({"features": {"cma": {"available": False, "reason": "x"}}}) is False
-    assert node.single_copy_of({"features": {"cma": {"error": "RuntimeError: x"}}}) is None
-    assert node.single_copy_of({"features": {}}) is None and node.single_copy_of(None) is None
+    assert tree == Schedule(7, n)                                   # all children at once
+    ompi = Setting(library="Open MPI", ranks_per_node=8, cores=16)
+    assert costs.priced("broadcast", "linear", 8, n, {}, 8, ompi)[0] == Schedule(7, 7 * n)
+    mpich = Setting(library="MPICH", ranks_per_node=8, cores=16)    # at once, each byte twice
+    assert costs.priced("broadcast", "linear", 8, n, {}, 8, mpich)[0] == Schedule(7, 2 * n)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from ddlcomm.model.calibrate import calibrate, family_summary, parse_holdout, select_points, with_cores
-from ddlcomm.model.node import bandwidth_of, single_copy_of
+from ddlcomm.model.node import bandwidth_of
 from ddlcomm.results.export import point_record
 from ddlcomm.results.store import Store
 
@@ -123,7 +123,7 @@ def test_the_model_predicts_the_larger_rank_counts(machine, library, collective,
     fit = calibrate(points, holdout=[holdout], summary_bytes=FROM_BYTES,
                     cache=float(llc) if llc else None,  # as `ddlcomm model calibrate` does
                     bandwidth=bandwidth_of(info["memory"].get("copy_bandwidth"))
-                    if machine.contention else None, single_copy=single_copy_of(info))
+                    if machine.contention else None)
     (family,) = family_summary(fit).values()        # the figures `ddlcomm model calibrate` prints
     held, fitted = family["heldout"], family["fitted"]
     assert held["points"] and fitted["points"], family

@@ -60,7 +60,7 @@ def test_a_read_only_file_system_is_refused_even_to_root(tmp_path):
              "    except UsageError as e:\n        print('refused:', e)\n")
     mnt = tmp_path / "ro"
     mnt.mkdir()
-    res = subprocess.run(["unshare", "-m", "sh", "-c", f'mount -t tmpfs -o ro tmpfs "$1" && exec "$2" -c "$3" "$1"',
+    res = subprocess.run(["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o ro tmpfs "$1" && exec "$2" -c "$3" "$1"',
                           "_", str(mnt), sys.executable, probe], capture_output=True, text=True, timeout=60)
     if res.returncode != 0 and "refused" not in res.stdout:
         pytest.skip(f"no mount namespace here: {res.stderr.strip()[-200:]}")

@@ -19,7 +19,7 @@ from ..machine.cpus import last_level_cache
 from ..model import ssgd
 from ..model.calibrate import METRICS, calibrate, load, parse_holdout, select_points, with_cores
 from ..model.costs import Params
-from ..model.node import bandwidth_of, single_copy_of
+from ..model.node import bandwidth_of
 from ..model.predict import caveats, check_request, comm_from_fit, predict
 from ..model.ssgd import Phases, model_layers
 from ..outputs import writable_dir, write_text
@@ -185,9 +185,7 @@ def _add_calibrate(msub) -> None:
                    help="the machine the points ran on, as `ddlcomm info --json --memory-bandwidth` "
                         "wrote it there: its last-level cache (unless --cache) and its copy "
                         "bandwidth by concurrent copies, for the term of copies that share the "
-                        "memory (default: no such term), and whether its processes could copy from "
-                        "each other's memory (CMA: Open MPI's tree broadcasts send in turn where "
-                        "not, or where not known)")
+                        "memory (default: no such term)")
     c.add_argument("--summary-bytes", default="64KiB", metavar="SIZE",
                    help="also summarise errors from this size up (default 64KiB)")
     c.add_argument("--out", metavar="FIT.json", help="write the fit here")
@@ -350,8 +348,7 @@ def cmd_calibrate(args) -> int:
     points = _load_points(args)
     fit = calibrate(points, metric=args.metric, combine=args.combine, shared=args.shared,
                     split=split, holdout=holdout, summary_bytes=summary_bytes, cache=cache,
-                    bandwidth=bandwidth, single_copy=single_copy_of(machine),
-                    meta={"databases": [str(p) for p in _db_paths(args)],
+                    bandwidth=bandwidth, meta={"databases": [str(p) for p in _db_paths(args)],
                           "command": "ddlcomm model " + " ".join(sys.argv[2:])})
     if out is not None:
         fit.save(out)

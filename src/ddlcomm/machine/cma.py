@@ -2,14 +2,15 @@
 
 Open MPI's shared-memory transport copies a large message once, the receiver reading
 the sender's buffer (``smsc/cma``), where the machine allows it; where not, the sender
-copies into shared fragments and the receiver copies out, and a parent's messages to
-its children go one after another (``ddlcomm.model.library.SENDS_IN_TURN``).  Whether
-it is allowed is the machine's: yama's ``ptrace_scope``, the container's seccomp filter
-and capabilities.  The probe asks as Open MPI does (``opal/mca/smsc/cma``): an owner
-process opens itself to any tracer (``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)``) where
-``ptrace_scope`` is above 0; a sibling asks ``kcmp(KCMP_VM)`` about it, Open MPI's test,
-and reads a buffer of the owner's with ``process_vm_readv``.  It forks, so it runs in a
-child interpreter of its own (:func:`facts`).
+copies into shared fragments and the receiver copies out.  Whether it is allowed is the
+machine's: yama's ``ptrace_scope``, the container's seccomp filter and capabilities.  It
+is a fact for users; the cost model does not read it (Open MPI's tree broadcasts send in
+turn with CMA too: ``ddlcomm.model.library.SENDS_IN_TURN``).  The probe asks as Open MPI
+does (``opal/mca/smsc/cma``): an owner process opens itself to any tracer
+(``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)``) where ``ptrace_scope`` is above 0; a
+sibling asks ``kcmp(KCMP_VM)`` about it, Open MPI's test, and reads a buffer of the
+owner's with ``process_vm_readv``.  It forks, so it runs in a child interpreter of its
+own (:func:`facts`).
 """
 from __future__ import annotations
 

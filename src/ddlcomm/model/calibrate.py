@@ -270,13 +270,11 @@ def regime_of(nbytes: float, split: Sequence[int]) -> str:
 
 def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "p50", shared: bool = False,
               split: Sequence[int] = (), holdout: Sequence[Holdout] = (),
-              cache: Optional[float] = None, bandwidth: Optional[Bandwidth] = None,
-              single_copy: Optional[bool] = None) -> list[Row]:
+              cache: Optional[float] = None, bandwidth: Optional[Bandwidth] = None) -> list[Row]:
     """The points a fit can use (checked, buffer or object collectives the model
     knows, above 0 bytes and 0 µs) as rows; the others are skipped silently.
     ``cache``: the last-level cache of the machine they ran on (bytes);
-    ``bandwidth``: its copy bandwidth by concurrent copies; ``single_copy``: whether its
-    processes may copy from each other's memory (CMA; None: not known)."""
+    ``bandwidth``: its copy bandwidth by concurrent copies."""
     column = METRICS[metric]
     rows = []
     for p in points:
@@ -293,8 +291,7 @@ def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "p50", shared: 
                                      Setting(library=lib, ranks_per_node=ranks_per_host(p) or ranks))
             terms, load = costs.priced(coll, name, ranks, nbytes, kw, ranks,
                                        Setting(library=lib, cores=p.get("host_cores"), cache=cache,
-                                               bandwidth=bandwidth, single_copy=single_copy),
-                                       library_call=alg == "library")
+                                               bandwidth=bandwidth), library_call=alg == "library")
         except UsageError:
             continue                                   # an algorithm the model cannot price
         key = (p.get("backend"), lib, placement_of(p), p.get("form"), alg,
@@ -425,8 +422,7 @@ class Fit:
         """(Params, Setting) of the group :meth:`select` picks."""
         g = self.select(collective, algorithm, nbytes, **want)
         return g.params, Setting(library=g.key.get("library"), cores=g.cores,
-                                 cache=self.cache_of(g), bandwidth=self.bandwidth,
-                                 single_copy=self.single_copy)
+                                 cache=self.cache_of(g), bandwidth=self.bandwidth)
 
     @property
     def cache(self) -> Optional[float]:
@@ -441,11 +437,6 @@ class Fit:
     def bandwidth(self) -> Optional[Bandwidth]:
         """The copy bandwidth by concurrent copies the fit assumed, None if it had none."""
         return tuple((int(k), float(b)) for k, b in self.meta.get("copy_bandwidth") or ()) or None
-
-    @property
-    def single_copy(self) -> Optional[bool]:
-        """Whether the machine allowed single copy between processes (CMA), None if not known."""
-        return self.meta.get("single_copy")
 
     def parameter_sets(self) -> list[dict[str, Optional[str]]]:
         """The fit's parameter sets, in order, as the ``want`` that selects each: backend,
@@ -540,22 +531,20 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
               split: Sequence[int] = (),
               holdout: Sequence[Holdout] = (), summary_bytes: int = 64 << 10,
               cache: Optional[float] = None, bandwidth: Optional[Bandwidth] = None,
-              single_copy: Optional[bool] = None, meta: Optional[dict] = None) -> Fit:
+              meta: Optional[dict] = None) -> Fit:
     """Fit every group of ``points``; residuals for fitted and held-out points.
 
     Each point may carry ``host_cores``, the cores of the host its run
     recorded (:func:`with_cores`), for the oversubscription terms; ``cache``
     is the last-level cache of the machine (bytes), from which each group's
     effective cache for the spill term is fitted (:func:`effective_cache`), ``bandwidth``
-    its copy bandwidth by concurrent copies for the contention term, ``single_copy``
-    whether its processes may copy from each other's memory (CMA).  Summaries
+    its copy bandwidth by concurrent copies for the contention term.  Summaries
     are given over all points and over points of at least ``summary_bytes``.
     """
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}", f"choose from {', '.join(METRICS)}")
     points = list(points)
-    by_cache = {size: combine_rows(make_rows(points, metric, shared, split, holdout, size, bandwidth,
-                                             single_copy),
+    by_cache = {size: combine_rows(make_rows(points, metric, shared, split, holdout, size, bandwidth),
                                    combine) for size in cache_candidates(cache)}
     rows = by_cache[cache]
     if not rows:
@@ -588,7 +577,6 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         "shared": shared, "split": list(split), "holdout": [h.text for h in holdout],
         "cache_bytes": cache or 0,
         "copy_bandwidth": [list(pair) for pair in bandwidth or ()],
-        "single_copy": single_copy,
         "summary_bytes": summary_bytes,
         "summary": error_summary(residuals, summary_bytes),
     })

@@ -241,13 +241,12 @@ def bcast_release_gather(p: int, nbytes: float) -> Schedule:
 # ------------------------------------------------------------------ broadcast
 # Open MPI's tree broadcasts (coll/base ``bcast_intra_generic``, unsegmented as
 # the tuned defaults run them, and ``basic_linear``) post a send to every child at
-# once and then wait for all.  On one node a single-copy transport (CMA through
-# ``smsc``) has each *receiver* copy its own message, so the children of a level
-# copy at the same time: a level costs one n of bytes on the critical path (the
-# cores they share are the ``share`` of :data:`ACTIVE`), while the posts, one α
-# each, follow one another.  Where the sender copies (no single copy allowed, as
-# on the 16-core node), a parent's messages go in turn: :func:`sends_in_turn`,
-# which :func:`priced` applies for a library whose :data:`~.library.SENDS_IN_TURN` says so.
+# once and then wait for all.  The terms below have the children of a level copy at
+# the same time, each its own message: a level costs one n of bytes on the critical
+# path (the cores they share are the ``share`` of :data:`ACTIVE`), while the posts,
+# one α each, follow one another.  On one node, though, Open MPI's parents were
+# measured to send in turn, with single copy (CMA) selected (why is not established):
+# :func:`priced` applies :func:`sends_in_turn` where :data:`~.library.SENDS_IN_TURN` says so.
 #
 # Each tree's shape is (rounds, depth, widest): the most posts ahead of and
 # including a rank's own along any path (a child's message is its parent's
@@ -371,8 +370,7 @@ def sends_in_turn(collective: str, algorithm: str, p: int, spill: float) -> Opti
     """The hops of the whole buffer on the critical path of a tree broadcast whose parents
     send in turn (a library's :func:`ddlcomm.model.library.sends_in_turn`), None for other
     algorithms.  A further send of a buffer in the cache costs a hop; of one in memory
-    (the part ``spill``), nothing on the critical path: the sender's copies of it hide
-    behind the receivers'."""
+    (the part ``spill``), nothing on the critical path, as measured (why is not known)."""
     tree = TREE_CHILDREN.get(algorithm) if collective == "broadcast" else None
     if tree is None or p <= 1:
         return None
@@ -589,7 +587,7 @@ def priced(collective: str, algorithm: str, p: int, nbytes: float, kw: Mapping[s
     if ranks_on_node < p:                   # across nodes: the network's transport, not these
         return schedule, load
     hops = sends_in_turn(collective, algorithm, p, load.spill) \
-        if library_sends_in_turn(setting.library, setting.single_copy) else None
+        if library_sends_in_turn(setting.library) else None
     if hops is not None:                    # the posts stay rounds; the bytes go hop by hop
         schedule = Schedule(schedule.rounds, hops * nbytes)
     copies = p2p_copies(setting.library)
@@ -641,10 +639,8 @@ class Setting:
     ranks per node (``None``: one node's worth of cores each, so none are
     oversubscribed), the cores per node, and the inter-node parameters of a
     hierarchical all-reduce with the leaders' algorithm, the last-level
-    cache of a node in bytes (``None``: no spill term), the node's copy
-    bandwidth by concurrent copies (``None``: no contention term), and whether
-    its processes may copy from each other's memory (CMA; ``None``: not known,
-    :func:`ddlcomm.model.library.sends_in_turn`)."""
+    cache of a node in bytes (``None``: no spill term), and the node's copy
+    bandwidth by concurrent copies (``None``: no contention term)."""
 
     library: Optional[str] = None
     ranks_per_node: Optional[int] = None
@@ -653,7 +649,6 @@ class Setting:
     leaders_algorithm: str = "auto"
     cache: Optional[float] = None
     bandwidth: Optional[Bandwidth] = None
-    single_copy: Optional[bool] = None
 
 
 def resolve(collective: str, algorithm: str, p: int, nbytes: float,

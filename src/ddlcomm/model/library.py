@@ -248,25 +248,24 @@ def copies_alone(library: Optional[str]) -> bool:
     return _per_library(COPIES_ALONE, library, False)
 
 
-#: Whether a parent's messages to its children in the library's tree broadcasts go one
-#: after another where the machine allows no single copy between processes: each is
-#: then copied by the sender into the shared-memory transport (two copies a message),
-#: where with single copy (``smsc/cma``) each receiver copies its own, all at once.
-#: Open MPI: in turn on the 16-core node, whose container seems to allow no CMA (not
-#: checked there; ``ddlcomm info`` asks now, ``features.cma``): its linear broadcast
-#: took p-1 hops up to 1 MiB (8 ranks: 7.3-12.1x a 2-rank broadcast at 64-256 KiB),
-#: while the other copies of a buffer in memory hid behind the receivers' from 16 MiB
-#: (1.25x at 8 ranks; :func:`ddlcomm.model.costs.sends_in_turn`).  The 2-core
-#: machine's Open MPI selects CMA; its committed facts predate the question, and
-#: priced in turn its broadcast's figures moved by about a point (fitted 8.2% -> 9.2%).
+#: Whether a parent's messages to its children in the library's tree broadcasts on one
+#: node go one after another rather than at once, each child copying its own
+#: (:func:`ddlcomm.model.costs.sends_in_turn`).  Open MPI: in turn, on both machines.  On
+#: the 16-core node, where CMA is usable and Open MPI 5.0 selects ``smsc/cma``
+#: (``scripts/node-probe``: its 8-rank broadcast of 4 MiB took 1.91 ms, 2.78 ms with CMA
+#: excluded, the sweep 1.97 ms), its linear broadcast took p-1 hops up to 1 MiB (8 ranks:
+#: 7.3-12.1x a 2-rank broadcast at 64-256 KiB), while the further sends of a buffer in
+#: memory cost next to nothing from 16 MiB (1.25x at 8 ranks); its broadcast's
+#: held-out/fitted median error is 13.6%/13.2% priced in turn, 31.1%/18.3% at once.  On
+#: the 2-core machine (CMA selected too) the two are about alike: 11.2%/9.2% in turn,
+#: 11.1%/8.2% at once.  Why the sends go in turn is not established (a guess: the parent
+#: waits for each child's completion in order).
 SENDS_IN_TURN = {"open mpi": True, "mpich": False, "gloo": False}
 
 
-def sends_in_turn(library: Optional[str], single_copy: Optional[bool] = None) -> bool:
-    """``library``'s :data:`SENDS_IN_TURN` (False when unknown or not given), unless the
-    machine allows single copy (``single_copy``: ``ddlcomm info``'s ``features.cma``;
-    None where not known, priced as not allowed)."""
-    return single_copy is not True and _per_library(SENDS_IN_TURN, library, False)
+def sends_in_turn(library: Optional[str]) -> bool:
+    """``library``'s :data:`SENDS_IN_TURN` (False when unknown or not given)."""
+    return _per_library(SENDS_IN_TURN, library, False)
 
 
 #: Copies of each byte of the library's point-to-point messages on one node, against

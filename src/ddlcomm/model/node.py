@@ -127,15 +127,6 @@ def bandwidth_of(measured: Optional[Mapping[str, Any]]) -> Optional[Bandwidth]:
     return tuple(sorted((int(k), float(v)) for k, v in by.items())) or None
 
 
-def single_copy_of(facts: Optional[Mapping[str, Any]]) -> Optional[bool]:
-    """Whether the machine of ``ddlcomm info --json``'s ``facts`` lets processes copy from each
-    other's memory (its ``features.cma``'s ``available``); None where the facts predate that
-    probe or it could not answer."""
-    cma = ((facts or {}).get("features") or {}).get("cma") or {}
-    return cma.get("available") if "error" not in cma and isinstance(cma.get("available"), bool) \
-        else None
-
-
 #: Bytes a collective's buffers span per rank, in units of the message size:
 #: all-reduce and reduce a send and a receive buffer; broadcast one; gather
 #: one to send, and the root's receive buffer of p of them (2 per rank on average).

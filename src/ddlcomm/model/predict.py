@@ -50,8 +50,7 @@ def predict(collective: str, algorithm: str, ranks: Sequence[int], sizes: Sequen
                           cores=cores if cores is not None else host_cores,
                           inter=inter, leaders_algorithm=leaders,
                           cache=cache,
-                          bandwidth=fit.bandwidth if fit is not None else None,
-                          single_copy=fit.single_copy if fit is not None else None)
+                          bandwidth=fit.bandwidth if fit is not None else None)
         for p in ranks:
             if collective == "ps" and fit is not None:
                 t = costs.ps_time(fit, algorithm, p, n, setting, **want)

@@ -104,11 +104,6 @@ def _cache(fit, cache: Optional[float]) -> str:
     return f"{format_size(cache)} reported, each set's fitted from it (column cache)"
 
 
-#: How a fit's ``single_copy`` reads (``ddlcomm.model.library.sends_in_turn``).
-SINGLE_COPY = {True: "yes", False: "no (Open MPI's tree broadcasts send in turn)",
-               None: "not known (Open MPI's tree broadcasts priced as sending in turn)"}
-
-
 def render_fit(fit, residuals: bool = False) -> str:
     parts = [render_groups(fit)]
     if residuals:
@@ -122,8 +117,7 @@ def render_fit(fit, residuals: bool = False) -> str:
               if bandwidth else "not measured (no contention term)")
     parts.append(f"weighting: {fit.meta.get('weighting')}; metric: {fit.meta.get('metric')}; "
                  f"cache: {_cache(fit, cache)}; "
-                 f"copy bandwidth by concurrent copies: {copies}; single copy between processes "
-                 f"(CMA): {SINGLE_COPY[fit.single_copy]}")
+                 f"copy bandwidth by concurrent copies: {copies}")
     parts.append(render_summary(fit))
     notes = fit.meta.get("notes") or []
     if notes:

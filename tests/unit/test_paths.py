@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from ddlcomm.bench.plan import BenchPlan, check_backend_memory
+from ddlcomm.bench.plan import BenchPlan, check_backend_memory, check_collective_paths
 from ddlcomm.bench.runner import gpu_fields
-from ddlcomm.errors import UnsupportedError
+from ddlcomm.errors import UnsupportedError, UsageError
 from ddlcomm.measure import timing
 from ddlcomm.workloads import paths
 from ddlcomm.workloads.stages import Stage, run_stages
@@ -83,6 +83,25 @@ def test_own_algorithms_on_device_buffers_hand_the_backend_host_messages():
     with pytest.raises(UnsupportedError, match="own algorithms.*backend nccl moves device"):
         check_backend_memory(plan(backends=["nccl"], **own))
     check_backend_memory(plan(backends=["nccl"], memory="device", algorithms=["library"]))
+
+
+def test_the_library_along_host_staging_beside_own_algorithms_on_the_device_buffers():
+    """issue 15's comparison in one run: MPI's all-reduce through pinned host memory, ring
+    and shm on the device buffers themselves; auto (which may call the library) stays on
+    the buffers, so a host-only MPI is refused it there."""
+    staged = plan(paths=["host-staged"], memory="device", algorithms=["library", "ring", "shm"])
+    assert {(p.algorithm, p.path, p.kind) for p in staged.points()} == \
+        {("library", "host-staged", "staged"), ("ring", "host", "collective"),
+         ("shm", "host", "collective")}
+    check_backend_memory(staged)
+    with pytest.raises(UnsupportedError) as err:       # the library on the device buffers
+        check_backend_memory(plan(memory="device", algorithms=["library", "ring"]))
+    assert "--path host-staged" in err.value.hint
+    with pytest.raises(UnsupportedError, match="CUDA-aware MPI"):
+        check_backend_memory(plan(paths=["host-staged"], memory="device", algorithms=["auto"]))
+    with pytest.raises(UsageError, match="one --path"):
+        check_collective_paths(plan(paths=["host", "host-staged"], memory="device",
+                                    algorithms=["library", "shm"]))
 
 
 def test_collective_points_along_paths():

@@ -133,3 +133,17 @@ def test_device_runs_of_own_algorithms_alone_give_their_floor_ratio():
     assert [t.memory for t in tables] == ["device", "device, kind cache off"]
     assert tables[0].rows[0].best == "shm" and tables[0].rows[0].x_floor.median == pytest.approx(2.0)
     assert tables[0].rows[0].speedup is None and tables[1].rows[0].x_floor.median == pytest.approx(2.5)
+
+
+def test_a_library_along_host_staging_beside_own_device_algorithms():
+    """``--path host-staged --algorithm library,shm`` on device buffers: the library's whole
+    staged call (not its parts) against shm on the buffers themselves, in a table that says
+    the library was staged; the rendered title reads "device memory, the library ..."."""
+    pts = [point(1, "library", 16 * MIB, 1000, memory="device", path="host-staged", phase="allreduce"),
+           point(1, "library", 16 * MIB, 300, memory="device", path="host-staged", phase="allreduce.d2h"),
+           point(1, "shm", 16 * MIB, 250, memory="device", path="host", floor_us=100)]
+    (table,) = versus(pts)
+    assert table.memory == "device, the library host-staged"
+    assert table.rows[0].speedup.median == pytest.approx(4.0)
+    assert "Open MPI, 8 ranks, float32, device memory, the library host-staged (1 run)" in \
+        render_versus([table], GOALS)

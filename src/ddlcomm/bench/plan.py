@@ -130,17 +130,26 @@ class BenchPlan:
             return [PointSpec("workload", w, s, "buffer", b, path=p)
                     for s in self.sizes for w in self.workloads for p in self.paths
                     for b in self.backends]
+        paths = self.paths + [OWN_PATH] * (OWN_PATH not in self.paths
+                                           and any(a != "library" for a in self.algorithms))
         specs = [PointSpec(_kind(f, p), c, s, f, b, a, path=p)
                  for c in self.collectives
                  for s in (self.sizes if COLLECTIVES[c].moves_data else self.sizes[:1])
-                 for p in self.paths for b in self.backends for a in self.algorithms
+                 for p in paths for b in self.backends for a in self.algorithms
                  for f in self.forms
-                 if (a == "library" or f == "buffer") and (p == "host" or f == "buffer")]
+                 if (a == "library" or f == "buffer") and (p == "host" or f == "buffer")
+                 and (p == OWN_PATH if a != "library" else p in self.paths)]
         return specs if size is None else _whole_blocks(specs, get_dtype(self.dtype), size)
 
     def as_config(self) -> dict:
         """A JSON-able record of the plan for the run row."""
         return {k: v for k, v in self.__dict__.items()}
+
+
+#: Where ddlcomm's own algorithms (and ``auto``) run whatever ``--path`` says: on the
+#: buffers themselves (on device buffers they bring their own device transport); a GPU
+#: data path applies to the library's collectives.
+OWN_PATH = "host"
 
 
 def _kind(form: str, path: str) -> str:
@@ -505,8 +514,10 @@ def check_collective_paths(plan: BenchPlan) -> None:
                              "runs", "use --path host-staged or direct for collectives")
     if "c" in plan.forms:
         raise UsageError("--impl c runs on host buffers: not along a GPU data path")
-    if plan.algorithms != ["library"]:
-        raise UsageError("--path runs the library's collectives", "leave --algorithm out")
+    if plan.algorithms != ["library"] and len(plan.paths) > 1:
+        raise UsageError("beside ddlcomm's own algorithms (which run on the buffers themselves) "
+                         f"the library takes one --path, not {len(plan.paths)}",
+                         "e.g. --path host-staged --algorithm library,ring,rhd,shm")
     for name in plan.paths:
         check_path(name, plan)
 
@@ -514,26 +525,34 @@ def check_collective_paths(plan: BenchPlan) -> None:
 def check_backend_memory(plan: BenchPlan) -> None:
     """Refuse a backend handed memory it cannot take: where each data path puts the buffers
     it hands over (the run's --memory kind on the host path) against what each backend's
-    registry entry takes.  A CUDA-aware MPI's device buffers are the direct path's to check."""
+    registry entry takes.  The library's collectives go along every --path; ddlcomm's own
+    algorithms run on the buffers themselves (:data:`OWN_PATH`) and hand the backend host
+    memory only (staged blocks, small ready messages), whatever the buffers' memory, but
+    ``auto`` may call the library there.  A CUDA-aware MPI's device buffers are the direct
+    path's to check."""
     device_bufs = on_device(plan)
-    # ddlcomm's own algorithms hand the backend host memory only (staged blocks, small
-    # ready messages), whatever the buffers' memory
-    own = own_only(plan)
-    for name in plan.paths:
+    pairs = {(name, True) for name in plan.paths if plan.workloads or "library" in plan.algorithms}
+    pairs |= {(OWN_PATH, _calls_library(a)) for a in plan.algorithms if a != "library"}
+    for name, library in sorted(pairs):
         path = get_path(name)
-        where = path.backend_memory or ("device" if device_bufs and not own else "host")
+        where = path.backend_memory or ("device" if device_bufs and library else "host")
         for backend in plan.backends:
             spec = registry.get_spec(backend)
             if where in spec.memories or (where == "device" and spec.device_if_cuda_aware
                                           and path.backend_memory == "device"):
                 continue
-            if own and device_bufs and path.backend_memory is None:
+            if not library and device_bufs:
                 raise UnsupportedError(
                     f"ddlcomm's own algorithms on --memory {plan.memory} hand the backend host "
                     f"messages only (ipc's ready/done headers, staged blocks); backend {backend} "
                     "moves device memory only", "use --backend mpi or gloo with ddlcomm's "
                     f"algorithms, or --algorithm library with --backend {backend}")
             raise UnsupportedError(*_memory_refusal(backend, spec, where, plan.memory))
+
+
+def _calls_library(algorithm: str) -> bool:
+    """Whether ``algorithm`` runs (or, ``auto``, may run) the library's own collective."""
+    return algorithms.split(algorithm)[0] in ("library", "auto")
 
 
 def _memory_refusal(backend: str, spec, where: str, kind: Optional[str]) -> tuple[str, str]:
@@ -543,8 +562,9 @@ def _memory_refusal(backend: str, spec, where: str, kind: Optional[str]) -> tupl
                 f"({kind or 'numpy'})", "add --memory device (collectives, workloads on --path host)")
     if spec.device_if_cuda_aware:
         return (f"backend {backend} takes device memory only through a CUDA-aware MPI "
-                "(--path direct, workloads): never a GPU pointer to a CPU-only library",
-                "use --workload ... --path host-staged (copies through pinned host memory), "
-                "or --backend nccl or gloo for collectives on --memory device")
+                "(--path direct): never a GPU pointer to a CPU-only library",
+                "add --path host-staged (the library's collectives through pinned host memory; "
+                "ddlcomm's own algorithms still run on the device buffers), "
+                "or use --backend nccl or gloo on --memory device")
     return (f"backend {backend} moves host memory only, not --memory {kind}",
             "use a host memory kind, or --path host-staged for workloads")

@@ -48,7 +48,9 @@ def add_parser(sub) -> None:
     b.add_argument("--path", default="host",
                    help="data path, or a comma list measured side by side: host (default) or the "
                         "GPU paths host-staged, direct (also for single collectives), "
-                        "nccl-chief (workloads only); they need a GPU")
+                        "nccl-chief (workloads only); they need a GPU.  A path applies to the "
+                        "library's collectives: ddlcomm's own algorithms beside it run on the "
+                        "buffers themselves (then one path)")
     b.add_argument("--dtype", default="float32",
                    help="float16, bfloat16, float32, float64, int32, int64, uint8 (default: float32)")
     b.add_argument("--op", default="sum", help="sum, prod, min, max, avg (default: sum)")

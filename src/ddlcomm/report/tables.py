@@ -529,9 +529,10 @@ def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: boo
                  r.best or "-", _spread_ratio(r.speedup),
                  _spread_ratio(r.auto) + (f" [{','.join(r.auto_ran)}]" if r.auto_ran else ""),
                  _spread_ratio(r.x_floor)] for r in t.rows]
-        memory = "host (NumPy's allocator)" if t.memory == "numpy" else t.memory
-        title = (f"{t.library}, {t.ranks} ranks, {t.dtype}, {memory} memory "
-                 f"({counted(t.runs, 'run')})")
+        kind, _, variant = t.memory.partition(", ")      # e.g. "device, kind cache off"
+        memory = "host (NumPy's allocator)" if kind == "numpy" else kind
+        title = (f"{t.library}, {t.ranks} ranks, {t.dtype}, {memory} memory"
+                 f"{', ' + variant if variant else ''} ({counted(t.runs, 'run')})")
         got = targets(t, **goals)
         summary = [
             f"lib / best from {format_size(goals['speedup_from'])}: lowest {_ratio_at(got.min_speedup)}",

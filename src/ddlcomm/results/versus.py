@@ -88,12 +88,18 @@ def versus(points: Iterable[Point], collective: str = "allreduce",
     # (library, memory, dtype, ranks) -> run -> bytes -> algorithm -> point
     by: dict[tuple, dict[Any, dict[int, dict[str, Point]]]] = \
         defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
-    for p in points:
-        if p.get("collective") != collective or p.get("check") != "passed" \
-                or p.get("form", "buffer") != "buffer" or p["bytes"] < from_bytes \
-                or p.get("phase") not in (None, collective) or _p50(p) is None:
-            continue
+    kept = [p for p in points
+            if p.get("collective") == collective and p.get("check") == "passed"
+            and p.get("form", "buffer") == "buffer" and p["bytes"] >= from_bytes
+            and p.get("phase") in (None, collective) and _p50(p) is not None]
+    # a run's library along a GPU data path (ddlcomm's own algorithms beside it run on the
+    # buffers themselves): its tables say so
+    staged = {p.get("run_id"): p["path"] for p in kept
+              if (p.get("algorithm") or "library") == "library" and p.get("path") not in (None, "host")}
+    for p in kept:
         memory = str(p.get("memory") or "host")
+        if p.get("run_id") in staged:
+            memory += f", the library {staged[p.get('run_id')]}"
         if p.get("kind_cache") == "off":                # Awan's cache-off runs: a table apart
             memory += ", kind cache off"
         key = (str(p.get("library")), memory, str(p.get("dtype")), int(p["ranks"]))

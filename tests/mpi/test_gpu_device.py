@@ -62,3 +62,21 @@ def test_bench_own_allreduces_on_device_memory(mpi, tmp_path, dtype):
     assert {p["kernel"] for p in points if p["bytes"] >= 1024} <= {"torch-CUDA", "CuPy"}
     assert {p.get("device_transport") for p in points} == {"ipc"}         # four ranks on one GPU
     assert all(p["floor_us"] > 0 for p in points)                 # the GPU-memory floor, same run
+
+
+def test_host_staged_mpi_beside_own_device_allreduces_in_one_run(mpi, tmp_path):
+    """issue 15's comparison: MPI's all-reduce along host-staged and shm on the device
+    buffers, interleaved in one run; versus compares them in one table."""
+    db = tmp_path / "r.db"
+    res = run([mpi.ddlcomm, "bench", "--db", db, "--no-report", "--backend", "mpi",
+               "--collective", "allreduce", "--memory", "device", "--algorithm", "library,shm",
+               "--path", "host-staged", "--ranks", "2", "--sizes", "4B:1MiBx16",
+               "--budget", "0.02"], mpi.env(), 240)
+    assert res.returncode == 0, res.stdout + res.stderr
+    points = json.loads(run([mpi.ddlcomm, "results", "export", "--all", "--db", db],
+                            mpi.env(), 60).stdout)
+    assert points and all(p["check"] == "passed" for p in points)
+    assert {(p["algorithm"], p.get("path", "host")) for p in points} == \
+        {("library", "host-staged"), ("shm", "host")}
+    text = run([mpi.ddlcomm, "results", "versus", "--db", db], mpi.env(), 60).stdout
+    assert "device memory, the library host-staged" in text, text

@@ -81,6 +81,15 @@ def check_records(workload: str, nbytes: int, records: list, failures: list) -> 
     expected = {phase: ranks * nbytes if phase == "gather.h2d" else nbytes for phase in copies}
     if copies != expected:          # the gather's root copies the whole table back
         failures.append(f"{workload} {nbytes} B: bytes copied {copies}, expected {expected}")
+    # each copy phase's bars are measured by the ranks that copy in it: the server alone
+    # sends the broadcast and takes the gather back, the workers take the broadcast in,
+    # every rank gives its part to the gather (the root its own too) and to the all-reduce
+    copiers = {r["extra"]["phase"]: r["extra"].get("copiers") for r in records
+               if r["extra"]["phase"] in copies}
+    want_copiers = {phase: {"broadcast.d2h": 1, "gather.h2d": 1, "broadcast.h2d": ranks - 1}
+                    .get(phase, ranks) for phase in copies}
+    if ranks > 1 and copiers != want_copiers:
+        failures.append(f"{workload} {nbytes} B: copiers {copiers}, expected {want_copiers}")
     for r in records:
         if r["check"] != "passed":
             failures.append(f"{workload} {nbytes} B {r['extra']['phase']}: check {r['check']}")

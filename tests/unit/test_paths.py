@@ -153,21 +153,40 @@ def test_a_staged_call_is_calibrated_by_its_whole_time_not_a_part():
     assert times[:, -1] == pytest.approx(times[:, :3].sum(axis=1))
 
 
-def test_each_copy_phase_is_held_to_a_copy_of_its_own_bytes(monkeypatch):
+class _Gathers:
+    """A comm's allgather_object as rank 0 of ranks whose objects are given."""
+
+    rank = 0
+
+    def __init__(self, *others) -> None:
+        self.others = others
+
+    def allgather_object(self, obj):
+        return [obj, *self.others]
+
+
+def test_each_copy_phase_is_held_to_a_copy_of_its_own_bytes_by_its_own_copiers(monkeypatch):
     """A gather's root copies the whole table back: its h2d bar is a copy of the table, not
-    of one message (it was measured at the point's size for every phase); each (way, bytes)
-    is measured once."""
+    of one message; a phase's bars are measured by the ranks that copy in it (the server
+    alone, the two workers at once); each (way, bytes, copiers) is measured once."""
     pytest.importorskip("torch")
     from ddlcomm.workloads.sides import TorchSide
     asked = []
-    monkeypatch.setattr(TorchSide, "_copy_bar", lambda self, comm, way, nbytes:
-                        asked.append((way, nbytes)) or {"copy_alone_GBps": float(nbytes)})
+    monkeypatch.setattr(TorchSide, "_copy_bar", lambda self, comm, way, nbytes, ranks:
+                        asked.append((way, nbytes, ranks)) or {"copy_alone_GBps": float(nbytes)})
     n = 1 << 20
-    bars = TorchSide("cpu").copy_bars(None, {"broadcast.d2h": n, "broadcast.h2d": n,
-                                             "gather.d2h": n, "gather.h2d": 3 * n,
-                                             "allreduce.apply": n, "gather.gather": 0})
-    assert sorted(asked) == [("d2h", n), ("h2d", n), ("h2d", 3 * n)]
-    assert bars["gather.h2d"] == {"copy_alone_GBps": 3.0 * n}
-    assert bars["broadcast.h2d"] == bars["gather.d2h"] == {"copy_alone_GBps": float(n)}
-    assert set(bars) == {"broadcast.d2h", "broadcast.h2d", "gather.d2h", "gather.h2d"}
+    server = {"broadcast.d2h": n, "broadcast.h2d": 0, "gather.d2h": 0, "gather.h2d": 3 * n,
+              "allreduce.apply": n, "gather.gather": 0, "allreduce.d2h": n, "step.d2h": n}
+    worker = {"broadcast.d2h": 0, "broadcast.h2d": n, "gather.d2h": n, "gather.h2d": 0,
+              "allreduce.d2h": n, "step.d2h": n}
+    bars = TorchSide("cpu").copy_bars(_Gathers(worker, worker), server)
+    everyone, workers = frozenset({0, 1, 2}), frozenset({1, 2})
+    assert sorted(asked, key=str) == sorted([("d2h", n, everyone), ("d2h", n, frozenset({0})),
+                                             ("d2h", n, workers), ("h2d", n, workers),
+                                             ("h2d", 3 * n, frozenset({0}))], key=str)
+    assert bars["gather.h2d"] == {"copy_alone_GBps": 3.0 * n, "copiers": 1}
+    assert bars["broadcast.h2d"] == bars["gather.d2h"] == {"copy_alone_GBps": float(n), "copiers": 2}
+    assert bars["allreduce.d2h"] is bars["step.d2h"]              # measured once
+    assert set(bars) == {"broadcast.d2h", "broadcast.h2d", "gather.d2h", "gather.h2d",
+                         "allreduce.d2h", "step.d2h"}
     assert paths.PathRun(None).copy_bars(None, {"gather.h2d": n}) == {}

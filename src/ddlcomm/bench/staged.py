@@ -51,7 +51,7 @@ def measure_staged(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
             comm, timing.phases(comm, stage.run, len(phases)), plan.budget_s, plan.iters,
             plan.warmup)
         copied = copy_bytes(comm, stage.copied())
-        bars = path.copy_bars(comm, copied)
+        bars = path.copy_bars(comm, stage.copied())
     facts = backend_facts(comm)
     return _records(comm, coll, dtype, op, count, times, phases, plan.root, in_place,
                     iterations, warmup, check, copied, bars,

@@ -36,9 +36,9 @@ EXTRA_COLUMNS = (("pushes/s", "pushes_per_s", "{:.0f}"), ("stale_mean", "stalene
 #: device-to-device copy of them (device buffers), each timed on every rank at once.
 RATIO_COLUMNS = (("x_add", "add_us"), ("x_floor", "floor_us"))
 #: Keys of ``extra`` that are measurements of a point, never a series (a copy phase's bytes,
-#: the pinned copy bandwidths, the kind look-ups of a device call).
+#: the pinned copy bandwidths and how many ranks copy, the kind look-ups of a device call).
 MEASUREMENTS = (*(key for _, key in RATIO_COLUMNS), *(key for _, key, _ in EXTRA_COLUMNS),
-                "copy_bytes", "kind_lookups", "copy_alone_GBps", "copy_at_once_GBps")
+                "copy_bytes", "kind_lookups", "copy_alone_GBps", "copy_at_once_GBps", "copiers")
 
 
 # --------------------------------------------------------------------------- formatting

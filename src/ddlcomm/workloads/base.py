@@ -97,7 +97,7 @@ def timed_steps(comm, plan, spec, step, phases: Sequence[str], *, check: str, nm
                                                  plan.budget_s, plan.steps or plan.iters,
                                                  plan.warmup)
     copied = copy_bytes(comm, copies or {})
-    bars = path.copy_bars(comm, copied)
+    bars = path.copy_bars(comm, copies or {})
     more = {**path.facts(comm), **more}
     gathered = comm.gather(times.reshape(-1), root=0)
     if comm.rank != 0:

@@ -68,8 +68,8 @@ class _StagedRun(PathRun):
         super().__init__(side)
         self._pinned = alloc_pinned
 
-    def copy_bars(self, comm, copied):
-        return self.side.copy_bars(comm, copied)
+    def copy_bars(self, comm, mine):
+        return self.side.copy_bars(comm, mine)
 
     def stage(self, comm, collective, send, recv=None, op=None, root=0) -> Stage:
         side, row = self.side, get_collective(collective)

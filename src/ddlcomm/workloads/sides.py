@@ -101,39 +101,57 @@ class TorchSide:
         raw = self.torch.zeros(count * dtype.itemsize, dtype=self.torch.uint8, pin_memory=True)
         return raw.numpy().view(dtype.numpy)       # the view holds the pinned tensor
 
-    def copy_bars(self, comm, copied: Mapping[str, int]) -> dict[str, dict[str, float]]:
-        """The bars each copy phase is held to (GB/s), by phase (``copied``: the bytes of each
-        phase, ``<collective>.d2h`` or ``.h2d``, the same on every rank): pinned copies of
-        those bytes that way, ``copy_alone_GBps`` each rank in turn while the others wait
-        (the fastest rank's), and ``copy_at_once_GBps`` every rank at once as the staged
-        phases copy, sharing the link and the GPU where they share one (the slowest
-        rank's).  Each (way, bytes) is measured once: a gather's root copies the whole
+    def copy_bars(self, comm, mine: Mapping[str, int]) -> dict[str, dict[str, float]]:
+        """The bars each copy phase is held to, by phase (``mine``: the bytes this rank copies
+        in each phase, ``<collective>.d2h`` or ``.h2d``; collective: every rank calls it):
+        pinned copies of the phase's bytes (the most a rank copies in it) that way, by the
+        ranks that copy in it (``copiers``): ``copy_alone_GBps`` each of them in turn while
+        the others wait (the fastest's), and ``copy_at_once_GBps`` all of them at once, as
+        the phase copies, sharing the link and the GPU where they share one (the slowest's).
+        A phase is held to the first where one rank copies, to the second where several
+        do.  Each (way, bytes, copiers) is measured once: a gather's root copies the whole
         table back, and its bar is a copy of that size, not of one message."""
-        bars: dict[tuple[str, int], dict[str, float]] = {}
+        who = phase_copiers(comm.allgather_object(dict(mine)))
+        bars: dict[tuple, dict[str, float]] = {}
         out = {}
-        for phase, nbytes in sorted(copied.items()):
-            way = phase.rpartition(".")[2]
-            if nbytes <= 0 or way not in ("d2h", "h2d"):
-                continue
-            if (way, nbytes) not in bars:
-                bars[way, nbytes] = self._copy_bar(comm, way, nbytes)
-            out[phase] = bars[way, nbytes]
+        for phase, (nbytes, ranks) in sorted(who.items()):
+            key = (phase.rpartition(".")[2], nbytes, ranks)
+            if key not in bars:
+                bars[key] = {**self._copy_bar(comm, *key), "copiers": len(ranks)}
+            out[phase] = bars[key]
         return out
 
-    def _copy_bar(self, comm, way: str, nbytes: int) -> dict[str, float]:
-        dev = self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.device)
-        host = self.pinned(dtype_of(np.empty(0, np.uint8)), nbytes)
-        copy = (lambda: self.to_host(dev, host)) if way == "d2h" else (lambda: self.to_device(host, dev))
-        copy()
+    def _copy_bar(self, comm, way: str, nbytes: int, ranks: frozenset) -> dict[str, float]:
+        copies = comm.rank in ranks
+        if copies:
+            dev = self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.device)
+            host = self.pinned(dtype_of(np.empty(0, np.uint8)), nbytes)
+            copy = (lambda: self.to_host(dev, host)) if way == "d2h" else (lambda: self.to_device(host, dev))
+            copy()
         alone = 0.0
-        for turn in range(comm.size):
+        for turn in sorted(ranks):
             comm.barrier()
             if comm.rank == turn:
                 alone = _median_GBps(copy, nbytes)
         comm.barrier()
-        at_once = _median_GBps(copy, nbytes)
-        return {"copy_alone_GBps": agree_max(comm, alone),              # the fastest rank's
-                "copy_at_once_GBps": -agree_max(comm, -at_once)}        # the slowest rank's
+        at_once = _median_GBps(copy, nbytes) if copies else float("inf")
+        return {"copy_alone_GBps": agree_max(comm, alone),              # the fastest copier's
+                "copy_at_once_GBps": -agree_max(comm, -at_once)}        # the slowest copier's
+
+
+def phase_copiers(gathered: list[Mapping[str, int]]) -> dict[str, tuple[int, frozenset]]:
+    """Each copy phase's bytes (the most a rank copies in it) and the ranks that copy in it,
+    from every rank's bytes per phase (``gathered[rank]``; pure); phases no rank copies in,
+    and phases that are not copies (``d2h``, ``h2d``), left out."""
+    out = {}
+    for phase in sorted({ph for mine in gathered for ph in mine}):
+        if phase.rpartition(".")[2] not in ("d2h", "h2d"):
+            continue
+        sizes = {rank: mine.get(phase, 0) for rank, mine in enumerate(gathered)}
+        ranks = frozenset(r for r, n in sizes.items() if n > 0)
+        if ranks:
+            out[phase] = (max(sizes.values()), ranks)
+    return out
 
 
 def _median_GBps(copy: Callable[[], None], nbytes: int) -> float:

@@ -93,9 +93,9 @@ class PathRun:
               root: int = 0) -> Stage:
         raise NotImplementedError
 
-    def copy_bars(self, comm, copied: Mapping[str, int]) -> dict[str, dict[str, float]]:
-        """The bandwidth bars of the copy phases (``copied``: their bytes), by phase; none
-        where the path measures none (called on every rank)."""
+    def copy_bars(self, comm, mine: Mapping[str, int]) -> dict[str, dict[str, float]]:
+        """The bandwidth bars of the copy phases (``mine``: the bytes this rank copies in
+        each), by phase; none where the path measures none (called on every rank)."""
         return {}
 
     def close(self) -> None:

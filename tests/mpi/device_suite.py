@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Optional
 
 import ml_dtypes
 import numpy as np
@@ -30,6 +31,7 @@ import torch
 
 import ddlcomm
 from ddlcomm.comm import device as dev
+from ddlcomm.comm.device import allreduce_shm
 from ddlcomm.comm.device.peers import shared_tensor
 from ddlcomm.dtypes import get_op
 from ddlcomm.errors import UnsupportedError
@@ -43,6 +45,8 @@ BIG = 100_003
 VARIANTS = [("allreduce", "ring", ("staged", "ipc")), ("allreduce", "rhd", ("staged", "ipc")),
             ("allreduce", "shm", ("ipc",)), ("broadcast", "binomial", ("staged", "ipc")),
             ("reduce", "binomial", ("staged", "ipc"))]
+#: The device shm all-reduce's own threshold, restored after its slices pass.
+WHOLE_MAX_BYTES = allreduce_shm.WHOLE_MAX_BYTES
 NP = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "int32": np.int32}
 TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
          "int32": torch.int32}
@@ -59,6 +63,7 @@ class Suite(Checks):
     def __init__(self, comm, device: str) -> None:
         super().__init__(comm)
         self.device = device
+        self.reads: Optional[str] = None       # the shm all-reduce's way, where asked
 
     def tensor(self, host: np.ndarray, dtype: str, mappable: bool):
         """A tensor holding ``host``: CUDA memory, or a CPU tensor (in /dev/shm when peers map it)."""
@@ -115,6 +120,9 @@ class Suite(Checks):
                        facts.get("device_transport") == transport)
         self.check(f"{label}: kind_cache {facts.get('kind_cache')}",
                    facts.get("kind_cache") == ("on" if cache else "off"))
+        if alg == "shm" and self.comm.size > 1 and count:
+            self.check(f"{label}: shm_reads {facts.get('shm_reads')} ({self.reads} asked)",
+                       facts.get("shm_reads") == self.reads)
         if cache and "kind_lookups" in facts:
             # Each (address, bytes) the reducer saw was asked once, whatever the calls.
             self.check(f"{label}: lookups {facts['kind_lookups']}", facts["kind_lookups"] <= 4 * self.comm.size + 4)
@@ -188,14 +196,23 @@ def run(comm, device: str, thin: bool = False) -> Suite:
     shm_refused_across_nodes(suite)
     for coll, alg, transports in VARIANTS:
         for transport in transports:
-            for dtype in DTYPES:
-                ops = ["sum"] if coll == "broadcast" else [o for o in OPS if o != "avg" or dtype != "int32"]
-                for op in (o for o in ops if not thinned(dtype, o, thin)):
-                    for count in COUNTS:
-                        for in_place in ((False, True) if coll != "broadcast" else (True,)):
-                            suite.one(coll, alg, transport, dtype, op, count, in_place,
-                                      cache=(count % 2 == 0))
-            suite.one(coll, alg, transport, "float32", "sum", BIG, False, True)
+            # the device shm all-reduce both ways: every rank reducing the whole message
+            # (the default for these sizes), and by slices then the all-gather
+            for reads in (("whole", "slices") if alg == "shm" else (None,)):
+                if reads is not None:
+                    allreduce_shm.WHOLE_MAX_BYTES = WHOLE_MAX_BYTES if reads == "whole" else 0
+                suite.reads = reads
+                for dtype in DTYPES:
+                    ops = ["sum"] if coll == "broadcast" else \
+                        [o for o in OPS if o != "avg" or dtype != "int32"]
+                    for op in (o for o in ops if not thinned(dtype, o, thin)):
+                        for count in COUNTS:
+                            for in_place in ((False, True) if coll != "broadcast" else (True,)):
+                                suite.one(coll, alg, transport, dtype, op, count, in_place,
+                                          cache=(count % 2 == 0))
+                suite.one(coll, alg, transport, "float32", "sum", BIG, False, True)
+                suite.one(coll, alg, transport, "float32", "sum", BIG, True, True)
+    allreduce_shm.WHOLE_MAX_BYTES = WHOLE_MAX_BYTES
     return suite
 
 

@@ -1,19 +1,28 @@
 """The device shm all-reduce: ranks on one GPU reduce through each other's memory.
 
 At bind every rank exports its input and output buffers through the peer
-mapper (CUDA IPC) and maps every peer's, once.  A call then:
+mapper (CUDA IPC) and maps every peer's, once.  A call then, by slices:
 
 1. waits until its input is on the device, and meets the others (barrier);
 2. reduces its own slice (:func:`ddlcomm.comm.shm.slices`) of every rank's
    input into its own output in one pass that reads all p inputs from GPU
    memory (:func:`ddlcomm.kernels.device.many_reducer`: one CuPy kernel, or
-   torch's adds one after another); barrier;
+   torch's adds, waited for once); barrier;
 3. all-gathers: copies every peer's reduced slice from that peer's output
    into its own (device-to-device); barrier, so that nobody writes a buffer
    another rank still reads.
 
-The backend carries only the three barriers.  In place (``recvbuf is
-sendbuf``) is safe: step 2 writes only this rank's slice, which no other rank
+or, up to :data:`WHOLE_MAX_BYTES` read in all, whole: step 1, then every rank
+reduces the whole message from every input into its output in one pass (in
+place: into a scratch buffer, copied over its input after the others have
+read it); barrier.  That reads p·n bytes a rank where slices read about 2n,
+but waits for the GPU once where slices wait twice.  Where processes share a
+GPU without MPS each wait costs about a time slice (0.55-0.6 ms with 4
+ranks on the H200, docs/benchmarks.md "The H200 node"): at 4 ranks and 16 MiB
+a pass over the extra 2·4·16 MiB takes some 30 µs of its memory bandwidth.
+
+The backend carries only the barriers.  In place (``recvbuf is sendbuf``)
+by slices is safe: step 2 writes only this rank's slice, which no other rank
 reads in that step.  CPU tensors from :func:`.peers.shared_tensor` run the
 same steps (the ``posix-shm`` mapper): tests of the plumbing without a GPU.
 
@@ -33,6 +42,13 @@ from ..shm import slices
 from ...kernels.kinds import KindCache
 from . import DeviceCall, check_tensors, kind_lookup, tail_sync
 from .peers import mapper_for, offset_bytes, whole
+
+
+#: Bytes read in all (message x ranks) up to which each rank reduces the whole message
+#: (one wait for the GPU) rather than its slice and then the all-gather (two); module-level
+#: so that tests can run either way.  64 MiB: an estimate from the H200's time slices
+#: and memory bandwidth (module docstring), not yet measured both ways there.
+WHOLE_MAX_BYTES = 64 << 20
 
 
 def _nbytes(t: Any) -> int:
@@ -81,9 +97,12 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
     name = "sum" if op.divide_by_ranks else op.name
     reduce = many_reducer(name, send.dtype, bool(send.is_cuda), kernel)
     p, r = comm.size, comm.rank
+    whole = p > 1 and _nbytes(send) * p <= WHOLE_MAX_BYTES
     lo, hi = slices(len(send), p)[r] if p > 1 else (0, len(send))
-    inputs = [t[lo:hi] for t in map_peers(comm, peers, send)] if p > 1 else [send]
-    outputs = map_peers(comm, peers, recv) if p > 1 else [recv]
+    mapped = map_peers(comm, peers, send) if p > 1 else [send]
+    inputs = mapped if whole else [t[lo:hi] for t in mapped]
+    outputs = map_peers(comm, peers, recv) if p > 1 and not whole else [recv]
+    scratch = recv.new_empty(recv.shape) if whole and recv is send else None
     parts = slices(len(send), p) if p > 1 else [(0, len(send))]
     settle = tail_sync(send, p, op)
     lookup = kind_lookup(kind_cache)
@@ -98,6 +117,16 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
             return
         peers.sync()
         comm.barrier()
+        if whole:
+            if len(send):
+                reduce(inputs, recv if scratch is None else scratch)
+            comm.barrier()              # every rank has read every input
+            if scratch is not None:
+                recv.copy_(scratch)
+            op.finish(recv, p)
+            if scratch is not None or op.divide_by_ranks:
+                peers.sync()            # done on return
+            return
         if hi > lo:
             reduce(inputs, recv[lo:hi])
         peers.sync()
@@ -112,7 +141,8 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
 
     def facts() -> dict:
         out = {"device_transport": "ipc" if p > 1 else "none", "kernel": reduce.label,
-               "kind_cache": "on" if kind_cache else "off"}
+               "kind_cache": "on" if kind_cache else "off",
+               "shm_reads": "whole" if whole else "slices"}
         if isinstance(lookup, KindCache):
             out["kind_lookups"] = lookup.misses
         return out

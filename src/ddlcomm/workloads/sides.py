@@ -141,8 +141,8 @@ class TorchSide:
 
 def phase_copiers(gathered: list[Mapping[str, int]]) -> dict[str, tuple[int, frozenset]]:
     """Each copy phase's bytes (the most a rank copies in it) and the ranks that copy in it,
-    from every rank's bytes per phase (``gathered[rank]``; pure); phases no rank copies in,
-    and phases that are not copies (``d2h``, ``h2d``), left out."""
+    from every rank's bytes per phase (``gathered[rank]``; pure).  Left out: phases no rank
+    copies in, and phases other than ``<collective>.d2h`` and ``.h2d``."""
     out = {}
     for phase in sorted({ph for mine in gathered for ph in mine}):
         if phase.rpartition(".")[2] not in ("d2h", "h2d"):

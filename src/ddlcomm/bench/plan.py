@@ -503,6 +503,9 @@ def check_device_algorithm(name: str, algorithm: str, where: str) -> None:
     if kernel in kernels_device.HOST_KERNELS:
         raise UsageError(f"{algorithm}: the {kernel} kernel reduces host arrays, not {where}",
                          f"use {base}, {base}+torch or {base}+cupy")
+    if algorithms.piece(algorithm) is not None:
+        raise UsageError(f"{algorithm}: a piece applies to the host all-reduces, not {where}",
+                         f"use {base}")
 
 
 def check_collective_paths(plan: BenchPlan) -> None:

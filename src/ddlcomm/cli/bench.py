@@ -62,7 +62,9 @@ def add_parser(sub) -> None:
                         "own collective), auto, or ddlcomm's own (ring, rhd, shm, hierarchical, "
                         "binomial, linear, ...; buffer form); NAME+numpy or NAME+c picks the "
                         "reduction kernel (default: the compiled one), on --memory device "
-                        "NAME+torch or NAME+cupy (default torch); default library")
+                        "NAME+torch or NAME+cupy (default torch); NAME@SIZE the piece a "
+                        "pipelined all-reduce moves at a time (shm@256KiB, ring@1MiB); "
+                        "default library")
     b.add_argument("--tuning", metavar="FILE",
                    help="a table of `ddlcomm model tune` (what was fastest on this machine): "
                         "--algorithm auto runs its choice where it has the library, collective "

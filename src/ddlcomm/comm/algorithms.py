@@ -35,6 +35,7 @@ from ..dtypes import ReduceOp
 from ..errors import UsageError
 from ..kernels import reducer
 from ..lazy import load
+from ..units import parse_size
 from . import device, native, shm
 from .native._common import check_buf, check_recv, flat
 from .tuning import Tuning
@@ -54,6 +55,13 @@ AUTO_PARAMS = (5e-6, 1e-10, 1e-10)
 
 #: ``--algorithm NAME+KERNEL`` picks the reduction kernel: ``ring+numpy``, ``rhd+c``.
 KERNEL_SEP = "+"
+#: ``--algorithm NAME@SIZE`` sets the piece a pipelined all-reduce moves at a time: the
+#: pipelined shm's chunk (default :func:`ddlcomm.comm.shm.pipe_chunk`), the ring's and
+#: rhd's pieces (default :data:`PIPELINE_BYTES`); ``shm@256KiB,shm@1MiB`` measures them
+#: side by side.  A multiple of 64 bytes (the shm engine's cache line).
+PIECE_SEP = "@"
+#: The algorithms a piece applies to, per collective.
+PIECED = {"allreduce": ("shm", "ring", "rhd")}
 #: Kernels a suffix may name (no suffix: on host arrays the compiled kernel where built, else
 #: NumPy; on device tensors torch's).  c and numpy reduce host arrays, torch and cupy tensors.
 KERNELS = ("c", "numpy", "torch", "cupy")
@@ -88,9 +96,23 @@ def choose_auto(collective: str, nbytes: int, nranks: int = 2, pipelined_shm: bo
 
 
 def split(algorithm: str) -> tuple[str, str]:
-    """``"ring+numpy"`` -> ``("ring", "numpy")``; no suffix: the ``auto`` kernel (pure)."""
+    """``"ring+numpy"`` -> ``("ring", "numpy")``; no suffix: the ``auto`` kernel; a piece
+    (``"shm@256KiB"``) is not part of the name (pure)."""
     base, _, kernel = algorithm.partition(KERNEL_SEP)
-    return base, kernel or "auto"
+    return base.partition(PIECE_SEP)[0], kernel or "auto"
+
+
+def piece(algorithm: str) -> Optional[int]:
+    """The piece in bytes that ``algorithm`` names (``"shm@256KiB"`` -> 262144), None where it
+    names none; a size that does not parse raises UsageError (pure)."""
+    named = algorithm.partition(KERNEL_SEP)[0].partition(PIECE_SEP)
+    if not named[1]:
+        return None
+    nbytes = parse_size(named[2])
+    if nbytes <= 0 or nbytes % 64:
+        raise UsageError(f"{algorithm}: the piece must be a positive multiple of 64 bytes",
+                         "e.g. shm@256KiB")
+    return nbytes
 
 
 def check(collective: str, algorithm: str) -> None:
@@ -99,6 +121,11 @@ def check(collective: str, algorithm: str) -> None:
     known = names(collective)
     if base not in known:
         raise UsageError(f"no algorithm {base} for {collective}", f"{collective} has: {', '.join(known)}")
+    if piece(algorithm) is not None:
+        pieced = PIECED.get(collective, ())
+        if base not in pieced or (base == "shm" and kernel == "numpy"):
+            raise UsageError(f"{algorithm}: a piece applies to the pipelined all-reduces",
+                             f"e.g. {', '.join(f'{name}@256KiB' for name in PIECED['allreduce'])}")
     if KERNEL_SEP in algorithm:
         if base == "library" or not get_collective(collective).reduces:
             raise UsageError(f"{algorithm}: a reduction kernel applies to ddlcomm's own reducing "
@@ -155,6 +182,7 @@ def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[R
         return device.bind(comm, collective, base, sendbuf, recvbuf, op, root, kernel=suffix,
                            kind_cache=kind_cache, transport=transport)
     reduce = kernel(algorithm, op, sendbuf.dtype)
+    pieces = piece(algorithm)
     if (collective, base) in SHARED_MEMORY:
         # checked as the point-to-point algorithms check theirs: a receive buffer of another
         # dtype was written with raw bytes, a transposed one left unwritten, a 2-D one refused
@@ -162,10 +190,11 @@ def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[R
         send = check_buf(comm, sendbuf, f"{collective}'s send buffer")
         recv = check_recv(comm, sendbuf, recvbuf, sendbuf.size, f"{collective}'s receive buffer")
         recv = send if recvbuf is sendbuf else flat(recv)
-        return load(SHARED_MEMORY[collective, base])(comm, send, recv, op, reduce=reduce)
+        more = {} if pieces is None else {"chunk_bytes": pieces}
+        return load(SHARED_MEMORY[collective, base])(comm, send, recv, op, reduce=reduce, **more)
     coll = get_collective(collective)
     kwargs = {"reduce": reduce} if coll.reduces else {}
     if collective in PIPELINED:
-        kwargs["chunk_bytes"] = PIPELINE_BYTES
+        kwargs["chunk_bytes"] = PIPELINE_BYTES if pieces is None else pieces
     return functools.partial(native.get(collective, base), comm,
                              *coll.call_args(sendbuf, recvbuf, op, root), **kwargs)

@@ -50,8 +50,9 @@ system-packages:
 run: .venv/openmpi/.ddlcomm-base
 	.venv/openmpi/bin/ddlcomm bench
 
+# the slowest tests at the end of every run: what to look at when CI nears its 20 minutes
 test: setup
-	.venv/openmpi/bin/python -m pytest tests
+	.venv/openmpi/bin/python -m pytest tests --durations=30
 
 clean:
 	rm -rf .venv build src/*.egg-info

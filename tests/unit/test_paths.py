@@ -102,6 +102,8 @@ def test_the_library_along_host_staging_beside_own_algorithms_on_the_device_buff
     with pytest.raises(UsageError, match="one --path"):
         check_collective_paths(plan(paths=["host", "host-staged"], memory="device",
                                     algorithms=["library", "shm"]))
+    with pytest.raises(UsageError, match="applies to the library's collectives"):
+        check_collective_paths(plan(paths=["host-staged"], memory="device", algorithms=["shm"]))
 
 
 def test_collective_points_along_paths():

@@ -517,6 +517,10 @@ def check_collective_paths(plan: BenchPlan) -> None:
                              "runs", "use --path host-staged or direct for collectives")
     if "c" in plan.forms:
         raise UsageError("--impl c runs on host buffers: not along a GPU data path")
+    if "library" not in plan.algorithms:
+        raise UsageError(f"--path {','.join(plan.paths)} applies to the library's collectives; "
+                         "ddlcomm's own algorithms run on the buffers themselves",
+                         "add library to --algorithm, or leave --path out")
     if plan.algorithms != ["library"] and len(plan.paths) > 1:
         raise UsageError("beside ddlcomm's own algorithms (which run on the buffers themselves) "
                          f"the library takes one --path, not {len(plan.paths)}",

@@ -361,7 +361,9 @@ def test_gpu_verdict():
              "mpi": {"library": "Open MPI", "version": "5.0.11", "cuda_aware": False}}
     line = machine.gpu_verdict(facts)
     assert "Open MPI 5.0.11 is not CUDA-aware" in line and "NCCL 2.28.9" in line
-    assert "4 ranks share a GPU at --ranks 4" in line
+    assert "4 ranks share a GPU at --ranks 4" in line and "time slices without MPS" in line
+    facts["gpus"]["mps"] = {"running": True}
+    assert "time slices" not in machine.gpu_verdict(facts)
     facts["mpi"]["cuda_aware"] = "unknown"
     assert "is unknown" in machine.gpu_verdict(facts)
 

@@ -32,7 +32,7 @@ serve them, moving blocks between devices.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ...dtypes import ReduceOp
 from ...errors import UnsupportedError, UsageError
@@ -96,37 +96,68 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
     peers = mapper_for(send, mapper)
     name = "sum" if op.divide_by_ranks else op.name
     reduce = many_reducer(name, send.dtype, bool(send.is_cuda), kernel)
-    p, r = comm.size, comm.rank
+    p = comm.size
     whole = p > 1 and _nbytes(send) * p <= WHOLE_MAX_BYTES
-    lo, hi = slices(len(send), p)[r] if p > 1 else (0, len(send))
-    mapped = map_peers(comm, peers, send) if p > 1 else [send]
-    inputs = mapped if whole else [t[lo:hi] for t in mapped]
-    outputs = map_peers(comm, peers, recv) if p > 1 and not whole else [recv]
-    scratch = recv.new_empty(recv.shape) if whole and recv is send else None
-    parts = slices(len(send), p) if p > 1 else [(0, len(send))]
     settle = tail_sync(send, p, op)
     lookup = kind_lookup(kind_cache)
-
-    def call() -> None:
-        lookup(recv)
-        if p == 1:
+    if p == 1:
+        def steps() -> None:
             if recv is not send:
                 recv.copy_(send)
             op.finish(recv, 1)
             settle()
-            return
+    else:
+        steps = (_whole if whole else _by_slices)(comm, peers, send, recv, op, reduce, settle)
+
+    def call() -> None:
+        lookup(recv)
+        steps()
+
+    def facts() -> dict:
+        out = {"device_transport": "ipc" if p > 1 else "none", "kernel": reduce.label,
+               "kind_cache": "on" if kind_cache else "off",
+               "shm_reads": "whole" if whole else "slices"}
+        if isinstance(lookup, KindCache):
+            out["kind_lookups"] = lookup.misses
+        return out
+    return DeviceCall(call, facts)
+
+
+def _whole(comm: Any, peers: Any, send: Any, recv: Any, op: ReduceOp, reduce: Callable,
+           settle: Callable) -> Callable[[], None]:
+    """A call's steps where every rank reduces the whole message from every input (in place:
+    into a scratch buffer, copied over its input once the others have read it)."""
+    inputs = map_peers(comm, peers, send)
+    scratch = recv.new_empty(recv.shape) if recv is send else None
+
+    def steps() -> None:
         peers.sync()
         comm.barrier()
-        if whole:
-            if len(send):
-                reduce(inputs, recv if scratch is None else scratch)
-            comm.barrier()              # every rank has read every input
-            if scratch is not None:
-                recv.copy_(scratch)
-            op.finish(recv, p)
-            if scratch is not None or op.divide_by_ranks:
-                peers.sync()            # done on return
-            return
+        if len(send):
+            reduce(inputs, recv if scratch is None else scratch)
+        comm.barrier()              # every rank has read every input
+        if scratch is not None:
+            recv.copy_(scratch)
+        op.finish(recv, comm.size)
+        if scratch is not None:
+            peers.sync()            # the copy done on return
+        else:
+            settle()                # avg's division done on return
+    return steps
+
+
+def _by_slices(comm: Any, peers: Any, send: Any, recv: Any, op: ReduceOp, reduce: Callable,
+               settle: Callable) -> Callable[[], None]:
+    """A call's steps where every rank reduces its slice, then all-gathers the others'."""
+    p, r = comm.size, comm.rank
+    parts = slices(len(send), p)
+    lo, hi = parts[r]
+    inputs = [t[lo:hi] for t in map_peers(comm, peers, send)]
+    outputs = map_peers(comm, peers, recv)
+
+    def steps() -> None:
+        peers.sync()
+        comm.barrier()
         if hi > lo:
             reduce(inputs, recv[lo:hi])
         peers.sync()
@@ -138,12 +169,4 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
         comm.barrier()
         op.finish(recv, p)
         settle()
-
-    def facts() -> dict:
-        out = {"device_transport": "ipc" if p > 1 else "none", "kernel": reduce.label,
-               "kind_cache": "on" if kind_cache else "off",
-               "shm_reads": "whole" if whole else "slices"}
-        if isinstance(lookup, KindCache):
-            out["kind_lookups"] = lookup.misses
-        return out
-    return DeviceCall(call, facts)
+    return steps

@@ -52,21 +52,28 @@ def _dtype_name(dtype) -> str:
     return str(dtype).rpartition(".")[2]
 
 
-def torch_reducer(op: str, dtype, on_cuda: bool = True) -> Callable:
-    """``f(a, b, out)`` on tensors: ``out = a (op) b`` by torch's kernel; on CUDA synchronised."""
+def _torch_kernel(op: str, on_cuda: bool) -> tuple[Callable, Optional[Callable], str]:
+    """torch's elementwise function for ``op``, what waits for it (the current CUDA stream's
+    synchronisation; None on the CPU) and its label; on CUDA refused without a GPU."""
     if on_cuda:
         ok, why = cuda_available()
         if not ok:
             raise UnsupportedError(f"device reduction needs a GPU: {why}")
     torch = _torch()
-    fn = getattr(torch, _TORCH_OPS[op])
-    sync = torch.cuda.current_stream().synchronize if on_cuda else None
+    return (getattr(torch, _TORCH_OPS[op]),
+            torch.cuda.current_stream().synchronize if on_cuda else None,
+            "torch-CUDA" if on_cuda else "torch-CPU")
+
+
+def torch_reducer(op: str, dtype, on_cuda: bool = True) -> Callable:
+    """``f(a, b, out)`` on tensors: ``out = a (op) b`` by torch's kernel; on CUDA synchronised."""
+    fn, sync, label = _torch_kernel(op, on_cuda)
 
     def reduce(a, b, out) -> None:
         fn(a, b, out=out)
         if sync is not None:
             sync()
-    reduce.label = "torch-CUDA" if on_cuda else "torch-CPU"
+    reduce.label = label
     reduce.__qualname__ = f"torch_{_TORCH_OPS[op]}"
     return reduce
 
@@ -190,10 +197,7 @@ def many_reducer(op: str, dtype, on_cuda: bool, kernel: str = "auto") -> Callabl
     if kernel == "cupy":
         raise UnsupportedError(f"the cupy kernel cannot reduce {name} "
                                f"{f'here: {why_not}' if on_cuda else 'on the CPU'}", "use shm+torch")
-    label = _device(op, name, "torch", on_cuda).label      # refuses on_cuda without a GPU
-    torch = _torch()
-    fn = getattr(torch, _TORCH_OPS[op])
-    sync = torch.cuda.current_stream().synchronize if on_cuda else None
+    fn, sync, label = _torch_kernel(op, on_cuda)
 
     def reduce(inputs: Sequence, out) -> None:
         inputs = aliased_first(inputs, out)

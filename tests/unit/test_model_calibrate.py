@@ -74,6 +74,51 @@ def test_recovers_the_spill_term():
     assert cal.calibrate(points).groups[0].max_rel_err > 0.01
 
 
+#: A node's copy bandwidth by copies at once (bytes/s together): each of 8 copies 1.6x slower
+#: than one alone, each of 16 2.4x.
+CURVE = ((1, 8e9), (2, 15.5e9), (4, 30e9), (8, 40e9), (16, 53e9))
+
+
+def _contended(true: Params, ranks, bandwidth) -> list[dict]:
+    points = []
+    for p in ranks:
+        for n in SIZES:
+            t = costs.time("allreduce", "library", p, n, true,
+                           Setting(library="MPICH", ranks_per_node=p, cores=16, bandwidth=bandwidth))
+            points.append({"run_id": p, "backend": "mpi", "library": "MPICH",
+                           "collective": "allreduce", "form": "buffer", "algorithm": "library",
+                           "bytes": n, "ranks": p, "t_p50_us": t * 1e6, "check": "passed",
+                           "host_cores": 16})
+    return points
+
+
+def test_splits_a_bytes_cost_by_what_contention_slows():
+    """Part of a byte's cost is the memory's, which copies at once slow (β, γ), part the
+    core's own (β_core, γ_core): fitted on 2-8 ranks, the split predicts 16."""
+    true = Params(2e-6, 1e-10, 2e-10, beta_core=3e-10, gamma_core=1e-10)
+    fit = cal.calibrate(_contended(true, (2, 4, 8, 16), CURVE), bandwidth=CURVE,
+                        holdout=[cal.parse_holdout("ranks=16")])
+    (g,) = fit.groups
+    for name in ("alpha", "beta", "gamma", "beta_core", "gamma_core"):
+        assert getattr(g.params, name) == pytest.approx(getattr(true, name), rel=1e-6)
+    assert fit.meta["summary"]["heldout"]["max_rel_err"] < 1e-6
+    # all of it priced as contended, the 16 ranks come out slow
+    whole = Params(2e-6, 4e-10, 3e-10)
+    slow = cal.calibrate(_contended(whole, (2, 4, 8), CURVE) + _contended(true, (16,), CURVE),
+                         bandwidth=CURVE, holdout=[cal.parse_holdout("ranks=16")])
+    assert slow.groups[0].params.beta_core == 0 and slow.meta["summary"]["heldout"]["median_rel_err"] > 0.1
+
+
+def test_without_contention_the_core_terms_are_left_out():
+    """With c = 1 throughout (no copy bandwidth known) the core columns are the β and γ
+    columns: β and γ take them, as before the core terms."""
+    true = Params(2e-6, 1e-10, 2e-10, beta_core=3e-10, gamma_core=1e-10)
+    (g,) = cal.calibrate(_contended(true, (2, 4, 8), None)).groups
+    assert g.params.beta_core == 0 and g.params.gamma_core == 0
+    assert g.params.beta == pytest.approx(4e-10, rel=1e-6)
+    assert g.params.gamma == pytest.approx(3e-10, rel=1e-6)
+
+
 def test_each_set_fits_its_own_cache_from_the_reported_one():
     """A VM reports its host's last-level cache (300 MiB on the 16-core node); each
     parameter set finds the cache its points spill at, the reported one halved."""

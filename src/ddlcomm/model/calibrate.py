@@ -7,6 +7,7 @@ ran (:mod:`ddlcomm.model.costs`; ``library`` resolved by
 
     t = rounds·α + share·c·(bytes·β + reduced·γ + spill·(bytes + reduced)·β_spill)
         + over·(rounds·α_over + [per_byte]·(bytes + reduced)·β_over)
+        + share·fresh·β_fault + share·(bytes·β_core + reduced·γ_core)
 
 (:func:`ddlcomm.model.node.features`, the node's :class:`~ddlcomm.model.node.Load`
 from :func:`~ddlcomm.model.costs.node_load`, the same as a prediction's; ``c`` the
@@ -25,7 +26,10 @@ working set), the part of the ranks' buffers beyond the cache
 cost β + β_spill a byte, from cache β.  ``cache`` is *fitted* per parameter set, from
 the machine's last-level cache down (:func:`effective_cache`): what a VM reports is the host's
 (300 MiB on the 16-core node, whose 2-rank times per byte rise between 4 and 16
-MiB), and one core's share of it is less.
+MiB), and one core's share of it is less.  ``β_core`` and ``γ_core`` are the part of a
+byte's cost that contention does not slow (:func:`ddlcomm.model.node.features`); where no
+point of a group has contention (c = 1) their columns are the β and γ columns, and are
+left out (:data:`CORE_TWINS`).
 
 **Metric.** The cost functions give the critical path, the last rank's time: the
 fit takes ``p50`` by default, the median call of the slowest rank.  ``avg`` (the
@@ -356,6 +360,11 @@ class Group:
         return lo <= nbytes < hi
 
 
+#: A column of work the core does alone -> its twin that copies at once slow: where no row
+#: has contention (c = 1 throughout) the two are the same column, and the twin takes it.
+CORE_TWINS = {"beta_core": "beta", "gamma_core": "gamma"}
+
+
 def fit_group(rows: Sequence[Row]) -> Params:
     """Weighted (1/t) non-negative least squares over ``rows`` (see the module doc)."""
     a = np.array([r.features() for r in rows])
@@ -364,6 +373,10 @@ def fit_group(rows: Sequence[Row]) -> Params:
     b = np.ones(len(rows))
     scale = np.linalg.norm(a, axis=0)
     used = scale > 0
+    for core, twin in CORE_TWINS.items():
+        i, j = COLUMNS.index(core), COLUMNS.index(twin)
+        if np.allclose(a[:, i], a[:, j], rtol=1e-12, atol=0.0):
+            used[i] = False
     x = np.zeros(a.shape[1])
     if used.any():
         x[used] = nnls(a[:, used] / scale[used], b) / scale[used]

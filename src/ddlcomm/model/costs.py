@@ -91,6 +91,10 @@ class Params:
     beta_over: float = 0.0
     beta_spill: float = 0.0
     beta_fault: float = 0.0
+    #: per byte moved / reduced, the part of the work that copies at once do not slow
+    #: (the core's own; ``node.features``)
+    beta_core: float = 0.0
+    gamma_core: float = 0.0
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():

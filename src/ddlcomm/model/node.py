@@ -74,11 +74,17 @@ def features(terms: Schedule, load: Optional[Load] = None) -> tuple[float, ...]:
 
         t = rounds·α + share·c·(bytes·β + reduced·γ + spill·(bytes + reduced)·β_spill)
             + over·(rounds·α_over + [per_byte]·(bytes + reduced)·β_over) + share·fresh·β_fault
+            + share·(bytes·β_core + reduced·γ_core)
 
     with ``c`` the contention: every byte of copies that run at once costs c times one
     alone, those from memory (the part ``spill``) β_spill more.  Not only those from
     memory: on the 16-core node Open MPI's all-reduce of 64 KiB-1 MiB, in cache, took
-    1.6-1.9x as long at 16 ranks as at 8 (c(16)/c(8) = 1.6 there).  A fresh page's first
+    1.6-1.9x as long at 16 ranks as at 8 (c(16)/c(8) = 1.6 there).  But not all of a
+    byte's cost either: β_core and γ_core are the part the core spends alone (its
+    instructions, the reduction's arithmetic), which copies at once do not slow; the fit
+    splits each byte's cost between the two by how the times grow with c.  Priced all
+    contended, Open MPI's all-reduce on the 16-core node, fitted on 2-8 ranks (c up to
+    1.39), came out 14-73% slow at 12 and 16 (c 1.9-2.2).  A fresh page's first
     touch (``fresh``, β_fault) is the kernel's work: it shares the cores, not priced as a
     copy among copies.
     """
@@ -89,7 +95,7 @@ def features(terms: Schedule, load: Optional[Load] = None) -> tuple[float, ...]:
     moved = terms.bytes + terms.reduced_bytes
     return (terms.rounds, m * terms.bytes, m * terms.reduced_bytes,
             over * terms.rounds, over * moved if per_byte else 0.0, m * spilled * moved,
-            busy * fresh)
+            busy * fresh, busy * terms.bytes, busy * terms.reduced_bytes)
 
 
 #: A node's copy bandwidth by concurrent copies: ((copies, bytes/s of all together), ...),

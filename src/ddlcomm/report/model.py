@@ -35,7 +35,7 @@ def _sci(value: float) -> str:
 def render_groups(fit) -> str:
     headers = ["backend", "library", "placement", "form", "algorithm", "collective", "sizes",
                "alpha_s", "beta_s/B", "gamma_s/B", "alpha_over", "beta_over", "beta_spill", "beta_fault",
-               "cache",
+               "beta_core", "gamma_core", "cache",
                "points", "median_err", "max_err"]
     rows = []
     for g in fit.groups:
@@ -44,7 +44,7 @@ def render_groups(fit) -> str:
                      str(k.get("form")), str(k.get("algorithm")), str(k.get("collective")),
                      str(k.get("regime")), _sci(pr.alpha), _sci(pr.beta), _sci(pr.gamma),
                      _sci(pr.alpha_over), _sci(pr.beta_over), _sci(pr.beta_spill), _sci(pr.beta_fault),
-                     format_size(cache) if cache else "-", str(g.points),
+                     _sci(pr.beta_core), _sci(pr.gamma_core), format_size(cache) if cache else "-", str(g.points),
                      _pct(g.median_rel_err), _pct(g.max_rel_err)])
     return format_table(headers, rows)
 
@@ -348,7 +348,8 @@ def write_model_report(fit, out_dir: Path, max_ranks: int = 1024,
             lines.append(f"sizes {g.key.get('regime')}: α = {p.alpha:.3g} s, β = {p.beta:.3g} s/B, "
                          f"γ = {p.gamma:.3g} s/B, α_over = {p.alpha_over:.3g} s, "
                          f"β_over = {p.beta_over:.3g} s/B, β_spill = {p.beta_spill:.3g} s/B, "
-                         f"β_fault = {p.beta_fault:.3g} s/B; "
+                         f"β_fault = {p.beta_fault:.3g} s/B, β_core = {p.beta_core:.3g} s/B, "
+                         f"γ_core = {p.gamma_core:.3g} s/B; "
                          f"{g.points} points fitted, median "
                          f"|error| {_pct(g.median_rel_err)}, max {_pct(g.max_rel_err)}")
         caption = "<br>".join(escape(line) for line in lines)

@@ -53,18 +53,25 @@ def test_recovers_known_parameters():
         assert g.cores == 2
 
 
+def _mpich(true: Params, ranks, cores: int, collective: str = "allreduce", **node) -> list[dict]:
+    """Points whose times are exactly the model's with ``true`` for MPICH's ``collective``,
+    every rank on one node of ``cores`` (``node``: the rest of its :class:`Setting`)."""
+    points = []
+    for p in ranks:
+        for n in SIZES:
+            t = costs.time(collective, "library", p, n, true,
+                           Setting(library="MPICH", ranks_per_node=p, cores=cores, **node))
+            points.append({"run_id": p, "backend": "mpi", "library": "MPICH",
+                           "collective": collective, "form": "buffer", "algorithm": "library",
+                           "bytes": n, "ranks": p, "t_p50_us": t * 1e6, "check": "passed",
+                           "host_cores": cores})
+    return points
+
+
 def test_recovers_the_spill_term():
     cache = 8 << 20
     true = Params(2e-6, 1e-10, 3e-10, 5e-6, 4e-10, beta_spill=2e-10)
-    points = []
-    for p in (2, 3, 4):
-        for n in SIZES:
-            t = costs.time("allreduce", "library", p, n, true,
-                           Setting(library="MPICH", ranks_per_node=p, cores=2, cache=cache))
-            points.append({"run_id": p, "backend": "mpi", "library": "MPICH",
-                           "collective": "allreduce", "form": "buffer", "algorithm": "library",
-                           "bytes": n, "ranks": p, "t_p50_us": t * 1e6, "check": "passed",
-                           "host_cores": 2})
+    points = _mpich(true, (2, 3, 4), cores=2, cache=cache)
     fit = cal.calibrate(points, cache=cache)
     (g,) = fit.groups
     assert g.params.beta_spill == pytest.approx(2e-10, rel=1e-6)
@@ -79,24 +86,11 @@ def test_recovers_the_spill_term():
 CURVE = ((1, 8e9), (2, 15.5e9), (4, 30e9), (8, 40e9), (16, 53e9))
 
 
-def _contended(true: Params, ranks, bandwidth) -> list[dict]:
-    points = []
-    for p in ranks:
-        for n in SIZES:
-            t = costs.time("allreduce", "library", p, n, true,
-                           Setting(library="MPICH", ranks_per_node=p, cores=16, bandwidth=bandwidth))
-            points.append({"run_id": p, "backend": "mpi", "library": "MPICH",
-                           "collective": "allreduce", "form": "buffer", "algorithm": "library",
-                           "bytes": n, "ranks": p, "t_p50_us": t * 1e6, "check": "passed",
-                           "host_cores": 16})
-    return points
-
-
 def test_splits_a_bytes_cost_by_what_contention_slows():
     """Part of a byte's cost is the memory's, which copies at once slow (β, γ), part the
     core's own (β_core, γ_core): fitted on 2-8 ranks, the split predicts 16."""
     true = Params(2e-6, 1e-10, 2e-10, beta_core=3e-10, gamma_core=1e-10)
-    fit = cal.calibrate(_contended(true, (2, 4, 8, 16), CURVE), bandwidth=CURVE,
+    fit = cal.calibrate(_mpich(true, (2, 4, 8, 16), cores=16, bandwidth=CURVE), bandwidth=CURVE,
                         holdout=[cal.parse_holdout("ranks=16")])
     (g,) = fit.groups
     for name in ("alpha", "beta", "gamma", "beta_core", "gamma_core"):
@@ -104,7 +98,8 @@ def test_splits_a_bytes_cost_by_what_contention_slows():
     assert fit.meta["summary"]["heldout"]["max_rel_err"] < 1e-6
     # all of it priced as contended, the 16 ranks come out slow
     whole = Params(2e-6, 4e-10, 3e-10)
-    slow = cal.calibrate(_contended(whole, (2, 4, 8), CURVE) + _contended(true, (16,), CURVE),
+    slow = cal.calibrate(_mpich(whole, (2, 4, 8), cores=16, bandwidth=CURVE)
+                         + _mpich(true, (16,), cores=16, bandwidth=CURVE),
                          bandwidth=CURVE, holdout=[cal.parse_holdout("ranks=16")])
     assert slow.groups[0].params.beta_core == 0 and slow.meta["summary"]["heldout"]["median_rel_err"] > 0.1
 
@@ -113,7 +108,7 @@ def test_without_contention_the_core_terms_are_left_out():
     """With c = 1 throughout (no copy bandwidth known) the core columns are the β and γ
     columns: β and γ take them, as before the core terms."""
     true = Params(2e-6, 1e-10, 2e-10, beta_core=3e-10, gamma_core=1e-10)
-    (g,) = cal.calibrate(_contended(true, (2, 4, 8), None)).groups
+    (g,) = cal.calibrate(_mpich(true, (2, 4, 8), cores=16, bandwidth=None)).groups
     assert g.params.beta_core == 0 and g.params.gamma_core == 0
     assert g.params.beta == pytest.approx(4e-10, rel=1e-6)
     assert g.params.gamma == pytest.approx(3e-10, rel=1e-6)
@@ -123,16 +118,8 @@ def test_each_set_fits_its_own_cache_from_the_reported_one():
     """A VM reports its host's last-level cache (300 MiB on the 16-core node); each
     parameter set finds the cache its points spill at, the reported one halved."""
     true = Params(2e-6, 1e-10, 3e-10, beta_spill=4e-10)
-    points = []
-    for coll, cache in (("allreduce", 4 << 20), ("broadcast", 16 << 20)):
-        for p in (2, 4):
-            for n in SIZES:
-                t = costs.time(coll, "library", p, n, true,
-                               Setting(library="MPICH", ranks_per_node=p, cores=8, cache=cache))
-                points.append({"run_id": p, "backend": "mpi", "library": "MPICH",
-                               "collective": coll, "form": "buffer", "algorithm": "library",
-                               "bytes": n, "ranks": p, "t_p50_us": t * 1e6, "check": "passed",
-                               "host_cores": 8})
+    points = [pt for coll, cache in (("allreduce", 4 << 20), ("broadcast", 16 << 20))
+              for pt in _mpich(true, (2, 4), cores=8, collective=coll, cache=cache)]
     fit = cal.calibrate(points, cache=64 << 20)
     caches = {g.key["collective"]: g.cache for g in fit.groups}
     assert caches == {"allreduce": 4 << 20, "broadcast": 16 << 20}

@@ -84,7 +84,7 @@ def features(terms: Schedule, load: Optional[Load] = None) -> tuple[float, ...]:
     instructions, the reduction's arithmetic), which copies at once do not slow; the fit
     splits each byte's cost between the two by how the times grow with c.  Priced all
     contended, Open MPI's all-reduce on the 16-core node, fitted on 2-8 ranks (c up to
-    1.39), came out 14-73% slow at 12 and 16 (c 1.9-2.2).  A fresh page's first
+    1.40), came out 14-73% slow at 12 and 16 (c 1.7-2.2).  A fresh page's first
     touch (``fresh``, β_fault) is the kernel's work: it shares the cores, not priced as a
     copy among copies.
     """

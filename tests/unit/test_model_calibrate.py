@@ -53,15 +53,17 @@ def test_recovers_known_parameters():
         assert g.cores == 2
 
 
-def _mpich(true: Params, ranks, cores: int, collective: str = "allreduce", **node) -> list[dict]:
-    """Points whose times are exactly the model's with ``true`` for MPICH's ``collective``,
-    every rank on one node of ``cores`` (``node``: the rest of its :class:`Setting`)."""
+def _exact(true: Params, ranks, cores: int, collective: str = "allreduce", library: str = "MPICH",
+           **node) -> list[dict]:
+    """Points whose times are exactly the model's with ``true`` for ``library``'s
+    ``collective``, every rank on one node of ``cores`` (``node``: the rest of its
+    :class:`Setting`)."""
     points = []
     for p in ranks:
         for n in SIZES:
             t = costs.time(collective, "library", p, n, true,
-                           Setting(library="MPICH", ranks_per_node=p, cores=cores, **node))
-            points.append({"run_id": p, "backend": "mpi", "library": "MPICH",
+                           Setting(library=library, ranks_per_node=p, cores=cores, **node))
+            points.append({"run_id": p, "backend": "mpi", "library": library,
                            "collective": collective, "form": "buffer", "algorithm": "library",
                            "bytes": n, "ranks": p, "t_p50_us": t * 1e6, "check": "passed",
                            "host_cores": cores})
@@ -71,7 +73,7 @@ def _mpich(true: Params, ranks, cores: int, collective: str = "allreduce", **nod
 def test_recovers_the_spill_term():
     cache = 8 << 20
     true = Params(2e-6, 1e-10, 3e-10, 5e-6, 4e-10, beta_spill=2e-10)
-    points = _mpich(true, (2, 3, 4), cores=2, cache=cache)
+    points = _exact(true, (2, 3, 4), cores=2, cache=cache)
     fit = cal.calibrate(points, cache=cache)
     (g,) = fit.groups
     assert g.params.beta_spill == pytest.approx(2e-10, rel=1e-6)
@@ -90,7 +92,7 @@ def test_splits_a_bytes_cost_by_what_contention_slows():
     """Part of a byte's cost is the memory's, which copies at once slow (β, γ), part the
     core's own (β_core, γ_core): fitted on 2-8 ranks, the split predicts 16."""
     true = Params(2e-6, 1e-10, 2e-10, beta_core=3e-10, gamma_core=1e-10)
-    fit = cal.calibrate(_mpich(true, (2, 4, 8, 16), cores=16, bandwidth=CURVE), bandwidth=CURVE,
+    fit = cal.calibrate(_exact(true, (2, 4, 8, 16), cores=16, bandwidth=CURVE), bandwidth=CURVE,
                         holdout=[cal.parse_holdout("ranks=16")])
     (g,) = fit.groups
     for name in ("alpha", "beta", "gamma", "beta_core", "gamma_core"):
@@ -98,17 +100,29 @@ def test_splits_a_bytes_cost_by_what_contention_slows():
     assert fit.meta["summary"]["heldout"]["max_rel_err"] < 1e-6
     # all of it priced as contended, the 16 ranks come out slow
     whole = Params(2e-6, 4e-10, 3e-10)
-    slow = cal.calibrate(_mpich(whole, (2, 4, 8), cores=16, bandwidth=CURVE)
-                         + _mpich(true, (16,), cores=16, bandwidth=CURVE),
+    slow = cal.calibrate(_exact(whole, (2, 4, 8), cores=16, bandwidth=CURVE)
+                         + _exact(true, (16,), cores=16, bandwidth=CURVE),
                          bandwidth=CURVE, holdout=[cal.parse_holdout("ranks=16")])
     assert slow.groups[0].params.beta_core == 0 and slow.meta["summary"]["heldout"]["median_rel_err"] > 0.1
+
+
+def test_recovers_open_mpis_rendezvous_handshake():
+    """Open MPI's messages of 4 KiB and more go by rendezvous: α_rndv per such message on
+    the critical path, fitted beside α; without it the same points cannot be fitted."""
+    true = Params(1e-6, 1e-10, 2e-10, alpha_rndv=3e-6)
+    points = _exact(true, (2, 4, 8), cores=16, collective="gather", library="Open MPI")
+    (g,) = cal.calibrate(points).groups
+    assert g.params.alpha_rndv == pytest.approx(3e-6, rel=1e-6) and g.max_rel_err < 1e-6
+    plain = _exact(Params(1e-6, 1e-10, 2e-10), (2, 4, 8), cores=16, collective="gather",
+                   library="Open MPI")
+    assert cal.calibrate(plain).groups[0].params.alpha_rndv == 0
 
 
 def test_without_contention_the_core_terms_are_left_out():
     """With c = 1 throughout (no copy bandwidth known) the core columns are the β and γ
     columns: β and γ take them, as before the core terms."""
     true = Params(2e-6, 1e-10, 2e-10, beta_core=3e-10, gamma_core=1e-10)
-    (g,) = cal.calibrate(_mpich(true, (2, 4, 8), cores=16, bandwidth=None)).groups
+    (g,) = cal.calibrate(_exact(true, (2, 4, 8), cores=16, bandwidth=None)).groups
     assert g.params.beta_core == 0 and g.params.gamma_core == 0
     assert g.params.beta == pytest.approx(4e-10, rel=1e-6)
     assert g.params.gamma == pytest.approx(3e-10, rel=1e-6)
@@ -119,7 +133,7 @@ def test_each_set_fits_its_own_cache_from_the_reported_one():
     parameter set finds the cache its points spill at, the reported one halved."""
     true = Params(2e-6, 1e-10, 3e-10, beta_spill=4e-10)
     points = [pt for coll, cache in (("allreduce", 4 << 20), ("broadcast", 16 << 20))
-              for pt in _mpich(true, (2, 4), cores=8, collective=coll, cache=cache)]
+              for pt in _exact(true, (2, 4), cores=8, collective=coll, cache=cache)]
     fit = cal.calibrate(points, cache=64 << 20)
     caches = {g.key["collective"]: g.cache for g in fit.groups}
     assert caches == {"allreduce": 4 << 20, "broadcast": 16 << 20}

@@ -550,3 +550,30 @@ def test_open_mpi_sends_in_turn_and_mpich_does_not():
     assert costs.priced("broadcast", "linear", 8, n, {}, 8, ompi)[0] == Schedule(7, 7 * n)
     mpich = Setting(library="MPICH", ranks_per_node=8, cores=16)    # at once, each byte twice
     assert costs.priced("broadcast", "linear", 8, n, {}, 8, mpich)[0] == Schedule(7, 2 * n)
+
+
+def test_open_mpis_messages_of_its_eager_limit_and_more_go_by_rendezvous():
+    """One handshake per message on the critical path: a chain's hops and a linear gather's
+    messages one after another, a tree's posts to one level's children overlapping (one a
+    level), a ring's blocks of n/p; none below the limit, in MPICH or Gloo, in the one-node
+    shared-memory algorithms, or across nodes."""
+    eager = library.eager_limit("Open MPI 5.0.11")
+    assert eager == 4096 and library.eager_limit("MPICH") == library.eager_limit(None) == float("inf")
+
+    def rndv(coll, alg, p, n, lib="Open MPI"):
+        return costs.rendezvous_rounds(coll, alg, p, n, costs.terms(coll, alg, p, n), lib)
+    assert rndv("gather", "linear", 8, eager) == 7 and rndv("gather", "linear", 8, eager - 1) == 0
+    assert rndv("broadcast", "chain", 8, 1 << 20) == 7
+    assert rndv("broadcast", "linear", 8, 1 << 20) == 1             # 7 posts, one level
+    assert rndv("broadcast", "binary", 8, 1 << 20) == 3
+    assert rndv("gather", "binomial", 8, 1 << 20) == 3              # n, 2n, 4n into the root
+    assert rndv("allreduce", "recursive_doubling", 8, 8192) == 3
+    assert rndv("allreduce", "ring", 8, 16 << 10) == 0              # blocks of 2 KiB
+    assert rndv("allreduce", "ring", 8, 32 << 10) == 14             # of 4 KiB: 2(p-1) steps
+    assert rndv("gather", "linear", 8, 1 << 20, "MPICH") == rndv("gather", "linear", 8, 1 << 20, "gloo") == 0
+    assert rndv("allreduce", "release_gather", 8, 1 << 20) == 0
+    q = Params(0.0, 0.0, alpha_rndv=2e-6)
+    one = Setting(library="Open MPI", ranks_per_node=8, cores=16)
+    assert costs.time("gather", "linear", 8, 1 << 20, q, one) == pytest.approx(7 * 2e-6)
+    spread = Setting(library="Open MPI", ranks_per_node=4, cores=16)
+    assert costs.time("gather", "linear", 8, 1 << 20, q, spread) == 0.0

@@ -282,6 +282,28 @@ def p2p_copies(library: Optional[str]) -> float:
     return _per_library(P2P_COPIES, library, 1.0)
 
 
+#: The largest message (bytes) the library sends eagerly between ranks of one node;
+#: from there on each message goes by rendezvous, and the fitted ``alpha_rndv`` of
+#: :class:`ddlcomm.model.costs.Params` prices its handshake
+#: (:func:`ddlcomm.model.costs.rendezvous_rounds`).  Open MPI: ``btl_sm_eager_limit``,
+#: 4096 bytes with its header (``ompi_info --param btl sm --level 9``), so a message of
+#: 4 KiB or more goes by rendezvous, the receiver copying it in one (``smsc/cma``).  Its
+#: times step up there on both machines: fitted without the term, its 4-16 KiB points came
+#: out 23-65% short (median per collective and machine), with it 27% short to 5% long,
+#: the handshake fitted at 0.8-3.7 µs.  MPICH is left out: its single copy starts at
+#: 8 KiB (``MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD``), but priced there the term made its
+#: gather's figures slightly worse (16-core node: 9.6/11.4% -> 10.3/11.6% held
+#: out/fitted from 64 KiB), and its broadcast's only such points (the 8-rank scatter and
+#: ring allgather) took 34 µs a message: no handshake's cost.  Gloo's TCP pairs have no
+#: such switch.
+EAGER_LIMIT = {"open mpi": 4096}
+
+
+def eager_limit(library: Optional[str]) -> float:
+    """``library``'s :data:`EAGER_LIMIT` (infinite when unknown, not given or not priced)."""
+    return _per_library(EAGER_LIMIT, library, INF)
+
+
 #: glibc's largest dynamic mmap threshold on 64-bit (``DEFAULT_MMAP_THRESHOLD_MAX``,
 #: 32 MiB).  A block this large or larger is mapped afresh by every ``malloc`` and unmapped
 #: by its ``free``, so its pages fault in, zeroed by the kernel, at their first touch in

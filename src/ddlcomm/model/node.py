@@ -37,6 +37,10 @@ alone, with ``c`` = copies·B(1)/B(copies) (:func:`contention`) from the
 node's measured copy bandwidth B by concurrent copies (``ddlcomm info
 --memory-bandwidth``).  It is measured, not fitted: 1 where B grows with
 the copies, or where B is not known.
+
+Rendezvous: the messages on a call's critical path that the library sends by
+rendezvous on one node (``rndv``, ``costs.rendezvous_rounds``) cost ``alpha_rndv``
+more each: the handshake.
 """
 from __future__ import annotations
 
@@ -67,6 +71,8 @@ class Load(NamedTuple):
     #: temporaries that the C library maps afresh at every call
     #: (:func:`ddlcomm.model.library.fresh_bytes`)
     fresh: float = 0.0
+    #: rounds whose messages go by rendezvous (``costs.rendezvous_rounds``)
+    rndv: float = 0.0
 
 
 def features(terms: Schedule, load: Optional[Load] = None) -> tuple[float, ...]:
@@ -74,7 +80,7 @@ def features(terms: Schedule, load: Optional[Load] = None) -> tuple[float, ...]:
 
         t = rounds·α + share·c·(bytes·β + reduced·γ + spill·(bytes + reduced)·β_spill)
             + over·(rounds·α_over + [per_byte]·(bytes + reduced)·β_over) + share·fresh·β_fault
-            + share·(bytes·β_core + reduced·γ_core)
+            + share·(bytes·β_core + reduced·γ_core) + rndv·α_rndv
 
     with ``c`` the contention: every byte of copies that run at once costs c times one
     alone, those from memory (the part ``spill``) β_spill more.  Not only those from
@@ -88,14 +94,14 @@ def features(terms: Schedule, load: Optional[Load] = None) -> tuple[float, ...]:
     touch (``fresh``, β_fault) is the kernel's work: it shares the cores, not priced as a
     copy among copies.
     """
-    over, busy, spilled, per_byte, c, fresh = load or Load()
+    over, busy, spilled, per_byte, c, fresh, rndv = load or Load()
     busy = max(1.0, busy)
     c = max(1.0, c)
     m = busy * c
     moved = terms.bytes + terms.reduced_bytes
     return (terms.rounds, m * terms.bytes, m * terms.reduced_bytes,
             over * terms.rounds, over * moved if per_byte else 0.0, m * spilled * moved,
-            busy * fresh, busy * terms.bytes, busy * terms.reduced_bytes)
+            busy * fresh, busy * terms.bytes, busy * terms.reduced_bytes, rndv)
 
 
 #: A node's copy bandwidth by concurrent copies: ((copies, bytes/s of all together), ...),

@@ -31,20 +31,29 @@ def _sci(value: float) -> str:
     return "0" if value == 0 else f"{value:.3g}"
 
 
+#: The table's headers of the three classic parameters (the others go by their names).
+HEADERS = {"alpha": "alpha_s", "beta": "beta_s/B", "gamma": "gamma_s/B"}
+GREEK = {"alpha": "α", "beta": "β", "gamma": "γ"}
+
+
+def _valued(name: str, value: float) -> str:
+    """A parameter as captions write it: ``beta_spill`` -> ``β_spill = 1e-10 s/B``."""
+    head, _, tail = name.partition("_")
+    return f"{GREEK[head]}{'_' + tail if tail else ''} = {value:.3g} {'s' if head == 'alpha' else 's/B'}"
+
+
 # ------------------------------------------------------------------ terminal
 def render_groups(fit) -> str:
     headers = ["backend", "library", "placement", "form", "algorithm", "collective", "sizes",
-               "alpha_s", "beta_s/B", "gamma_s/B", "alpha_over", "beta_over", "beta_spill", "beta_fault",
-               "beta_core", "gamma_core", "cache",
+               *(HEADERS.get(name, name) for name in costs.PARAMETERS), "cache",
                "points", "median_err", "max_err"]
     rows = []
     for g in fit.groups:
         k, pr, cache = g.key, g.params, fit.cache_of(g)
         rows.append([str(k.get("backend")), str(k.get("library")), str(k.get("placement")),
                      str(k.get("form")), str(k.get("algorithm")), str(k.get("collective")),
-                     str(k.get("regime")), _sci(pr.alpha), _sci(pr.beta), _sci(pr.gamma),
-                     _sci(pr.alpha_over), _sci(pr.beta_over), _sci(pr.beta_spill), _sci(pr.beta_fault),
-                     _sci(pr.beta_core), _sci(pr.gamma_core), format_size(cache) if cache else "-", str(g.points),
+                     str(k.get("regime")), *(_sci(getattr(pr, name)) for name in costs.PARAMETERS),
+                     format_size(cache) if cache else "-", str(g.points),
                      _pct(g.median_rel_err), _pct(g.max_rel_err)])
     return format_table(headers, rows)
 
@@ -345,11 +354,8 @@ def write_model_report(fit, out_dir: Path, max_ranks: int = 1024,
         lines = []
         for g in groups:
             p = g.params
-            lines.append(f"sizes {g.key.get('regime')}: α = {p.alpha:.3g} s, β = {p.beta:.3g} s/B, "
-                         f"γ = {p.gamma:.3g} s/B, α_over = {p.alpha_over:.3g} s, "
-                         f"β_over = {p.beta_over:.3g} s/B, β_spill = {p.beta_spill:.3g} s/B, "
-                         f"β_fault = {p.beta_fault:.3g} s/B, β_core = {p.beta_core:.3g} s/B, "
-                         f"γ_core = {p.gamma_core:.3g} s/B; "
+            values = ", ".join(_valued(name, getattr(p, name)) for name in costs.PARAMETERS)
+            lines.append(f"sizes {g.key.get('regime')}: {values}; "
                          f"{g.points} points fitted, median "
                          f"|error| {_pct(g.median_rel_err)}, max {_pct(g.max_rel_err)}")
         caption = "<br>".join(escape(line) for line in lines)

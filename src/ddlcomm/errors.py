@@ -34,10 +34,6 @@ class UnsupportedError(DdlcommError):
     """A backend or collective cannot do what was asked (dtype, op, ...)."""
 
 
-class CollectiveTimeout(DdlcommError):
-    """A collective did not finish within its time limit."""
-
-
 class RankFailure(DdlcommError):
     """A rank raised, died, or the job ended early."""
 

@@ -274,11 +274,3 @@ def _gpu_of(buf) -> int:
     """The index of the GPU that holds ``buf``: a CUDA torch tensor or a CuPy array."""
     device = buf.device
     return device.index if hasattr(device, "index") else device.id
-
-
-def describe_reducer(reduce: Optional[Callable]) -> Optional[str]:
-    """What a reducer of this module ran (its ``label``), or the host kernels' description."""
-    if reduce is None:
-        return None
-    label = getattr(reduce, "label", None)
-    return label if label is not None else describe(reduce)

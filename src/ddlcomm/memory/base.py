@@ -34,10 +34,6 @@ class Region:
     def __array_interface__(self) -> dict:
         return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.address, False), "version": 3}
 
-    @property
-    def released(self) -> bool:
-        return self._release is None
-
     def release(self) -> None:
         release, self._release = self._release, None
         if release is not None:

@@ -636,8 +636,6 @@ def priced(collective: str, algorithm: str, p: int, nbytes: float, kw: Mapping[s
     return schedule, load
 
 
-#: Composite algorithms priced from other entries (see :func:`time`).
-COMPOSITES = ("hierarchical",)
 #: Collectives of the model beyond the harness's: the PS step.
 MODEL_COLLECTIVES = ("ps",)
 

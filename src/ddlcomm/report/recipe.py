@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 from . import plots
 from .html import _CSS, _inline_svg, _safe_name
 from ..units import format_size
-from .tables import format_check, format_table, format_us, format_when, mpi_of, run_warnings
+from .tables import format_check, format_us, format_when, mpi_of, run_warnings
 
 Point = dict
 Key = Callable[[Point], Any]
@@ -128,16 +128,3 @@ def session_section(tag: str, db: Path, runs: Sequence[dict]) -> str:
     return (f"<h2>Session</h2><p>tag <code>{escape(tag)}</code> (rewrite this page with "
             f"<code>ddlcomm reproduce {escape(tag.partition(':')[0])} --report-only {escape(tag)} "
             f"--db {escape(str(db))}</code>); its runs:</p><table><tr>{head}</tr>{trs}</table>")
-
-
-def text_table(points: Sequence[Point], *, figure_of: Key, panel_of: Key, x_of: Key,
-               line_of: Key, x_label: str) -> str:
-    """The same points as a terminal table, grouped by figure."""
-    out = []
-    for name, group in _groups(points, figure_of).items():
-        rows = [[str(panel_of(p)), str(line_of(p)), str(x_of(p)), format_us(p["t_avg_us"]),
-                 format_us(p["t_p50_us"]), format_check(p["check"])]
-                for p in sorted(group, key=lambda p: (str(panel_of(p)), str(line_of(p)), x_of(p)))]
-        out.append(f"# {name}\n" + format_table(["panel", "line", x_label, "avg_us", "p50_us", "check"],
-                                                rows, [False, False, True, True, True, False]))
-    return "\n\n".join(out)

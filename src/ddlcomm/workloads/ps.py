@@ -29,7 +29,6 @@ from . import base
 from .paths import get_path
 from .stages import copied, run_stages
 
-SYNC_PHASES = ("broadcast", "gather", base.APPLY, "step")
 PUSH, PULL = 11, 12
 DEFAULT_ASYNC_STEPS = 100
 

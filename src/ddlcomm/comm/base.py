@@ -129,10 +129,6 @@ class Communicator(abc.ABC):
     def library_version(self) -> str:
         """That library's version string, e.g. ``"5.0.11"``."""
 
-    def describe_dtype(self, dtype: DType) -> str:
-        """How this backend carries ``dtype`` (for docs and ``--help``)."""
-        return "native"
-
     def abort(self, code: int = 1) -> None:
         """End every rank of the job now (used when one rank fails)."""
         raise SystemExit(code)

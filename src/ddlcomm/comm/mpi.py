@@ -76,8 +76,7 @@ class MPICommunicator(Communicator):
         else:
             self.device_refusal = (f"this MPI is not CUDA-aware ({evidence}): it must never "
                                    "be handed a GPU pointer (use --path host-staged)")
-        self._version_text = MPI.Get_library_version()
-        self._library, self._version = parse_library_version(self._version_text)
+        self._library, self._version = parse_library_version(MPI.Get_library_version())
         half = MPI.BYTE.Create_contiguous(2).Commit()
         self._types = {
             np.dtype(np.float32): MPI.FLOAT,
@@ -109,16 +108,6 @@ class MPICommunicator(Communicator):
     @property
     def library_version(self) -> str:
         return self._version
-
-    @property
-    def library_version_text(self) -> str:
-        return self._version_text
-
-    def describe_dtype(self, dtype: DType) -> str:
-        if dtype in OPAQUE_DTYPES:
-            return ("opaque 2-byte MPI type, reduced by ddlcomm's user-defined MPI ops "
-                    f"({kernels.describe(kernels.reducer('sum', dtype))})")
-        return "native MPI type"
 
     def abort(self, code: int = 1) -> None:
         self._MPI.COMM_WORLD.Abort(code)

@@ -142,9 +142,6 @@ class NCCLCommunicator(TorchDistCommunicator):
         dotted = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
         return f"{dotted} (torch {torchdist.torch.__version__})"
 
-    def describe_dtype(self, dtype) -> str:
-        return "native NCCL type (CUDA tensor)"
-
     def point_facts(self) -> dict:
         """How the ranks on a GPU were let in, the sync, and the transports NCCL logged so far
         (the runner stores each rank's GPU and how many ranks shared it)."""

@@ -46,7 +46,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..dtypes import DTYPES, DType
+from ..dtypes import DTYPES
 from ..errors import BackendUnavailable, UnsupportedError, UsageError
 from ..launch.env import LaunchInfo, detect, slurm_rendezvous
 from .base import Communicator
@@ -459,9 +459,6 @@ class GlooCommunicator(TorchDistCommunicator):
     @property
     def library(self) -> str:
         return "Gloo"
-
-    def describe_dtype(self, dtype: DType) -> str:
-        return "native Gloo type (torch.from_numpy view)"
 
     def _p2p_tensor(self, buf):
         """Refuses a CUDA tensor, which Gloo's point-to-point would read as host memory."""

@@ -209,7 +209,7 @@ def test_awan2019_gpu_half_and_what_does_not_run(monkeypatch):
         {"library", "shm", "ring"}
     monkeypatch.setattr(awan2019, "cuda_available", lambda: (False, "no CUDA device"))
     missing = dict(awan2019.unavailable())
-    assert set(missing) == {f"GPU half: {label}" for label, _, _, _ in awan2019.GPU_RUNS} \
+    assert set(missing) == {f"GPU half: {label}" for label, _, _ in awan2019.GPU_RUNS} \
         | {f"GPU training: {label}" for label, _, _ in awan2019.GPU_TRAINING}
     assert set(missing.values()) == {"no CUDA device"}
     monkeypatch.setattr(awan2019, "cuda_available", lambda: (True, "H100"))

@@ -63,17 +63,17 @@ def latency_steps(full: bool) -> list[Step]:
     return [Step(f"latency {label} {n} ranks",
                  ("--backend", backend, "--collective", "allreduce", "--algorithm", "library,ring,rhd",
                   "--sizes", sizes, "--ranks", n, "--form", "buffer", *timing),
-                 env=env, facets={"library": label})
+                 env=env)
             for label, env, backend in LIBRARIES for n in ranks.split(",")]
 
 
-#: The GPU half's latency runs: (label, library facet, environment, options); all on --memory device.
+#: The GPU half's latency runs: (label, environment, options); all on --memory device.
 GPU_RUNS = (
-    [("NCCL", "NCCL", "openmpi", ("--backend", "nccl", "--algorithm", "library")),
-     ("Gloo-CUDA", "Gloo", "openmpi", ("--backend", "gloo", "--algorithm", "library"))]
-    + [(f"{name} host-staged", name, env, ("--backend", "mpi", "--path", "host-staged"))
+    [("NCCL", "openmpi", ("--backend", "nccl", "--algorithm", "library")),
+     ("Gloo-CUDA", "openmpi", ("--backend", "gloo", "--algorithm", "library"))]
+    + [(f"{name} host-staged", env, ("--backend", "mpi", "--path", "host-staged"))
        for name, env, backend in LIBRARIES if backend == "mpi"]
-    + [(f"ddlcomm over {name}, kind cache {cache}", name, env,
+    + [(f"ddlcomm over {name}, kind cache {cache}", env,
         ("--backend", backend, "--algorithm", "ring,rhd,shm", "--kind-cache", cache))
        for name, env, backend in LIBRARIES for cache in ("on", "off")])
 #: The GPU training study, ResNet-50 on ranks sharing the GPU: (label, environment, options).
@@ -95,8 +95,8 @@ def gpu_latency_steps(full: bool) -> list[Step]:
     return [Step(f"GPU latency {label} {n} ranks",
                  ("--collective", "allreduce", "--memory", "device", *how, "--sizes", sizes,
                   "--ranks", n, "--form", "buffer", *timing),
-                 env=env, facets={"library": library})
-            for label, library, env, how in GPU_RUNS for n in ranks.split(",")]
+                 env=env)
+            for label, env, how in GPU_RUNS for n in ranks.split(",")]
 
 
 def gpu_training_steps(full: bool) -> list[Step]:
@@ -130,7 +130,7 @@ def unavailable() -> list[tuple[str, str]]:
     ok, why = cuda_available()
     if ok:
         return []
-    return [(f"GPU half: {label}", why) for label, _, _, _ in GPU_RUNS] + \
+    return [(f"GPU half: {label}", why) for label, _, _ in GPU_RUNS] + \
         [(f"GPU training: {label}", why) for label, _, _ in GPU_TRAINING]
 
 

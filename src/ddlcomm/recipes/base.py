@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -40,7 +40,6 @@ class Step:
     label: str
     args: tuple[str, ...]
     env: Optional[str] = None          # None: the running environment; else .venv/<env>
-    facets: dict = field(default_factory=dict, compare=False)
     command: str = "bench"             # the ddlcomm sub-command: bench, or train
 
 

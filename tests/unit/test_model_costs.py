@@ -526,7 +526,9 @@ def test_a_librarys_temporaries_of_32_mib_and_more_fault_in_at_every_call():
     # MPICH's binomial gather: (s-1)·n at a rank of subtree s
     assert library.fresh_bytes("MPICH", "gather", "binomial", 16, 4 * mib) == 0.0       # 28 MiB
     assert library.fresh_bytes("MPICH", "gather", "binomial", 16, 16 * mib) == 7 * 16 * mib
-    assert library.fresh_bytes("gloo", "gather", "linear", 16, 64 * mib) == 0.0
+    # Gloo's gather through torch: the root's flat temporary of p·n
+    assert library.fresh_bytes("gloo", "gather", "linear", 16, 64 * mib) == 16 * 64 * mib
+    assert library.fresh_bytes("gloo", "broadcast", "binomial", 16, 64 * mib) == 0.0
     # only the library's own call: ddlcomm's rhd over Open MPI allocates no such temporary
     s = Setting(library="Open MPI", cores=16)
     own = costs.node_load("allreduce", "rhd", 4, 64 * mib, 4, s)
@@ -577,3 +579,21 @@ def test_open_mpis_messages_of_its_eager_limit_and_more_go_by_rendezvous():
     assert costs.time("gather", "linear", 8, 1 << 20, q, one) == pytest.approx(7 * 2e-6)
     spread = Setting(library="Open MPI", ranks_per_node=4, cores=16)
     assert costs.time("gather", "linear", 8, 1 << 20, q, spread) == 0.0
+
+
+def test_gloos_gather_through_torch_copies_its_flat_temporary_out():
+    """torch's ProcessGroupGloo gathers into a flat temporary of p·n at the root, then copies
+    it into the per-rank outputs: p·n more bytes on the library's call, and the temporary's
+    pages fault in afresh from 32 MiB; not in ddlcomm's own gathers or the MPIs'."""
+    mib = 1 << 20
+    assert library.local_copies("gloo", "gather", "linear", 4) == 4.0
+    assert library.local_copies("Open MPI", "gather", "linear", 4) == 0.0
+    assert library.local_copies("gloo", "allreduce", "ring", 4) == 0.0
+    s = Setting(library="gloo", cores=16)
+    lib = costs.priced("gather", "linear", 4, 8 * mib, {}, 4, s, library_call=True)
+    own = costs.priced("gather", "linear", 4, 8 * mib, {}, 4, s)
+    assert lib[0].bytes == own[0].bytes + 4 * 8 * mib == 7 * 8 * mib
+    assert lib[1].fresh == 32 * mib and own[1].fresh == 0.0
+    assert costs.priced("gather", "linear", 4, 4 * mib, {}, 4, s, library_call=True)[1].fresh == 0.0
+    across = costs.priced("gather", "linear", 4, 8 * mib, {}, 2, s, library_call=True)
+    assert across[0].bytes == 7 * 8 * mib                          # the root's copy on any node

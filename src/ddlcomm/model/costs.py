@@ -69,7 +69,7 @@ from ..comm import native
 from ..comm.hierarchical import leaders_algorithm
 from ..comm.native import Schedule, gather_binomial
 from ..errors import UsageError
-from .library import choose, copies_alone, eager_limit, fresh_bytes, p2p_copies, waiting
+from .library import choose, copies_alone, eager_limit, fresh_bytes, local_copies, p2p_copies, waiting
 from .library import sends_in_turn as library_sends_in_turn
 from .node import Bandwidth, Load, contention, features, oversubscription, spill
 
@@ -614,16 +614,28 @@ def priced(collective: str, algorithm: str, p: int, nbytes: float, kw: Mapping[s
            ranks_on_node: int, setting: "Setting", library_call: bool = False
            ) -> tuple[Schedule, Load]:
     """The terms and the :class:`Load` of a call of ``algorithm`` (resolved, with its
-    keyword arguments ``kw``; ``library_call``: the library's own, see :func:`node_load`),
-    as the library moves the bytes where all ``p`` ranks share
-    one node (``ranks_on_node`` >= ``p``): messages beyond its eager limit by rendezvous
-    (:func:`rendezvous_rounds`), sends in turn
-    (:func:`sends_in_turn`), point-to-point bytes copied twice where the library also
+    keyword arguments ``kw``; ``library_call``: the library's own, see :func:`node_load`,
+    whose local copies count: :func:`ddlcomm.model.library.local_copies`), as the library
+    moves the bytes where all ``p`` ranks share one node (``ranks_on_node`` >= ``p``):
+    messages beyond its eager limit by rendezvous (:func:`rendezvous_rounds`), sends in
+    turn (:func:`sends_in_turn`), point-to-point bytes copied twice where the library also
     runs one-node collectives (:func:`ddlcomm.model.library.p2p_copies`)."""
     load = node_load(collective, algorithm, p, nbytes, ranks_on_node, setting, library_call)
     schedule = terms(collective, algorithm, p, nbytes, **kw)
-    if ranks_on_node < p:                   # across nodes: the network's transport, not these
-        return schedule, load
+    if ranks_on_node >= p:                  # one node: the library's own transport there
+        load = load._replace(rndv=rendezvous_rounds(collective, algorithm, p, nbytes, schedule,
+                                                    setting.library))
+        hops = sends_in_turn(collective, algorithm, p, load.spill) \
+            if library_sends_in_turn(setting.library) else None
+        if hops is not None:                # the posts stay rounds; the bytes go hop by hop
+            schedule = Schedule(schedule.rounds, hops * nbytes)
+        copies = p2p_copies(setting.library)
+        if copies != 1.0 and (collective, algorithm) not in ONE_NODE:
+            schedule = Schedule(schedule.rounds, copies * schedule.bytes, schedule.reduced_bytes)
+    local = local_copies(setting.library, collective, algorithm, p) if library_call else 0.0
+    if local:
+        schedule = Schedule(schedule.rounds, schedule.bytes + local * nbytes, schedule.reduced_bytes)
+    return schedule, load
     load = load._replace(rndv=rendezvous_rounds(collective, algorithm, p, nbytes, schedule,
                                                 setting.library))
     hops = sends_in_turn(collective, algorithm, p, load.spill) \

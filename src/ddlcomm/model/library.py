@@ -335,6 +335,13 @@ def _mpich_gather_binomial(p: int, nbytes: float) -> tuple[float, float]:
     return (s - 1) * nbytes, (s - 1) * nbytes
 
 
+def _gloo_gather(p: int, nbytes: float) -> tuple[float, float]:
+    # torch's ``ProcessGroupGloo`` gather (``AsyncGatherWork``): the root gathers into one
+    # flat temporary of p·n (``newLikeFlat``), receiving into all of it but its own n, which
+    # gloo copies in, then copies it out into the per-rank outputs (:data:`LOCAL_COPIES`).
+    return p * nbytes, p * nbytes
+
+
 def _largest_child(p: int) -> int:
     """Ranks in the largest subtree under the root of a binomial tree of ``p`` ranks."""
     return max(gather_binomial.subtrees(p), default=0)
@@ -348,6 +355,7 @@ TEMPORARIES = {
     "open mpi": {("gather", "binomial"): _ompi_gather_binomial,
                  ("allreduce", "rhd"): _ompi_rabenseifner},
     "mpich": {("gather", "binomial"): _mpich_gather_binomial},
+    "gloo": {("gather", "linear"): _gloo_gather},
 }
 
 
@@ -361,6 +369,24 @@ def fresh_bytes(library: Optional[str], collective: str, algorithm: str, p: int,
         return 0.0
     size, touched = temporary(p, nbytes)
     return touched if size >= FRESH_FROM else 0.0
+
+
+#: Library -> {(collective, the cost model's algorithm): p -> bytes (in units of n) the
+#: library's own call copies locally on its critical path besides its messages}
+#: (:func:`local_copies`).  Gloo's gather through torch: the root's flat temporary of p·n
+#: copied out into the per-rank outputs after the last message is in (``_gloo_gather``;
+#: gloo's copy of the root's own n overlaps the receives its transport's thread makes).
+#: With that copy and the temporary's fresh pages, Gloo's gather on the 2-core machine went
+#: from 26.5/10.1% to 12.6/2.5% held out/fitted from 64 KiB (the fresh pages alone:
+#: 13.9/2.5%).  The MPIs' roots copy their own n too, but priced so their gathers got
+#: worse (docs/benchmarks.md, "The model on the 16-core node").
+LOCAL_COPIES = {"gloo": {("gather", "linear"): float}}
+
+
+def local_copies(library: Optional[str], collective: str, algorithm: str, p: int) -> float:
+    """:data:`LOCAL_COPIES` of the library's own call (0 where it lists none)."""
+    copies = _per_library(LOCAL_COPIES, library, {}).get((collective, algorithm))
+    return float(copies(p)) if copies is not None else 0.0
 
 
 def _no_rule(library: str, collective: str, table) -> UsageError:

@@ -597,3 +597,15 @@ def test_gloos_gather_through_torch_copies_its_flat_temporary_out():
     assert costs.priced("gather", "linear", 4, 4 * mib, {}, 4, s, library_call=True)[1].fresh == 0.0
     across = costs.priced("gather", "linear", 4, 8 * mib, {}, 2, s, library_call=True)
     assert across[0].bytes == 7 * 8 * mib                          # the root's copy on any node
+
+
+def test_both_ranks_of_an_mpich_pair_need_a_core():
+    """MPICH's sender copies into its cells while the receiver copies out: a binomial
+    gather's two pairs at 4 ranks keep all 4 busy on 2 cores; Open MPI's receiver copies
+    alone; MPICH's one-node release_gather is not point-to-point."""
+    assert costs.share("gather", "binomial", 4, 4, 2, "MPICH") == 2.0
+    assert costs.share("gather", "binomial", 4, 4, 2, "Open MPI") == costs.share("gather", "binomial", 4, 4, 2) == 1.0
+    assert costs.share("gather", "binomial", 3, 3, 2, "MPICH") == 1.0        # one pair
+    assert costs.share("allreduce", "ring", 4, 4, 2, "MPICH") == 2.0         # at most p busy
+    assert costs.share("broadcast", "release_gather", 4, 4, 2, "MPICH") == 2.0
+    assert costs.copies_per_byte("broadcast", "release_gather", "MPICH") == 1.0

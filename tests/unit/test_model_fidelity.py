@@ -7,7 +7,7 @@ library and collective family, the model is fitted on the smaller rank counts
 and must predict the larger ones (held out) within the machine's bounds, from
 64 KiB: the median |relative error| of the held-out points, and of the fitted
 points.  The bounds are the model's figures today, rounded up, so that a change that
-makes one worse is seen: on the 2-core machine 3-60%; on the 16-core node 7-15%:
+makes one worse is seen: on the 2-core machine 3-48%; on the 16-core node 7-15%:
 within issue 17's 15% held out, short of its 10% fitted but for two families.  A library whose data are
 not committed yet is skipped with the reason.
 """

@@ -645,8 +645,8 @@ def priced(collective: str, algorithm: str, p: int, nbytes: float, kw: Mapping[s
             if library_sends_in_turn(setting.library) else None
         if hops is not None:                # the posts stay rounds; the bytes go hop by hop
             schedule = Schedule(schedule.rounds, hops * nbytes)
-        copies = p2p_copies(setting.library)
-        if copies != 1.0 and (collective, algorithm) not in ONE_NODE:
+        copies = copies_per_byte(collective, algorithm, setting.library)
+        if copies != 1.0:
             schedule = Schedule(schedule.rounds, copies * schedule.bytes, schedule.reduced_bytes)
     local = local_copies(setting.library, collective, algorithm, p) if library_call else 0.0
     if local:

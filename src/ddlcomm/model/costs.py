@@ -652,16 +652,6 @@ def priced(collective: str, algorithm: str, p: int, nbytes: float, kw: Mapping[s
     if local:
         schedule = Schedule(schedule.rounds, schedule.bytes + local * nbytes, schedule.reduced_bytes)
     return schedule, load
-    load = load._replace(rndv=rendezvous_rounds(collective, algorithm, p, nbytes, schedule,
-                                                setting.library))
-    hops = sends_in_turn(collective, algorithm, p, load.spill) \
-        if library_sends_in_turn(setting.library) else None
-    if hops is not None:                    # the posts stay rounds; the bytes go hop by hop
-        schedule = Schedule(schedule.rounds, hops * nbytes)
-    copies = p2p_copies(setting.library)
-    if copies != 1.0 and (collective, algorithm) not in ONE_NODE:
-        schedule = Schedule(schedule.rounds, copies * schedule.bytes, schedule.reduced_bytes)
-    return schedule, load
 
 
 #: Collectives of the model beyond the harness's: the PS step.

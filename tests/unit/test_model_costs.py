@@ -572,6 +572,9 @@ def test_open_mpis_messages_of_its_eager_limit_and_more_go_by_rendezvous():
     assert rndv("allreduce", "recursive_doubling", 8, 8192) == 3
     assert rndv("allreduce", "ring", 8, 16 << 10) == 0              # blocks of 2 KiB
     assert rndv("allreduce", "ring", 8, 32 << 10) == 14             # of 4 KiB: 2(p-1) steps
+    assert rndv("allreduce", "rhd", 8, 16 << 10) == 4               # 8, 4 KiB (2 KiB not), twice
+    assert rndv("allreduce", "rhd", 6, 16 << 10) == 2 + 4           # the fold of 16 KiB, 8 and 4 KiB twice
+    assert rndv("broadcast", "scatter_ring_allgather", 8, 32 << 10) == 3 + 7   # 16, 8, 4 KiB; 7 of 4
     assert rndv("gather", "linear", 8, 1 << 20, "MPICH") == rndv("gather", "linear", 8, 1 << 20, "gloo") == 0
     assert rndv("allreduce", "release_gather", 8, 1 << 20) == 0
     q = Params(0.0, 0.0, alpha_rndv=2e-6)

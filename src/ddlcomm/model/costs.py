@@ -514,31 +514,52 @@ ACTIVE: dict[tuple[str, str], Callable[[int], int]] = {
 }
 
 
-#: Algorithms that send the buffer in p blocks (a ring's steps, recursive halving's last
-#: exchanges, a scatter's pieces): their messages are n/p, where the others' (trees,
-#: recursive doubling, linear and binomial gathers) are n or more.
-BLOCK_MESSAGES = {("allreduce", "ring"), ("allreduce", "rhd"), ("allreduce", "rabenseifner"),
-                  ("broadcast", "scatter_rd_allgather"), ("broadcast", "scatter_ring_allgather")}
+def _halving(p: int, nbytes: float) -> list[float]:
+    """Recursive halving's messages on the power-of-two core p': n/2, n/4, ..., n/p'."""
+    return [nbytes / (2 << k) for k in range(_pow2(p).bit_length() - 1)]
+
+
+def _rhd_messages(p: int, nbytes: float) -> list[float]:
+    # the reduce-scatter halves, the allgather doubles back; off powers of two the extra
+    # ranks hand their whole buffer in first and get it back last
+    fold = [float(nbytes)] * 2 if _pow2(p) != p else []
+    return fold + 2 * _halving(p, nbytes)
+
+
+#: (collective, algorithm) -> (p, n) -> the sizes of the messages on its critical path,
+#: for the algorithms whose messages are not all of one size n: a ring's 2(p-1) blocks of
+#: n/p; recursive halving and doubling's n/2, n/4, ... and back; a scatter's halving
+#: pieces, then a recursive-doubling allgather's doubling ones or a ring's blocks.
+MESSAGES: dict[tuple[str, str], Callable[[int, float], list[float]]] = {
+    ("allreduce", "ring"): lambda p, n: [n / p] * (2 * (p - 1)),
+    ("allreduce", "rhd"): _rhd_messages,
+    ("allreduce", "rabenseifner"): _rhd_messages,
+    ("broadcast", "scatter_rd_allgather"): lambda p, n: 2 * _halving(p, n),
+    ("broadcast", "scatter_ring_allgather"): lambda p, n: _halving(p, n) + [n / p] * (p - 1),
+}
 
 
 def rendezvous_rounds(collective: str, algorithm: str, p: int, nbytes: float, terms: Schedule,
                       library: Optional[str]) -> float:
     """The messages on the critical path of a call on one node (its ``terms``, as
-    posted) that go by rendezvous: none where its messages (n/p for
-    :data:`BLOCK_MESSAGES`, else n) stay below the library's eager limit
-    (:func:`ddlcomm.model.library.eager_limit`), nor in the one-node shared-memory
-    algorithms (:data:`ONE_NODE`), which send none; else its rounds, but no more than
-    its bytes over its message size: a tree's parent posts to all its children at once,
-    so their handshakes overlap and each level costs one, where a ring's or a gather's
-    root's messages follow one another.  Counting each post instead (a broadcast tree's
+    posted) that go by rendezvous, at or beyond the library's eager limit
+    (:func:`ddlcomm.model.library.eager_limit`): those of :data:`MESSAGES` that reach it;
+    none in the one-node shared-memory algorithms (:data:`ONE_NODE`), which send none;
+    in the others, whose messages are n each, none below the limit, else its rounds but
+    no more than its bytes over n: a tree's parent posts to all its children at once,
+    so their handshakes overlap and each level costs one, where a gather's root's
+    messages follow one another.  Counting each post instead (a broadcast tree's
     rounds) made Open MPI's 16-core broadcast 13.3/13.4% held out/fitted, against
     9.2/14.0% by levels."""
-    if (collective, algorithm) in ONE_NODE:
+    if (collective, algorithm) in ONE_NODE or p < 2:
         return 0.0
-    message = nbytes / p if (collective, algorithm) in BLOCK_MESSAGES else nbytes
-    if not message or message < eager_limit(library):
+    eager = eager_limit(library)
+    messages = MESSAGES.get((collective, algorithm))
+    if messages is not None:
+        return float(sum(1 for m in messages(p, nbytes) if m >= eager))
+    if not nbytes or nbytes < eager:
         return 0.0
-    return float(min(terms.rounds, terms.bytes / message))
+    return float(min(terms.rounds, terms.bytes / nbytes))
 
 
 def _binomial_gather_rounds(p: int) -> list[tuple[float, int]]:

@@ -514,28 +514,29 @@ ACTIVE: dict[tuple[str, str], Callable[[int], int]] = {
 }
 
 
-def _halving(p: int, nbytes: float) -> list[float]:
-    """Recursive halving's messages on the power-of-two core p': n/2, n/4, ..., n/p'."""
-    return [nbytes / (2 << k) for k in range(_pow2(p).bit_length() - 1)]
+def _halving(p: int, nbytes: float, times: int = 1) -> list[tuple[float, int]]:
+    """Recursive halving's messages on the power-of-two core p', each ``times``: n/2, n/4,
+    ..., n/p'."""
+    return [(nbytes / (2 << k), times) for k in range(_pow2(p).bit_length() - 1)]
 
 
-def _rhd_messages(p: int, nbytes: float) -> list[float]:
+def _rhd_messages(p: int, nbytes: float) -> list[tuple[float, int]]:
     # the reduce-scatter halves, the allgather doubles back; off powers of two the extra
     # ranks hand their whole buffer in first and get it back last
-    fold = [float(nbytes)] * 2 if _pow2(p) != p else []
-    return fold + 2 * _halving(p, nbytes)
+    fold = [(float(nbytes), 2)] if _pow2(p) != p else []
+    return fold + _halving(p, nbytes, 2)
 
 
-#: (collective, algorithm) -> (p, n) -> the sizes of the messages on its critical path,
-#: for the algorithms whose messages are not all of one size n: a ring's 2(p-1) blocks of
-#: n/p; recursive halving and doubling's n/2, n/4, ... and back; a scatter's halving
-#: pieces, then a recursive-doubling allgather's doubling ones or a ring's blocks.
-MESSAGES: dict[tuple[str, str], Callable[[int, float], list[float]]] = {
-    ("allreduce", "ring"): lambda p, n: [n / p] * (2 * (p - 1)),
+#: (collective, algorithm) -> (p, n) -> the messages on its critical path as (bytes, how
+#: many), for the algorithms whose messages are not all of one size n: a ring's 2(p-1)
+#: blocks of n/p; recursive halving and doubling's n/2, n/4, ... and back; a scatter's
+#: halving pieces, then a recursive-doubling allgather's doubling ones or a ring's blocks.
+MESSAGES: dict[tuple[str, str], Callable[[int, float], list[tuple[float, int]]]] = {
+    ("allreduce", "ring"): lambda p, n: [(n / p, 2 * (p - 1))],
     ("allreduce", "rhd"): _rhd_messages,
     ("allreduce", "rabenseifner"): _rhd_messages,
-    ("broadcast", "scatter_rd_allgather"): lambda p, n: 2 * _halving(p, n),
-    ("broadcast", "scatter_ring_allgather"): lambda p, n: _halving(p, n) + [n / p] * (p - 1),
+    ("broadcast", "scatter_rd_allgather"): lambda p, n: _halving(p, n, 2),
+    ("broadcast", "scatter_ring_allgather"): lambda p, n: _halving(p, n) + [(n / p, p - 1)],
 }
 
 
@@ -551,12 +552,12 @@ def rendezvous_rounds(collective: str, algorithm: str, p: int, nbytes: float, te
     messages follow one another.  Counting each post instead (a broadcast tree's
     rounds) made Open MPI's 16-core broadcast 13.3/13.4% held out/fitted, against
     9.2/14.0% by levels."""
-    if (collective, algorithm) in ONE_NODE or p < 2:
-        return 0.0
     eager = eager_limit(library)
+    if (collective, algorithm) in ONE_NODE or p < 2 or nbytes < eager:
+        return 0.0                          # (no message is larger than n)
     messages = MESSAGES.get((collective, algorithm))
     if messages is not None:
-        return float(sum(1 for m in messages(p, nbytes) if m >= eager))
+        return float(sum(count for size, count in messages(p, nbytes) if size >= eager))
     if not nbytes or nbytes < eager:
         return 0.0
     return float(min(terms.rounds, terms.bytes / nbytes))

@@ -558,8 +558,6 @@ def rendezvous_rounds(collective: str, algorithm: str, p: int, nbytes: float, te
     messages = MESSAGES.get((collective, algorithm))
     if messages is not None:
         return float(sum(count for size, count in messages(p, nbytes) if size >= eager))
-    if not nbytes or nbytes < eager:
-        return 0.0
     return float(min(terms.rounds, terms.bytes / nbytes))
 
 

@@ -380,7 +380,7 @@ def fresh_bytes(library: Optional[str], collective: str, algorithm: str, p: int,
 #: from 26.5/10.1% to 12.6/2.5% held out/fitted from 64 KiB (the fresh pages alone:
 #: 13.9/2.5%).  The MPIs' roots copy their own n too, but priced so their gathers got
 #: worse (docs/benchmarks.md, "The model on the 16-core node").
-LOCAL_COPIES = {"gloo": {("gather", "linear"): float}}
+LOCAL_COPIES = {"gloo": {("gather", "linear"): lambda p: p}}
 
 
 def local_copies(library: Optional[str], collective: str, algorithm: str, p: int) -> float:

@@ -15,7 +15,8 @@ are those of the algorithm that copy or reduce at once (``costs.ACTIVE``: all
 p in a ring, the power-of-two core in recursive halving and doubling, the
 root alone in a linear gather, the widest level of an Open MPI broadcast
 tree, ...), both ranks of a pair where the library's sender copies too
-(``costs.copies_per_byte``: MPICH's point-to-point).  And ranks wait for the scheduler: the fitted ``alpha_over``
+(``costs.copies_per_byte``: MPICH's point-to-point).  And ranks wait for the
+scheduler: the fitted ``alpha_over``
 (seconds per message per unit of ``over``) and ``beta_over`` (seconds per
 byte moved or reduced per unit of ``over``) add ``over·(rounds·alpha_over +
 (bytes + reduced)·beta_over)``: a message whose peer is off its core waits

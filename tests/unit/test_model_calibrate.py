@@ -118,6 +118,32 @@ def test_recovers_open_mpis_rendezvous_handshake():
     assert cal.calibrate(plain).groups[0].params.alpha_rndv == 0
 
 
+def test_recovers_the_cost_of_a_single_copys_small_pages():
+    """α_page per small page a single copy pins, fitted where the points' runs say the THP
+    mode (``with_cores`` reads it from their machine facts); the fit keeps the mode, and its
+    predictions price the pages with it."""
+    true = Params(1e-6, 1e-10, alpha_rndv=2e-6, alpha_page=1.5e-7)
+    points = [dict(pt, host_thp="madvise") for pt in
+              _exact(true, (2, 4, 8), cores=16, collective="broadcast", library="Open MPI", thp="madvise")]
+    fit = cal.calibrate(points)
+    (g,) = fit.groups
+    assert g.params.alpha_page == pytest.approx(1.5e-7, rel=1e-6) and g.max_rel_err < 1e-6
+    assert fit.thp == "madvise" and fit.params_for("broadcast")[1].thp == "madvise"
+    assert cal.Fit.from_dict(json.loads(json.dumps(fit.to_dict()))).thp == "madvise"
+    unknown = cal.calibrate([dict(pt, host_thp=None) for pt in points])
+    assert unknown.thp is None and unknown.groups[0].params.alpha_page == 0
+
+
+def test_points_take_their_runs_cores_and_thp_mode():
+    runs = [{"id": 1, "cores": 16, "machine": {"memory": {"thp": {"enabled": "madvise"}}}},
+            {"id": 2, "cores": 2, "machine": None}]
+    got = cal.with_cores([{"run_id": 1}, {"run_id": 2}, {"run_id": 3}], runs, "a.db")
+    assert [(p["host_cores"], p["host_thp"], p["source"]) for p in got] == \
+        [(16, "madvise", "a.db"), (2, None, "a.db"), (None, None, "a.db")]
+    assert cal.memory_of("host,memory=hugepage,bind=core") == "hugepage"
+    assert cal.memory_of("host,bind=core") is None and cal.memory_of(None) is None
+
+
 def test_without_contention_the_core_terms_are_left_out():
     """With c = 1 throughout (no copy bandwidth known) the core columns are the β and γ
     columns: β and γ take them, as before the core terms."""

@@ -612,3 +612,56 @@ def test_both_ranks_of_an_mpich_pair_need_a_core():
     assert costs.share("allreduce", "ring", 4, 4, 2, "MPICH") == 2.0         # at most p busy
     assert costs.share("broadcast", "release_gather", 4, 4, 2, "MPICH") == 2.0
     assert costs.copies_per_byte("broadcast", "release_gather", "MPICH") == 1.0
+
+
+def test_the_small_pages_of_a_buffer_by_the_nodes_thp_mode_and_its_allocator():
+    """NumPy's arrays have huge pages from 4 MiB where THP is madvise or always, all but a
+    huge page's worth where glibc maps them afresh (32 MiB); the C library's temporaries only
+    under always; ddlcomm's hugepage kind none small, pageable and shared all; nothing is
+    priced where the mode is not known."""
+    mib = 1 << 20
+    part = node.small_page_part
+    assert part(mib, None) == part(64 * mib, None, "pageable") == 0.0
+    assert part(mib, "madvise") == part(4 * mib - 1, "madvise", "numpy") == 1.0
+    assert part(4 * mib, "madvise") == part(16 * mib, "madvise") == 0.0
+    assert part(64 * mib, "madvise") == pytest.approx(2 / 64)
+    assert part(16 * mib, "madvise", temporary=True) == part(16 * mib, "never") == 1.0
+    assert part(2 * mib, "always") == part(2 * mib, "always", temporary=True) == 0.0
+    assert part(mib, "always") == 1.0
+    assert part(mib, "madvise", "hugepage") == 0.0
+    assert part(64 * mib, "madvise", "pageable") == part(64 * mib, "always", "shared") == 1.0
+    assert part(16 * mib, "madvise", "numa:0") == 1.0               # an mmap NumPy did not advise
+
+
+def test_a_single_copy_pins_the_senders_small_pages():
+    """Open MPI's rendezvous messages and MPICH's point-to-point ones from 8 KiB are read in
+    one copy, which pins the sender's small pages: a chain's hops, a ring's blocks, a
+    binomial gather's subtrees from the library's malloc'd temporary; none in the one-node
+    shared-memory algorithms, in Gloo, below the threshold, across nodes, or where the THP
+    mode is not known."""
+    mib = 1 << 20
+    assert library.single_copy_from("Open MPI 5.0.11") == library.eager_limit("Open MPI") == 4096
+    assert library.single_copy_from("MPICH") == 8192 and library.single_copy_from("gloo") == float("inf")
+    ompi = Setting(library="Open MPI", thp="madvise")
+
+    def pages(coll, alg, p, n, setting=ompi, library_call=True):
+        return costs.pinned_pages(coll, alg, p, n, costs.terms(coll, alg, p, n), setting, library_call)
+    assert pages("broadcast", "chain", 8, mib) == 7 * 256
+    assert pages("broadcast", "chain", 8, 8 * mib) == 0.0            # NumPy's huge pages
+    assert pages("broadcast", "chain", 8, 64 * mib) == pytest.approx(7 * 64 * mib * (2 / 64) / 4096)
+    assert pages("allreduce", "ring", 8, 32 << 10) == 14              # blocks of one page
+    assert pages("allreduce", "ring", 8, 16 << 10) == 0.0             # of 2 KiB: eager
+    assert pages("broadcast", "chain", 8, 2048) == 0.0
+    mpich = Setting(library="MPICH", thp="madvise")
+    assert pages("gather", "binomial", 2, mib, mpich) == 256
+    big = costs.terms("gather", "binomial", 8, 8 * mib).bytes         # from the inner ranks' temporaries
+    assert pages("gather", "binomial", 8, 8 * mib, mpich) == big / 4096
+    assert pages("gather", "binomial", 8, 8 * mib, mpich, library_call=False) == 0.0   # ddlcomm's own: NumPy's
+    assert pages("broadcast", "release_gather", 8, mib, mpich) == 0.0
+    assert pages("gather", "linear", 4, mib, Setting(library="gloo", thp="madvise")) == 0.0
+    assert pages("broadcast", "chain", 8, mib, Setting(library="Open MPI")) == 0.0
+    q = Params(0.0, 0.0, alpha_page=1e-7)
+    one = Setting(library="Open MPI", ranks_per_node=8, cores=16, thp="madvise")
+    assert costs.time("broadcast", "chain", 8, mib, q, one) == pytest.approx(7 * 256 * 1e-7)
+    spread = Setting(library="Open MPI", ranks_per_node=4, cores=16, thp="madvise")
+    assert costs.time("broadcast", "chain", 8, mib, q, spread) == 0.0

@@ -133,6 +133,14 @@ def placement_of(point: Mapping[str, Any]) -> str:
     return ",".join(parts)
 
 
+def memory_of(placement: Optional[str]) -> Optional[str]:
+    """The memory kind a :func:`placement_of` names (None: NumPy's allocator)."""
+    for part in (placement or "").split(","):
+        if part.startswith("memory="):
+            return part[len("memory="):]
+    return None
+
+
 def ranks_per_host(point: Mapping[str, Any]) -> Optional[int]:
     """The most ranks of a point on one host (each container is a host of its own: MPICH
     then runs no shared-memory collectives across them); None where not recorded (a
@@ -295,7 +303,9 @@ def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "p50", shared: 
                                      Setting(library=lib, ranks_per_node=ranks_per_host(p) or ranks))
             terms, load = costs.priced(coll, name, ranks, nbytes, kw, ranks,
                                        Setting(library=lib, cores=p.get("host_cores"), cache=cache,
-                                               bandwidth=bandwidth), library_call=alg == "library")
+                                               bandwidth=bandwidth, thp=p.get("host_thp"),
+                                               memory=p.get("memory")),
+                                       library_call=alg == "library")
         except UsageError:
             continue                                   # an algorithm the model cannot price
         key = (p.get("backend"), lib, placement_of(p), p.get("form"), alg,
@@ -307,17 +317,27 @@ def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "p50", shared: 
 
 def with_cores(points: Iterable[Mapping[str, Any]], runs: Iterable[Mapping[str, Any]],
                source: Optional[str] = None) -> list[dict]:
-    """Point records with ``host_cores`` (their run's ``cores``) and ``source``
-    (e.g. the database they came from, as run ids repeat across databases)."""
-    cores = {r.get("id"): r.get("cores") for r in runs}
+    """Point records with ``host_cores`` (their run's ``cores``), ``host_thp`` (its
+    machine's transparent-huge-page mode) and ``source`` (e.g. the database they came
+    from, as run ids repeat across databases)."""
+    runs = {r.get("id"): r for r in runs}
     out = []
     for p in points:
         rec = dict(p)
-        rec["host_cores"] = cores.get(p.get("run_id"))
+        run = runs.get(p.get("run_id")) or {}
+        rec["host_cores"] = run.get("cores")
+        rec["host_thp"] = thp_of(run.get("machine"))
         if source is not None:
             rec["source"] = source
         out.append(rec)
     return out
+
+
+def thp_of(machine: Optional[Mapping[str, Any]]) -> Optional[str]:
+    """The transparent-huge-page mode (``always``, ``madvise``, ``never``) in a run's or
+    ``ddlcomm info``'s machine facts; None where they do not say."""
+    thp = ((machine or {}).get("memory") or {}).get("thp") or {}
+    return thp.get("enabled") if isinstance(thp, dict) else None
 
 
 # ------------------------------------------------------------------ fit
@@ -435,7 +455,8 @@ class Fit:
         """(Params, Setting) of the group :meth:`select` picks."""
         g = self.select(collective, algorithm, nbytes, **want)
         return g.params, Setting(library=g.key.get("library"), cores=g.cores,
-                                 cache=self.cache_of(g), bandwidth=self.bandwidth)
+                                 cache=self.cache_of(g), bandwidth=self.bandwidth,
+                                 thp=self.thp, memory=memory_of(g.key.get("placement")))
 
     @property
     def cache(self) -> Optional[float]:
@@ -445,6 +466,12 @@ class Fit:
     def cache_of(self, group: Group) -> Optional[float]:
         """The cache ``group`` was fitted with (its own; the fit's in older files)."""
         return group.cache if group.cache is not None else self.cache
+
+    @property
+    def thp(self) -> Optional[str]:
+        """The transparent-huge-page mode of the machine the fit's points ran on (None where
+        they did not say, or disagreed: then no page term, :class:`~ddlcomm.model.costs.Setting`)."""
+        return self.meta.get("thp") or None
 
     @property
     def bandwidth(self) -> Optional[Bandwidth]:
@@ -557,6 +584,7 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}", f"choose from {', '.join(METRICS)}")
     points = list(points)
+    thp_modes = {p.get("host_thp") for p in points}
     by_cache = {size: combine_rows(make_rows(points, metric, shared, split, holdout, size, bandwidth),
                                    combine) for size in cache_candidates(cache)}
     rows = by_cache[cache]
@@ -590,6 +618,7 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         "shared": shared, "split": list(split), "holdout": [h.text for h in holdout],
         "cache_bytes": cache or 0,
         "copy_bandwidth": [list(pair) for pair in bandwidth or ()],
+        "thp": thp_modes.pop() if len(thp_modes) == 1 else None,
         "summary_bytes": summary_bytes,
         "summary": error_summary(residuals, summary_bytes),
     })

@@ -57,7 +57,8 @@ The node's part of a call (oversubscription, cache, memory contention) is
 (:data:`ACTIVE`) and :func:`node_load` are here, since they depend on the algorithm.
 So is the library's protocol on one node: a message at or beyond its eager limit goes by
 rendezvous, whose handshake the fitted ``alpha_rndv`` prices per message
-(:func:`rendezvous_rounds`).
+(:func:`rendezvous_rounds`), and a message it moves by single copy pins the sender's
+small pages, each priced by the fitted ``alpha_page`` (:func:`pinned_pages`).
 """
 from __future__ import annotations
 
@@ -69,9 +70,10 @@ from ..comm import native
 from ..comm.hierarchical import leaders_algorithm
 from ..comm.native import Schedule, gather_binomial
 from ..errors import UsageError
-from .library import choose, copies_alone, eager_limit, fresh_bytes, local_copies, p2p_copies, waiting
+from .library import (choose, copies_alone, eager_limit, fresh_bytes, from_temporary, local_copies,
+                      p2p_copies, single_copy_from, waiting)
 from .library import sends_in_turn as library_sends_in_turn
-from .node import Bandwidth, Load, contention, features, oversubscription, spill
+from .node import SMALL_PAGE, Bandwidth, Load, contention, features, oversubscription, small_page_part, spill
 
 #: The fan-out Open MPI's chain broadcast runs with by default: 1.  The fixed decision
 #: calls ``bcast_intra_do_this(..., alg, 0, 0)``, and ``ompi_coll_base_topo_build_chain``
@@ -101,6 +103,8 @@ class Params:
     #: per message sent by rendezvous: beyond the library's eager limit on one node
     #: (:func:`rendezvous_rounds`)
     alpha_rndv: float = 0.0
+    #: per small (4 KiB) page a single copy on one node reads (:func:`pinned_pages`)
+    alpha_page: float = 0.0
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -561,6 +565,26 @@ def rendezvous_rounds(collective: str, algorithm: str, p: int, nbytes: float, te
     return float(min(terms.rounds, terms.bytes / nbytes))
 
 
+def pinned_pages(collective: str, algorithm: str, p: int, nbytes: float, terms: Schedule,
+                 setting: "Setting", library_call: bool = True) -> float:
+    """The small pages the single copies on the critical path of a library's call on one
+    node (its ``terms``, in whole-buffer hops) read: the bytes of its messages at or beyond
+    the library's single-copy threshold (:func:`ddlcomm.model.library.single_copy_from`;
+    those of :data:`MESSAGES` that reach it, else all of ``terms``' bytes) times the part
+    of the buffer they come from on small pages (:func:`ddlcomm.model.node.small_page_part`:
+    the caller's buffer of n, or, in the library's own call (``library_call``), its
+    temporary, :func:`ddlcomm.model.library.from_temporary`), over 4 KiB.  None in the one-node
+    shared-memory algorithms (:data:`ONE_NODE`)."""
+    start = single_copy_from(setting.library)
+    if (collective, algorithm) in ONE_NODE or p < 2 or nbytes < start:
+        return 0.0
+    messages = MESSAGES.get((collective, algorithm))
+    copied = terms.bytes if messages is None else \
+        sum(size * count for size, count in messages(p, nbytes) if size >= start)
+    temporary = library_call and from_temporary(setting.library, collective, algorithm, p)
+    return copied * small_page_part(nbytes, setting.thp, setting.memory, temporary) / SMALL_PAGE
+
+
 def _binomial_gather_rounds(p: int) -> list[tuple[float, int]]:
     # round k: the root takes child 2^k's subtree while the ranks 2^k apart pair up
     return [(size, -(-(p - (1 << k)) // (2 << k)))
@@ -653,9 +677,10 @@ def priced(collective: str, algorithm: str, p: int, nbytes: float, kw: Mapping[s
     keyword arguments ``kw``; ``library_call``: the library's own, see :func:`node_load`,
     whose local copies count: :func:`ddlcomm.model.library.local_copies`), as the library
     moves the bytes where all ``p`` ranks share one node (``ranks_on_node`` >= ``p``):
-    messages beyond its eager limit by rendezvous (:func:`rendezvous_rounds`), sends in
-    turn (:func:`sends_in_turn`), point-to-point bytes copied twice where the library also
-    runs one-node collectives (:func:`ddlcomm.model.library.p2p_copies`)."""
+    messages beyond its eager limit by rendezvous (:func:`rendezvous_rounds`), single copies
+    pinning the sender's small pages (:func:`pinned_pages`), sends in turn
+    (:func:`sends_in_turn`), point-to-point bytes copied twice where the library also runs
+    one-node collectives (:func:`ddlcomm.model.library.p2p_copies`)."""
     load = node_load(collective, algorithm, p, nbytes, ranks_on_node, setting, library_call)
     schedule = terms(collective, algorithm, p, nbytes, **kw)
     if ranks_on_node >= p:                  # one node: the library's own transport there
@@ -665,6 +690,8 @@ def priced(collective: str, algorithm: str, p: int, nbytes: float, kw: Mapping[s
             if library_sends_in_turn(setting.library) else None
         if hops is not None:                # the posts stay rounds; the bytes go hop by hop
             schedule = Schedule(schedule.rounds, hops * nbytes)
+        load = load._replace(pages=pinned_pages(collective, algorithm, p, nbytes, schedule, setting,
+                                                library_call))
         copies = copies_per_byte(collective, algorithm, setting.library)
         if copies != 1.0:
             schedule = Schedule(schedule.rounds, copies * schedule.bytes, schedule.reduced_bytes)
@@ -715,8 +742,10 @@ class Setting:
     ranks per node (``None``: one node's worth of cores each, so none are
     oversubscribed), the cores per node, and the inter-node parameters of a
     hierarchical all-reduce with the leaders' algorithm, the last-level
-    cache of a node in bytes (``None``: no spill term), and the node's copy
-    bandwidth by concurrent copies (``None``: no contention term)."""
+    cache of a node in bytes (``None``: no spill term), the node's copy
+    bandwidth by concurrent copies (``None``: no contention term), its
+    transparent-huge-page mode and the memory kind of the buffers (``thp`` None: no
+    page term; :func:`ddlcomm.model.node.small_page_part`)."""
 
     library: Optional[str] = None
     ranks_per_node: Optional[int] = None
@@ -725,6 +754,8 @@ class Setting:
     leaders_algorithm: str = "auto"
     cache: Optional[float] = None
     bandwidth: Optional[Bandwidth] = None
+    thp: Optional[str] = None
+    memory: Optional[str] = None
 
 
 def resolve(collective: str, algorithm: str, p: int, nbytes: float,

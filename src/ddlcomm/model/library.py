@@ -50,7 +50,7 @@ Library names are matched on what the harness records (``MPI_Get_library_version
 from __future__ import annotations
 
 import math
-from typing import Mapping, Optional, TypeVar
+from typing import Callable, Mapping, Optional, TypeVar
 
 from ..comm.native import gather_binomial
 from ..errors import UsageError
@@ -302,6 +302,41 @@ EAGER_LIMIT = {"open mpi": 4096}
 def eager_limit(library: Optional[str]) -> float:
     """``library``'s :data:`EAGER_LIMIT` (infinite when unknown, not given or not priced)."""
     return _per_library(EAGER_LIMIT, library, INF)
+
+
+#: The smallest message (bytes) the library moves between ranks of one node by a single
+#: copy, the receiver reading the sender's buffer (CMA: ``process_vm_readv``), which pins
+#: the sender's pages one by one (``alpha_page``, :func:`ddlcomm.model.costs.pinned_pages`).
+#: Open MPI: its rendezvous messages (:data:`EAGER_LIMIT`; ``smsc/cma``).  MPICH: its
+#: point-to-point messages from ``MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD`` (8 KiB), not its
+#: one-node shared-memory collectives.  On the 2-core EPYC a 2-rank gather of 1 MiB from
+#: huge pages took 38 µs against 86 µs from NumPy's small ones under Open MPI, 40 against
+#: 92 µs under MPICH; MPICH's broadcast and all-reduce (release_gather) and Gloo's
+#: collectives (TCP) took the same from either.
+SINGLE_COPY_FROM = {**EAGER_LIMIT, "mpich": 8192}
+
+
+def single_copy_from(library: Optional[str]) -> float:
+    """``library``'s :data:`SINGLE_COPY_FROM` (infinite when unknown or not given)."""
+    return _per_library(SINGLE_COPY_FROM, library, INF)
+
+
+#: Library -> {(collective, the cost model's algorithm): p -> whether the single copies on
+#: the critical path read a temporary the library mallocs (True) rather than the caller's
+#: buffer}: a binomial gather's inner ranks send their malloc'd subtree buffer, and the
+#: root's largest child is one from 4 ranks on.  Open MPI's other algorithms send from the
+#: caller's buffers (its ring and Rabenseifner all-reduce from the receive buffer, where
+#: they first copy the input); unlisted: the caller's.
+FROM_TEMPORARY: dict[str, dict[tuple[str, str], Callable[[int], bool]]] = {
+    "open mpi": {("gather", "binomial"): lambda p: p >= 4},
+    "mpich": {("gather", "binomial"): lambda p: p >= 4},
+}
+
+
+def from_temporary(library: Optional[str], collective: str, algorithm: str, p: int) -> bool:
+    """:data:`FROM_TEMPORARY` of the library's call (False where it lists none)."""
+    rule = _per_library(FROM_TEMPORARY, library, {}).get((collective, algorithm))
+    return bool(rule(p)) if rule is not None else False
 
 
 #: glibc's largest dynamic mmap threshold on 64-bit (``DEFAULT_MMAP_THRESHOLD_MAX``,

@@ -43,6 +43,14 @@ the copies, or where B is not known.
 Rendezvous: the messages on a call's critical path that the library sends by
 rendezvous on one node (``rndv``, ``costs.rendezvous_rounds``) cost ``alpha_rndv``
 more each: the handshake.
+
+Pages: a single copy between processes (``process_vm_readv``, Open MPI's ``smsc/cma``,
+MPICH's CMA) pins the sender's buffer page by page, so each 4 KiB page it reads costs
+``alpha_page`` besides its bytes, and a 2 MiB huge page next to nothing per byte.  On
+the second 2-core EPYC a 2 MiB message took 133 µs from 4 KiB pages and 41 µs from a
+huge page, whatever the receiver's pages (docs/benchmarks.md, "Pages of a single
+copy").  Which pages a buffer has is the node's (its transparent-huge-page mode) and
+its allocator's: :func:`small_page_part`.
 """
 from __future__ import annotations
 
@@ -51,6 +59,7 @@ from typing import Any, Mapping, NamedTuple, Optional
 import numpy as np
 
 from ..comm.native import Schedule
+from .library import FRESH_FROM
 
 
 class Load(NamedTuple):
@@ -75,6 +84,8 @@ class Load(NamedTuple):
     fresh: float = 0.0
     #: rounds whose messages go by rendezvous (``costs.rendezvous_rounds``)
     rndv: float = 0.0
+    #: 4 KiB pages the single copies on the critical path pin (``costs.pinned_pages``)
+    pages: float = 0.0
 
 
 def features(terms: Schedule, load: Optional[Load] = None) -> tuple[float, ...]:
@@ -82,7 +93,7 @@ def features(terms: Schedule, load: Optional[Load] = None) -> tuple[float, ...]:
 
         t = rounds·α + share·c·(bytes·β + reduced·γ + spill·(bytes + reduced)·β_spill)
             + over·(rounds·α_over + [per_byte]·(bytes + reduced)·β_over) + share·fresh·β_fault
-            + share·(bytes·β_core + reduced·γ_core) + rndv·α_rndv
+            + share·(bytes·β_core + reduced·γ_core) + rndv·α_rndv + share·pages·α_page
 
     with ``c`` the contention: every byte of copies that run at once costs c times one
     alone, those from memory (the part ``spill``) β_spill more.  Not only those from
@@ -94,16 +105,16 @@ def features(terms: Schedule, load: Optional[Load] = None) -> tuple[float, ...]:
     contended, Open MPI's all-reduce on the 16-core node, fitted on 2-8 ranks (c up to
     1.40), came out 14-73% slow at 12 and 16 (c 1.7-2.2).  A fresh page's first
     touch (``fresh``, β_fault) is the kernel's work: it shares the cores, not priced as a
-    copy among copies.
+    copy among copies; so is pinning a single copy's pages (``pages``, α_page).
     """
-    over, busy, spilled, per_byte, c, fresh, rndv = load or Load()
+    over, busy, spilled, per_byte, c, fresh, rndv, pages = load or Load()
     busy = max(1.0, busy)
     c = max(1.0, c)
     m = busy * c
     moved = terms.bytes + terms.reduced_bytes
     return (terms.rounds, m * terms.bytes, m * terms.reduced_bytes,
             over * terms.rounds, over * moved if per_byte else 0.0, m * spilled * moved,
-            busy * fresh, busy * terms.bytes, busy * terms.reduced_bytes, rndv)
+            busy * fresh, busy * terms.bytes, busy * terms.reduced_bytes, rndv, busy * pages)
 
 
 #: A node's copy bandwidth by concurrent copies: ((copies, bytes/s of all together), ...),
@@ -178,3 +189,48 @@ def oversubscription(ranks_per_node: int, cores: Optional[int], waiting: str = "
     if not cores or ranks_per_node <= cores:
         return 0.0
     return OVERSUBSCRIPTION[waiting](ranks_per_node, cores)
+
+
+#: Bytes of a small page, and of a huge page (x86-64's transparent huge pages).
+SMALL_PAGE = 4096
+HUGE_PAGE = 2 << 20
+#: NumPy asks for transparent huge pages (``madvise(MADV_HUGEPAGE)``) on every array data
+#: block of 4 MiB or more (``numpy/_core/src/multiarray/alloc.c``: ``size >= (1u<<22u)``).
+NUMPY_HUGEPAGE_FROM = 4 << 20
+#: Memory kinds (``ddlcomm.memory``) whose pages do not depend on the THP mode: ``hugepage``
+#: is aligned huge pages throughout, ``pageable`` small ones (``MADV_NOHUGEPAGE``), ``shared``
+#: a shared-memory file (small pages unless the kernel's shmem THP says otherwise).
+FIXED_PAGES = {"hugepage": 0.0, "pageable": 1.0, "shared": 1.0}
+
+
+def small_page_part(nbytes: float, thp: Optional[str], memory: Optional[str] = None,
+                    temporary: bool = False) -> float:
+    """The part of a buffer of ``nbytes`` on small pages, on a node whose transparent huge
+    pages are in mode ``thp`` (``always``, ``madvise``, ``never``; None: not known, then 0,
+    so that nothing is priced): ``memory`` is the kind of the benchmark's buffers (None or
+    ``numpy``: NumPy's allocator), ``temporary`` a block the C library mallocs instead.
+
+    Huge pages back NumPy's blocks from :data:`NUMPY_HUGEPAGE_FROM` where THP is ``always``
+    or ``madvise``, any block of at least a huge page where it is ``always``.  A block
+    glibc maps afresh (from :data:`ddlcomm.model.library.FRESH_FROM`) gets them on its 2 MiB-aligned interior:
+    what lies before and after, a huge page's worth on average, stays small (HUGE_PAGE /
+    n).  A smaller one comes, from the second of its size on, from the heap (glibc raises
+    its mmap threshold to a freed mapping's size), whose ranges NumPy has advised already:
+    huge throughout, as a benchmark that allocates each point's buffers anew, and keeps
+    the fastest of its runs, sees.  On the 2-core EPYC (``madvise``) a 2-rank Open MPI
+    broadcast of 4 MiB took 79 µs from huge pages, 261 µs from small ones, 170-175 µs
+    from a first, freshly mapped NumPy array (half of it small) and 79 µs in the committed
+    sweep's fastest run."""
+    if thp is None:
+        return 0.0
+    if memory in FIXED_PAGES:
+        return FIXED_PAGES[memory]
+    if thp == "always":
+        huge_from = HUGE_PAGE
+    elif thp == "madvise" and not temporary and memory in (None, "numpy"):
+        huge_from = NUMPY_HUGEPAGE_FROM
+    else:
+        return 1.0
+    if nbytes < huge_from:
+        return 1.0
+    return min(1.0, HUGE_PAGE / nbytes) if nbytes >= FRESH_FROM else 0.0

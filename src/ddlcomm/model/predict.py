@@ -8,6 +8,7 @@ from typing import Callable, Mapping, Optional, Sequence
 from ..errors import UsageError
 from ..units import format_size
 from . import costs
+from .calibrate import memory_of
 from .costs import Params, Setting
 
 
@@ -44,13 +45,17 @@ def predict(collective: str, algorithm: str, ranks: Sequence[int], sizes: Sequen
             group = fit.select(lookup, algorithm, n, **want)
             p_n, library, host_cores = group.params, group.key.get("library"), group.cores
             regime, cache = group.key.get("regime"), fit.cache_of(group)
+            placement = group.key.get("placement")
         else:
             p_n, library, host_cores, cache = params, want.get("library"), None, None
+            placement = want.get("placement")
         setting = Setting(library=library, ranks_per_node=ranks_per_node,
                           cores=cores if cores is not None else host_cores,
                           inter=inter, leaders_algorithm=leaders,
                           cache=cache,
-                          bandwidth=fit.bandwidth if fit is not None else None)
+                          bandwidth=fit.bandwidth if fit is not None else None,
+                          thp=fit.thp if fit is not None else None,
+                          memory=memory_of(placement))
         for p in ranks:
             if collective == "ps" and fit is not None:
                 t = costs.ps_time(fit, algorithm, p, n, setting, **want)

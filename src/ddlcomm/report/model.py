@@ -126,7 +126,8 @@ def render_fit(fit, residuals: bool = False) -> str:
               if bandwidth else "not measured (no contention term)")
     parts.append(f"weighting: {fit.meta.get('weighting')}; metric: {fit.meta.get('metric')}; "
                  f"cache: {_cache(fit, cache)}; "
-                 f"copy bandwidth by concurrent copies: {copies}")
+                 f"copy bandwidth by concurrent copies: {copies}; "
+                 f"transparent huge pages: {fit.thp or 'not known (no page term)'}")
     parts.append(render_summary(fit))
     notes = fit.meta.get("notes") or []
     if notes:

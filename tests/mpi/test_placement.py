@@ -71,6 +71,23 @@ def test_workloads_in_a_memory_kind(mpi, tmp_path):
     assert all(p["memory"] == "hugepage" and p["pages"]["huge_kb"] > 0 for p in points)
 
 
+def test_numpys_arrays_record_each_ranks_huge_pages(mpi, tmp_path):
+    """Without --memory a point records, rank by rank, the part of its NumPy arrays on huge
+    pages (PAGEMAP_SCAN), where the kernel can say: none below NumPy's 4 MiB."""
+    from ddlcomm.memory import pagescan
+    _, points = bench(mpi, tmp_path / "n.db", "--collective", "broadcast,allreduce",
+                      "--sizes", "1MiB,16MiB", "--form", "buffer", "--ranks", "2", "--iters", "3")
+    assert {p["check"] for p in points} == {"passed"} and len(points) == 4
+    if pagescan.huge_share([]) is None:
+        assert all(p["pages"] == {"memory": "numpy"} for p in points)
+        pytest.skip("this kernel has no PAGEMAP_SCAN (Linux 6.7 and later)")
+    for p in points:
+        shares = p["pages"]["huge_share_ranks"]
+        assert len(shares) == 2 and all(0.0 <= s <= 1.0 for s in shares), p["pages"]
+        if p["bytes"] < 4 << 20:
+            assert shares == [0.0, 0.0]
+
+
 def test_c_buffer_object_in_hugepages(mpi, tmp_path):
     _, points = bench(mpi, tmp_path / "m.db", "--impl", "c,buffer,object", "--memory", "hugepage",
                       "--collective", "broadcast,gather,allreduce", "--sizes", "4MiB",

@@ -18,7 +18,7 @@ import pytest
 from ddlcomm import memory
 from ddlcomm.dtypes import get_dtype
 from ddlcomm.errors import UnsupportedError, UsageError
-from ddlcomm.memory import hbw, numa, shared, smaps, vm
+from ddlcomm.memory import hbw, numa, pagescan, shared, smaps, vm
 from ddlcomm.memory.gpu import cuda_available
 
 MiB = 1 << 20
@@ -143,6 +143,29 @@ def test_hugepage_rounds_up_to_whole_huge_pages():
     with memory.allocate("hugepage", 3 * MiB) as buf:
         written(buf)
         assert buf.placement()["mapped_kb"] == 4 * 1024
+
+
+# -- the pages of one range (PAGEMAP_SCAN) ------------------------------------------------------
+
+def test_pagescan_tells_huge_pages_from_small_ones_in_one_range():
+    """``pagescan.huge_share`` reads one range's pages, not its mapping's: a pageable buffer
+    none huge, a hugepage one all (THP), a NumPy array's untouched tail not counted."""
+    with memory.allocate("pageable", 8 * MiB) as small:
+        written(small)
+        share = pagescan.huge_share([(small.address, small.nbytes)])
+    if share is None:
+        pytest.skip("this kernel has no PAGEMAP_SCAN (Linux 6.7 and later)")
+    assert share == 0.0
+    if vm.thp_mode() in (None, "never"):
+        pytest.skip("THP is not enabled: no huge pages to tell apart")
+    with memory.allocate("hugepage", 8 * MiB) as huge:
+        written(huge)
+        assert pagescan.huge_share([(huge.address, huge.nbytes)]) == 1.0
+        assert pagescan.huge_bytes([(huge.address, MiB), (huge.address + 4 * MiB, MiB)]) == (2 * MiB, 2 * MiB)
+    with memory.allocate("pageable", 4 * MiB) as part:
+        part.array(np.uint8, MiB)[:] = 1                  # the first quarter present
+        assert pagescan.huge_bytes([(part.address, part.nbytes)]) == (0, MiB)
+    assert pagescan.huge_share([]) == 0.0
 
 
 # -- numa ------------------------------------------------------------------------------------

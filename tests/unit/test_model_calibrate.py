@@ -132,6 +132,16 @@ def test_recovers_the_cost_of_a_single_copys_small_pages():
     assert cal.Fit.from_dict(json.loads(json.dumps(fit.to_dict()))).thp == "madvise"
     unknown = cal.calibrate([dict(pt, host_thp=None) for pt in points])
     assert unknown.thp is None and unknown.groups[0].params.alpha_page == 0
+    # where a point recorded its ranks' huge pages, they decide, whatever its size
+    measured = []
+    for i, pt in enumerate(points):
+        share = (0.2, 0.9, 0.5)[i % 3]
+        t = costs.time("broadcast", "library", pt["ranks"], pt["bytes"], true,
+                       Setting(library="Open MPI", ranks_per_node=pt["ranks"], cores=16,
+                               thp="madvise", huge_share=share))
+        measured.append(dict(pt, t_p50_us=t * 1e6, pages={"memory": "numpy", "huge_share_ranks": [share] * 2}))
+    (g,) = cal.calibrate(measured).groups
+    assert g.params.alpha_page == pytest.approx(1.5e-7, rel=1e-6) and g.max_rel_err < 1e-6
 
 
 def test_points_take_their_runs_cores_and_thp_mode():
@@ -142,6 +152,8 @@ def test_points_take_their_runs_cores_and_thp_mode():
         [(16, "madvise", "a.db"), (2, None, "a.db"), (None, None, "a.db")]
     assert cal.memory_of("host,memory=hugepage,bind=core") == "hugepage"
     assert cal.memory_of("host,bind=core") is None and cal.memory_of(None) is None
+    assert cal.huge_share_of({"pages": {"memory": "numpy", "huge_share_ranks": [0.5, 1.0, None]}}) == 0.75
+    assert cal.huge_share_of({"pages": {"memory": "numpy"}}) is None and cal.huge_share_of({}) is None
 
 
 def test_without_contention_the_core_terms_are_left_out():

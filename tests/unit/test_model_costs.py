@@ -631,6 +631,9 @@ def test_the_small_pages_of_a_buffer_by_the_nodes_thp_mode_and_its_allocator():
     assert part(mib, "madvise", "hugepage") == 0.0
     assert part(64 * mib, "madvise", "pageable") == part(64 * mib, "always", "shared") == 1.0
     assert part(16 * mib, "madvise", "numa:0") == 1.0               # an mmap NumPy did not advise
+    # what a point measured decides for the benchmark's buffers, not for the library's own
+    assert part(4 * mib, "madvise", huge_share=0.5) == part(mib, None, huge_share=0.5) == 0.5
+    assert part(4 * mib, "madvise", temporary=True, huge_share=1.0) == 1.0
 
 
 def test_a_single_copy_pins_the_senders_small_pages():

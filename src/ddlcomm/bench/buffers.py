@@ -1,7 +1,10 @@
 """Benchmark buffers in the memory kind a run asks for, and what their pages got.
 
 Without ``--memory`` buffers come from NumPy's own allocator (recorded as
-``numpy``: it asks the kernel for transparent huge pages on large arrays).
+``numpy``: it asks the kernel for transparent huge pages on large arrays, which
+cover a fresh array's 2 MiB-aligned interior only; the part of them on huge
+pages is recorded, each rank's, as ``huge_share_ranks`` where the kernel can say,
+:mod:`ddlcomm.memory.pagescan`).
 With it, every send and receive buffer of a point comes from
 :mod:`ddlcomm.memory`, is read back after the point (huge pages, NUMA node)
 and freed when the point is done.
@@ -12,11 +15,12 @@ from the device tensors around the untimed check (:class:`DeviceCopies`).
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Optional
 
 import numpy as np
 
-from ..memory import allocate, kind
+from ..memory import allocate, kind, pagescan
 from ..collectives import numpy_alloc
 from ..dtypes import DType, dtype_of
 from ..memory.gpu import copy_in, copy_out
@@ -29,6 +33,8 @@ class PointBuffers:
         self.memory = memory
         self.hbw_fallback = hbw_fallback
         self._held: list = []
+        #: NumPy's arrays of this point (memory None), for their pages
+        self._arrays: list = []
         #: buffers are device tensors (host arrays are only the fill/verify copies)
         self.on_device = memory is not None and kind(memory).on_device
 
@@ -40,7 +46,10 @@ class PointBuffers:
     def alloc(self, dtype: DType, count: int) -> np.ndarray:
         """A host array: of the memory kind, or NumPy's when the kind is a device's."""
         if self.memory is None or self.on_device:
-            return numpy_alloc(dtype, count)
+            array = numpy_alloc(dtype, count)
+            if self.memory is None:
+                self._arrays.append(weakref.ref(array))
+            return array
         return self._allocate(dtype, count).array(dtype.numpy, count)
 
     def tensor(self, dtype: DType, count: int) -> Any:
@@ -52,9 +61,12 @@ class PointBuffers:
         return DeviceCopies(self) if self.on_device else None
 
     def placement(self) -> dict:
-        """What the first buffer's pages really got (call after it was written)."""
+        """What the first buffer's pages really got (call after it was written); of NumPy's
+        arrays, the part of all this point's live ones on huge pages (where the kernel says)."""
         if not self._held:
-            return {"memory": "numpy"}
+            arrays = [a for a in (ref() for ref in self._arrays) if a is not None]
+            share = pagescan.huge_share((a.ctypes.data, a.nbytes) for a in arrays) if arrays else None
+            return {"memory": "numpy", **({"huge_share": share} if share is not None else {})}
         return self._held[0].placement()
 
     def free(self) -> None:

@@ -141,6 +141,13 @@ def memory_of(placement: Optional[str]) -> Optional[str]:
     return None
 
 
+def huge_share_of(point: Mapping[str, Any]) -> Optional[float]:
+    """The mean over ranks of the part of a point's NumPy arrays on huge pages, as the
+    harness measured it (its ``pages``' ``huge_share_ranks``); None where not recorded."""
+    shares = [s for s in ((point.get("pages") or {}).get("huge_share_ranks") or ()) if s is not None]
+    return sum(shares) / len(shares) if shares else None
+
+
 def ranks_per_host(point: Mapping[str, Any]) -> Optional[int]:
     """The most ranks of a point on one host (each container is a host of its own: MPICH
     then runs no shared-memory collectives across them); None where not recorded (a
@@ -304,7 +311,7 @@ def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "p50", shared: 
             terms, load = costs.priced(coll, name, ranks, nbytes, kw, ranks,
                                        Setting(library=lib, cores=p.get("host_cores"), cache=cache,
                                                bandwidth=bandwidth, thp=p.get("host_thp"),
-                                               memory=p.get("memory")),
+                                               memory=p.get("memory"), huge_share=huge_share_of(p)),
                                        library_call=alg == "library")
         except UsageError:
             continue                                   # an algorithm the model cannot price

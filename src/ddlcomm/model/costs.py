@@ -582,7 +582,8 @@ def pinned_pages(collective: str, algorithm: str, p: int, nbytes: float, terms: 
     copied = terms.bytes if messages is None else \
         sum(size * count for size, count in messages(p, nbytes) if size >= start)
     temporary = library_call and from_temporary(setting.library, collective, algorithm, p)
-    return copied * small_page_part(nbytes, setting.thp, setting.memory, temporary) / SMALL_PAGE
+    return copied * small_page_part(nbytes, setting.thp, setting.memory, temporary,
+                                    setting.huge_share) / SMALL_PAGE
 
 
 def _binomial_gather_rounds(p: int) -> list[tuple[float, int]]:
@@ -744,8 +745,9 @@ class Setting:
     hierarchical all-reduce with the leaders' algorithm, the last-level
     cache of a node in bytes (``None``: no spill term), the node's copy
     bandwidth by concurrent copies (``None``: no contention term), its
-    transparent-huge-page mode and the memory kind of the buffers (``thp`` None: no
-    page term; :func:`ddlcomm.model.node.small_page_part`)."""
+    transparent-huge-page mode, the memory kind of the buffers and the part of them
+    measured on huge pages (``thp`` and ``huge_share`` None: no page term;
+    :func:`ddlcomm.model.node.small_page_part`)."""
 
     library: Optional[str] = None
     ranks_per_node: Optional[int] = None
@@ -756,6 +758,7 @@ class Setting:
     bandwidth: Optional[Bandwidth] = None
     thp: Optional[str] = None
     memory: Optional[str] = None
+    huge_share: Optional[float] = None
 
 
 def resolve(collective: str, algorithm: str, p: int, nbytes: float,

@@ -204,11 +204,13 @@ FIXED_PAGES = {"hugepage": 0.0, "pageable": 1.0, "shared": 1.0}
 
 
 def small_page_part(nbytes: float, thp: Optional[str], memory: Optional[str] = None,
-                    temporary: bool = False) -> float:
+                    temporary: bool = False, huge_share: Optional[float] = None) -> float:
     """The part of a buffer of ``nbytes`` on small pages, on a node whose transparent huge
     pages are in mode ``thp`` (``always``, ``madvise``, ``never``; None: not known, then 0,
     so that nothing is priced): ``memory`` is the kind of the benchmark's buffers (None or
     ``numpy``: NumPy's allocator), ``temporary`` a block the C library mallocs instead.
+    ``huge_share``: the part of the benchmark's buffers on huge pages, as a point measured
+    it (``ddlcomm.memory.pagescan``); it decides for them where given.
 
     Huge pages back NumPy's blocks from :data:`NUMPY_HUGEPAGE_FROM` where THP is ``always``
     or ``madvise``, any block of at least a huge page where it is ``always``.  A block
@@ -221,6 +223,8 @@ def small_page_part(nbytes: float, thp: Optional[str], memory: Optional[str] = N
     broadcast of 4 MiB took 79 µs from huge pages, 261 µs from small ones, 170-175 µs
     from a first, freshly mapped NumPy array (half of it small) and 79 µs in the committed
     sweep's fastest run."""
+    if huge_share is not None and not temporary:
+        return 1.0 - huge_share
     if thp is None:
         return 0.0
     if memory in FIXED_PAGES:

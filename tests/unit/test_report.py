@@ -286,3 +286,20 @@ def test_a_run_failed_by_its_checks_alone_is_not_called_cut_short(points, tmp_pa
     page = write_run_report(crashed, [p for p in points if p["check"] == "passed"],
                             tmp_path / "c").read_text()
     assert "the run is <b>failed</b>: ranks ended with exit code 3 during gather" in page
+
+
+def test_points_whose_arrays_were_partly_on_huge_pages_are_named(points, tmp_path):
+    """A size whose NumPy arrays some rank had partly on huge pages gets one line under its
+    table (and in the report): its time depends on where the allocator put them."""
+    def pages(share):
+        return {"memory": "numpy", "huge_share_ranks": share}
+    marked = [dict(p, extra={**p["extra"], "pages": pages([0.5, 1.0] if p["bytes"] == 16 << 20
+                                                             else [0.0, 0.0])})
+              for p in points if p["collective"] == "broadcast"]
+    text = render_points(marked)
+    assert "pages (2 points: 16MiB buffer, 16MiB object): NumPy's arrays 50-100% on huge pages" in text
+    assert "--memory hugepage or pageable" in text
+    assert "pages (" not in render_points([dict(p, extra={"pages": pages([1.0, 1.0])}) for p in marked])
+    assert "pages (" not in render_points(points)                  # nothing recorded: nothing said
+    page = write_run_report(RUN, marked, tmp_path / "r").read_text()
+    assert "<b>pages</b><ul><li>pages (2 points: 16MiB buffer, 16MiB object)" in page

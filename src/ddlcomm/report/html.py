@@ -22,7 +22,7 @@ from ..results.store import ENDINGS
 from ..units import counted, format_size
 from . import plots
 from .tables import (EXTRA_COLUMNS, RATIO_COLUMNS, Point, avg_busbw, format_gbps, format_when,
-                     group_by_collective, heading, noise_notes, points_table, run_warnings,
+                     group_by_collective, heading, noise_notes, pages_note, points_table, run_warnings,
                      series_key, varying_dimensions)
 
 #: The CSV of the run's points, written beside index.html.
@@ -188,12 +188,14 @@ def _headline(points: Sequence[Point]) -> str:
 
 
 def _notes(points: Sequence[Point]) -> str:
-    """The noise markers' legend with the points they flag, visibly under the table."""
-    notes = noise_notes(points)
-    if not notes:
-        return ""
-    items = "".join(f"<li>{escape(n)}</li>" for n in notes)
-    return f'<div class="warn"><b>noise</b><ul>{items}</ul></div>'
+    """The noise markers' legend with the points they flag, and the points whose arrays
+    were partly on huge pages (:func:`pages_note`), visibly under the table."""
+    blocks = []
+    for title, notes in (("noise", noise_notes(points)), ("pages", [pages_note(points)])):
+        items = "".join(f"<li>{escape(n)}</li>" for n in notes if n)
+        if items:
+            blocks.append(f'<div class="warn"><b>{title}</b><ul>{items}</ul></div>')
+    return "".join(blocks)
 
 
 def _figures(points: Sequence[Point], collective: str, out_dir: Path,

@@ -287,6 +287,33 @@ def noise_notes(points: Sequence[Point]) -> list[str]:
     return notes
 
 
+#: A rank's NumPy arrays count as partly on huge pages between these parts.
+PARTLY_HUGE = (0.02, 0.98)
+
+
+def pages_note(points: Sequence[Point]) -> str:
+    """One line naming the points whose NumPy arrays were partly on huge pages at some rank
+    (their ``pages``' ``huge_share_ranks``), ``""`` where none was: there a single copy
+    between processes costs several times more from the small part, so such a size's time
+    depends on where the allocator put the arrays."""
+    varying = varying_dimensions(points)
+    which, shares = [], []
+    for p in sorted(points, key=lambda p: p.get("bytes") or 0):
+        pages = dimension_value(p, "pages") or {}
+        ranks = [s for s in (pages.get("huge_share_ranks") or ()) if s is not None]
+        if any(PARTLY_HUGE[0] < s < PARTLY_HUGE[1] for s in ranks):
+            which.append(f"{format_size(int(p.get('bytes') or 0))} {series_key(p, varying)}".strip())
+            shares += ranks
+    if not which:
+        return ""
+    listed = ", ".join(which[:8]) + (f", ... ({len(which) - 8} more)" if len(which) > 8 else "")
+    low, high = f"{min(shares) * 100:.0f}", f"{max(shares) * 100:.0f}"
+    return (f"pages ({counted(len(which), 'point')}: {listed}): NumPy's arrays "
+            f"{low if low == high else low + '-' + high}% on huge pages; an MPI's single copy "
+            "costs several times more from small pages, so such times vary with where the "
+            "arrays fell (--memory hugepage or pageable fixes them)")
+
+
 def avg_busbw(points: Sequence[Point]) -> list[tuple[str, float, int]]:
     """nccl-tests' "avg bus bandwidth" of one collective's points, per series:
     (series name, mean busbw in GB/s over its sizes above 0 bytes, number of sizes).
@@ -320,8 +347,9 @@ def render_points(points: Iterable[Point]) -> str:
     """One table per collective (first-seen order), each under a ``# heading`` line.
 
     Under each table: its avg bus bandwidth per series (nccl-tests' headline),
-    a legend line per noise marker raised (:func:`noise_notes`), and the
-    points that recorded an error.
+    a legend line per noise marker raised (:func:`noise_notes`), the points whose
+    arrays were partly on huge pages (:func:`pages_note`), and the points that
+    recorded an error.
     """
     blocks = []
     for group in group_by_collective(points).values():
@@ -331,6 +359,7 @@ def render_points(points: Iterable[Point]) -> str:
         block = [f"# {heading(group, varying)}", format_table(headers, rows, right)]
         block += [f"# {line}" for line in [format_avg_busbw(group)] if line]
         block += [f"  noise {note}" for note in noise_notes(group)]
+        block += [f"  {note}" for note in [pages_note(group)] if note]
         block += _errors(group, varying)
         blocks.append("\n".join(block))
     return "\n\n".join(blocks) if blocks else "(no points)"

@@ -60,14 +60,20 @@ class PointBuffers:
         """The device side of a point whose buffers live on the device, else None."""
         return DeviceCopies(self) if self.on_device else None
 
-    def placement(self) -> dict:
-        """What the first buffer's pages really got (call after it was written); of NumPy's
-        arrays, the part of all this point's live ones on huge pages (where the kernel says)."""
-        if not self._held:
-            arrays = [a for a in (ref() for ref in self._arrays) if a is not None]
-            share = pagescan.huge_share((a.ctypes.data, a.nbytes) for a in arrays) if arrays else None
-            return {"memory": "numpy", **({"huge_share": share} if share is not None else {})}
-        return self._held[0].placement()
+    def placement(self, comm) -> dict:
+        """What the first buffer's pages really got (call after it was written, on every
+        rank of ``comm``: rank 0's record gets it); of NumPy's arrays, each rank's part of its
+        live ones on huge pages, in rank order (``huge_share_ranks``), where the kernel says:
+        a single copy's cost follows the sender's pages (the cost model's ``alpha_page``)."""
+        if self._held:
+            return self._held[0].placement()
+        arrays = [a for a in (ref() for ref in self._arrays) if a is not None]
+        share = pagescan.huge_share((a.ctypes.data, a.nbytes) for a in arrays) if arrays else None
+        shares = comm.gather_object(share, root=0)
+        pages: dict[str, Any] = {"memory": "numpy"}
+        if comm.rank == 0 and any(s is not None for s in shares):
+            pages["huge_share_ranks"] = shares
+        return pages
 
     def free(self) -> None:
         for buf in self._held:

@@ -62,7 +62,7 @@ def measure_c(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
             check = verdict(comm, coll.verify(coll.result_of(send, recv), expected, dtype))
         times, iterations, warmup = timing.calibrate(comm, timed, plan.budget_s, plan.iters,
                                                      plan.warmup)
-        pages = bufs.placement()
+        pages = bufs.placement(comm)
         extra = {"pages": pages}
         if op is not None and count:          # the floor the buffer form's points have
             extra["add_us"] = timing.add_us(comm, op, dtype, count, bufs.alloc, plan.budget_s / 4)

@@ -71,7 +71,7 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
             check = verdict(comm, coll.verify(prepared.result(), expected, dtype))
         times, iterations, warmup = timing.calibrate(comm, timing.calls(comm, prepared.run),
                                                      plan.budget_s, plan.iters, plan.warmup)
-        pages = ranks_pages(comm, bufs.placement())
+        pages = bufs.placement(comm)
         extra.update(call_facts(comm, prepared))
         del prepared                      # its views die with the buffers
         if op is not None and spec.form == "buffer" and count:
@@ -89,18 +89,6 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
                               extra={"pages": pages, "algorithm_run": algorithm, **extra})
 
 
-def ranks_pages(comm, pages: dict) -> dict:
-    """A rank's page facts (:meth:`PointBuffers.placement`) with every rank's part of its
-    NumPy arrays on huge pages in rank order (``huge_share_ranks``) at rank 0, where the
-    kernel says: a single copy's cost follows the sender's pages (the cost model's
-    ``alpha_page``)."""
-    pages = dict(pages)
-    shares = comm.gather_object(pages.pop("huge_share", None), root=0)
-    if comm.rank == 0 and any(share is not None for share in shares):
-        pages["huge_share_ranks"] = shares
-    return pages
-
-
 def call_facts(comm, prepared) -> dict:
     """What every rank's bound call says it ran (kernel, transports, kind look-ups),
     merged at rank 0 like the backends' facts (the others get {})."""
@@ -116,7 +104,7 @@ def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
             out[...] = 0
             return out
         records = get_workload(spec.name).measure(comm, plan, spec, alloc)
-        pages = ranks_pages(comm, bufs.placement())
+        pages = bufs.placement(comm)
     facts = backend_facts(comm)
     for record in records:
         record["extra"].update(facts, pages=pages)

@@ -259,7 +259,8 @@ def bcast_release_gather(p: int, nbytes: float) -> Schedule:
 # the same time, each its own message: a level costs one n of bytes on the critical
 # path (the cores they share are the ``share`` of :data:`ACTIVE`), while the posts,
 # one α each, follow one another.  On one node, though, Open MPI's parents were
-# measured to send in turn, with single copy (CMA) selected (why is not established):
+# measured to send in turn, with single copy (CMA) selected (part of why: children reading
+# one parent's small pages at once wait for each other, ``library.SENDS_IN_TURN``):
 # :func:`priced` applies :func:`sends_in_turn` where :data:`~.library.SENDS_IN_TURN` says so.
 #
 # Each tree's shape is (rounds, depth, widest): the most posts ahead of and

@@ -258,8 +258,11 @@ def copies_alone(library: Optional[str]) -> bool:
 #: memory cost next to nothing from 16 MiB (1.25x at 8 ranks); its broadcast's
 #: held-out/fitted median error is 13.6%/13.2% priced in turn, 31.1%/18.3% at once.  On
 #: the 2-core machine (CMA selected too) the two are about alike: 11.2%/9.2% in turn,
-#: 11.1%/8.2% at once.  Why the sends go in turn is not established (a guess: the parent
-#: waits for each child's completion in order).
+#: 11.1%/8.2% at once.  Part of why, measured on the second 2-core EPYC: two children
+#: copying from one parent's buffer at once (single copy) partly wait for each other where
+#: its pages are small, each pinning them (a forced linear broadcast at 3 ranks took 1.5x
+#: the 2-rank one from small pages, 1.1-1.2x from huge ones in cache; docs/benchmarks.md,
+#: "Pages of a single copy").
 SENDS_IN_TURN = {"open mpi": True, "mpich": False, "gloo": False}
 
 

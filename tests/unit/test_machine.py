@@ -14,6 +14,7 @@ import pytest
 from ddlcomm import machine
 from ddlcomm.bench import runs
 from ddlcomm.machine import cma, cpus, features, gpus, mpi, probe, ram
+from ddlcomm.memory import pagescan
 from ddlcomm.memory import vm
 from ddlcomm.memory.gpu import gpu_of
 from ddlcomm.report.machine import render_info
@@ -87,6 +88,10 @@ def test_memory_facts_from_files(tmp_path):
     assert f["hugetlb"]["total"] == 8
     no_thp = ram.facts(str(tmp_path / "meminfo"), str(tmp_path / "absent"))["thp"]
     assert no_thp == {"enabled": None, "defrag": None}
+    # which pages of one range are huge: this kernel can say, or says why not
+    scan = f["page_scan"]
+    assert scan["available"] is (pagescan.huge_share([]) is not None), scan
+    assert scan["available"] or "PAGEMAP_SCAN" in scan["reason"]
 
 
 def test_hugetlb_pools(tmp_path):

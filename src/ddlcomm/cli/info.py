@@ -16,6 +16,8 @@ FIELDS = """\
             numa: [{node, cpus, memory_bytes, memory_allowed}]
   memory    total_bytes, available_bytes, thp {enabled, defrag}, hugetlb {page_bytes, total, free,
             pools: [{page_bytes, total, free}]}, shm {path, size_bytes, free_bytes},
+            page_scan {available | reason}: whether points can record which pages of NumPy's
+            arrays are huge (the kernel's PAGEMAP_SCAN),
             copy_bandwidth (with --memory-bandwidth): {by_copiers: {k: bytes/s copied by k
             processes at once, together}, bytes_per_copier, reps, rounds, cpus, seconds}
   mpi       the MPI of this environment (mpi4py's library, asked in a child process that

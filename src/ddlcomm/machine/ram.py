@@ -4,11 +4,12 @@ What the memory kinds (``hugepage``, ``shared``) will get here.  Reads files onl
 through :mod:`ddlcomm.memory.vm`'s readers."""
 from __future__ import annotations
 
+import ctypes
 import os
 from pathlib import Path
 from typing import Any
 
-from ..memory import vm
+from ..memory import pagescan, vm
 
 THP_DIR = "/sys/kernel/mm/transparent_hugepage"
 HUGETLB_DIR = Path("/sys/kernel/mm/hugepages")
@@ -47,9 +48,22 @@ def shm_bytes(path: str = "/dev/shm") -> dict[str, Any]:
             "free_bytes": st.f_bavail * st.f_frsize}
 
 
+def page_scan() -> dict[str, Any]:
+    """Whether this process can tell which pages of one range are huge (the kernel's
+    ``PAGEMAP_SCAN``, :mod:`ddlcomm.memory.pagescan`): then every point records its ranks'
+    part of NumPy's arrays on huge pages (``pages.huge_share_ranks``)."""
+    probe = bytearray(4096)
+    address = (ctypes.c_char * len(probe)).from_buffer(probe)
+    if pagescan.huge_share([(ctypes.addressof(address), len(probe))]) is None:
+        return {"available": False, "reason": "the kernel has no PAGEMAP_SCAN (Linux 6.7 and later): "
+                                              "points record no huge pages of NumPy's arrays"}
+    return {"available": True}
+
+
 def facts(meminfo_path: str = "/proc/meminfo", thp_dir: str = THP_DIR) -> dict[str, Any]:
     """``total_bytes``, ``available_bytes``, ``thp`` (``enabled`` and ``defrag`` modes,
-    None without THP), ``hugetlb`` (default pool, and ``pools`` per page size), ``shm``."""
+    None without THP), ``hugetlb`` (default pool, and ``pools`` per page size), ``shm``,
+    ``page_scan`` (:func:`page_scan`)."""
     mi = vm.meminfo(meminfo_path)
     kib = {k: mi[k] * 1024 if k in mi else None for k in ("MemTotal", "MemAvailable")}
     return {
@@ -58,4 +72,5 @@ def facts(meminfo_path: str = "/proc/meminfo", thp_dir: str = THP_DIR) -> dict[s
         "thp": {"enabled": vm.thp_mode(f"{thp_dir}/enabled"), "defrag": vm.thp_mode(f"{thp_dir}/defrag")},
         "hugetlb": dict(hugetlb(mi), pools=hugetlb_pools()),
         "shm": shm_bytes(),
+        "page_scan": page_scan(),
     }

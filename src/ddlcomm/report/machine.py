@@ -46,6 +46,8 @@ def _memory(m: Facts) -> list[str]:
             f"transparent huge pages: enabled={thp.get('enabled') or 'absent'}, "
             f"defrag={thp.get('defrag') or 'absent'}",
             f"hugetlb: {pools}",
+            f"which pages of one array are huge (PAGEMAP_SCAN; each point's huge_share_ranks): "
+            f"{_avail(m.get('page_scan') or {})}",
             f"{shm.get('path', '/dev/shm')}: " + (f"{_size(shm.get('size_bytes'))} ({_size(shm.get('free_bytes'))} free)"
                                                  if shm.get("available") else f"unavailable ({shm.get('reason')})")
             ] + _copy_bandwidth(m.get("copy_bandwidth"))

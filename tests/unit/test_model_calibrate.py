@@ -132,6 +132,8 @@ def test_recovers_the_cost_of_a_single_copys_small_pages():
     assert cal.Fit.from_dict(json.loads(json.dumps(fit.to_dict()))).thp == "madvise"
     unknown = cal.calibrate([dict(pt, host_thp=None) for pt in points])
     assert unknown.thp is None and unknown.groups[0].params.alpha_page == 0
+    assert cal.calibrate(points + [dict(points[0], host_thp=None, run_id=99)]).thp == "madvise"
+    assert cal.calibrate(points + [dict(points[0], host_thp="never", run_id=99)]).thp is None
     # where a point recorded its ranks' huge pages, they decide, whatever its size
     measured = []
     for i, pt in enumerate(points):

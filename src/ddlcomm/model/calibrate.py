@@ -490,7 +490,7 @@ class Fit:
     @property
     def thp(self) -> Optional[str]:
         """The transparent-huge-page mode of the machine the fit's points ran on (None where
-        they did not say, or disagreed: then no page term, :class:`~ddlcomm.model.costs.Setting`)."""
+        none said, or they disagreed: then no page term, :class:`~ddlcomm.model.costs.Setting`)."""
         return self.meta.get("thp") or None
 
     @property
@@ -604,7 +604,7 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}", f"choose from {', '.join(METRICS)}")
     points = list(points)
-    thp_modes = {p.get("host_thp") for p in points}
+    thp_modes = {p.get("host_thp") for p in points} - {None}
     by_cache = {size: combine_rows(make_rows(points, metric, shared, split, holdout, size, bandwidth),
                                    combine) for size in cache_candidates(cache)}
     rows = by_cache[cache]

@@ -214,15 +214,14 @@ def small_page_part(nbytes: float, thp: Optional[str], memory: Optional[str] = N
 
     Huge pages back NumPy's blocks from :data:`NUMPY_HUGEPAGE_FROM` where THP is ``always``
     or ``madvise``, any block of at least a huge page where it is ``always``.  A block
-    glibc maps afresh (from :data:`ddlcomm.model.library.FRESH_FROM`) gets them on its 2 MiB-aligned interior:
-    what lies before and after, a huge page's worth on average, stays small (HUGE_PAGE /
-    n).  A smaller one comes, from the second of its size on, from the heap (glibc raises
-    its mmap threshold to a freed mapping's size), whose ranges NumPy has advised already:
-    huge throughout, as a benchmark that allocates each point's buffers anew, and keeps
-    the fastest of its runs, sees.  On the 2-core EPYC (``madvise``) a 2-rank Open MPI
-    broadcast of 4 MiB took 79 µs from huge pages, 261 µs from small ones, 170-175 µs
-    from a first, freshly mapped NumPy array (half of it small) and 79 µs in the committed
-    sweep's fastest run."""
+    glibc maps afresh (from :data:`ddlcomm.model.library.FRESH_FROM`) gets them on its
+    2 MiB-aligned interior: what lies before and after, a huge page's worth on average,
+    stays small (HUGE_PAGE / n).  Below that it is priced all huge, the case of the fastest
+    of a point's runs, which the fit keeps: one served from a heap range NumPy has advised.
+    A fresh one is not (a 4 MiB array half small): on the 2-core EPYC (``madvise``) a
+    2-rank Open MPI broadcast of 4 MiB took 79 µs from huge pages, 261 µs from small ones,
+    166-213 µs from a root's array half huge, and 79 µs in one run in four of its sweeps.
+    Where a point measured its arrays' pages, ``huge_share`` says."""
     if huge_share is not None and not temporary:
         return 1.0 - huge_share
     if thp is None:

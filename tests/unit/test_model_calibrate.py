@@ -142,8 +142,14 @@ def test_recovers_the_cost_of_a_single_copys_small_pages():
                        Setting(library="Open MPI", ranks_per_node=pt["ranks"], cores=16,
                                thp="madvise", huge_share=share))
         measured.append(dict(pt, t_p50_us=t * 1e6, pages={"memory": "numpy", "huge_share_ranks": [share] * 2}))
-    (g,) = cal.calibrate(measured).groups
+    fit = cal.calibrate(measured)
+    (g,) = fit.groups
     assert g.params.alpha_page == pytest.approx(1.5e-7, rel=1e-6) and g.max_rel_err < 1e-6
+    assert fit.meta["pages_measured"] == fit.meta["points_fitted"] == len(measured)
+    from ddlcomm.report.model import render_fit
+    assert f"transparent huge pages: madvise; the senders' pages measured at {len(measured)} of " \
+        f"{len(measured)} points" in render_fit(fit)
+    assert "transparent huge pages: not known (no page term)" in render_fit(unknown)
 
 
 def test_points_take_their_runs_cores_and_thp_mode():

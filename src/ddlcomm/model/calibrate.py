@@ -639,6 +639,8 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         "cache_bytes": cache or 0,
         "copy_bandwidth": [list(pair) for pair in bandwidth or ()],
         "thp": thp_modes.pop() if len(thp_modes) == 1 else None,
+        "pages_measured": sum(huge_share_of(r.point) is not None for r in rows),
+        "points_fitted": len(rows),
         "summary_bytes": summary_bytes,
         "summary": error_summary(residuals, summary_bytes),
     })

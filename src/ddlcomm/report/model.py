@@ -113,6 +113,17 @@ def _cache(fit, cache: Optional[float]) -> str:
     return f"{format_size(cache)} reported, each set's fitted from it (column cache)"
 
 
+def _pages(fit) -> str:
+    """The THP mode a fit priced single copies' pages with, and at how many of its points the
+    senders' pages were measured instead (the rest by the rule, ``node.small_page_part``)."""
+    if not fit.thp and not fit.meta.get("pages_measured"):
+        return "not known (no page term)"
+    measured = fit.meta.get("pages_measured")
+    return (f"{fit.thp or 'not known'}" + (f"; the senders' pages measured at {measured} of "
+                                             f"{fit.meta.get('points_fitted')} points"
+                                             if measured else ""))
+
+
 def render_fit(fit, residuals: bool = False) -> str:
     parts = [render_groups(fit)]
     if residuals:
@@ -127,7 +138,7 @@ def render_fit(fit, residuals: bool = False) -> str:
     parts.append(f"weighting: {fit.meta.get('weighting')}; metric: {fit.meta.get('metric')}; "
                  f"cache: {_cache(fit, cache)}; "
                  f"copy bandwidth by concurrent copies: {copies}; "
-                 f"transparent huge pages: {fit.thp or 'not known (no page term)'}")
+                 f"transparent huge pages: {_pages(fit)}")
     parts.append(render_summary(fit))
     notes = fit.meta.get("notes") or []
     if notes:

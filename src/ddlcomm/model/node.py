@@ -47,7 +47,7 @@ more each: the handshake.
 Pages: a single copy between processes (``process_vm_readv``, Open MPI's ``smsc/cma``,
 MPICH's CMA) pins the sender's buffer page by page, so each 4 KiB page it reads costs
 ``alpha_page`` besides its bytes, and a 2 MiB huge page next to nothing per byte.  On
-the second 2-core EPYC a 2 MiB message took 133 µs from 4 KiB pages and 41 µs from a
+the second 2-core EPYC a 2 MiB message took 134 µs from 4 KiB pages and 38 µs from a
 huge page, whatever the receiver's pages (docs/benchmarks.md, "Pages of a single
 copy").  Which pages a buffer has is the node's (its transparent-huge-page mode) and
 its allocator's: :func:`small_page_part`.

@@ -215,6 +215,17 @@ class Collective:
         """Whether ``rank`` holds a result afterwards."""
         return self.receivers == ALL or (self.receivers == ROOT and rank == root)
 
+    def sources(self, rank: int, root: int) -> bool:
+        """Whether ``rank``'s buffer is where the data come from: a broadcast's root alone
+        (every path starts there), a rooted collective's other ranks where the root alone
+        receives (gather, reduce), every rank otherwise.  A single copy between processes
+        pins its sender's pages, so these ranks' pages price it."""
+        if self.in_send:
+            return rank == root
+        if self.receivers == ROOT:
+            return rank != root
+        return self.moves_data
+
     def has_recvbuf(self, rank: int, root: int) -> bool:
         """Whether ``rank`` passes a receive buffer to the buffer-form call."""
         return not self.in_send and self.receives(rank, root)

@@ -64,3 +64,27 @@ def test_runs_that_share_no_point_say_where_they_differ():
 def test_a_ratio_far_below_one_is_not_printed_as_zero():
     from ddlcomm.report.tables import format_ratio
     assert [format_ratio(r) for r in (0.0012, 0.05, 1.234, None)] == ["0.0012x", "0.05x", "1.23x", "-"]
+
+
+def test_each_side_says_its_senders_huge_pages():
+    """A row carries the part of the arrays the data came from on huge pages, each side's
+    (a broadcast's root, a gather's other ranks), or its memory kind's where that fixes it."""
+    pages = {"memory": "numpy", "huge_share_ranks": [0.5, 1.0]}
+    a = [point("broadcast", 4 << 20, 170.0, pages=pages), point("gather", 4 << 20, 350.0, pages=pages)]
+    b = [dict(point("broadcast", 4 << 20, 79.0), memory="hugepage"), point("gather", 4 << 20, 140.0)]
+    rows = {r["collective"]: r for r in compare(a, b)}
+    assert (rows["broadcast"]["huge_a"], rows["broadcast"]["huge_b"]) == (0.5, 1.0)
+    assert (rows["gather"]["huge_a"], rows["gather"]["huge_b"]) == (1.0, None)
+
+
+def test_senders_huge_share():
+    from ddlcomm.pages import senders_huge_share
+    shares = {"pages": {"memory": "numpy", "huge_share_ranks": [0.5, 1.0, None, 0.0]}}
+    assert senders_huge_share(dict(shares, collective="allreduce")) == 0.5        # every rank sends
+    assert senders_huge_share(dict(shares, collective="broadcast")) == 0.5        # the root's
+    assert senders_huge_share(dict(shares, collective="broadcast", root=1)) == 1.0
+    assert senders_huge_share(dict(shares, collective="gather")) == 0.5           # the others'
+    assert senders_huge_share(dict(shares, collective="broadcast", root=2)) is None
+    assert senders_huge_share({"extra": {"pages": {"huge_share_ranks": [0.25]}}}) == 0.25
+    assert senders_huge_share({"memory": "pageable"}) == 0.0
+    assert senders_huge_share({"pages": {"memory": "numpy"}}) is None and senders_huge_share({}) is None

@@ -160,13 +160,6 @@ def test_points_take_their_runs_cores_and_thp_mode():
         [(16, "madvise", "a.db"), (2, None, "a.db"), (None, None, "a.db")]
     assert cal.memory_of("host,memory=hugepage,bind=core") == "hugepage"
     assert cal.memory_of("host,bind=core") is None and cal.memory_of(None) is None
-    shares = {"pages": {"memory": "numpy", "huge_share_ranks": [0.5, 1.0, None, 0.0]}}
-    assert cal.huge_share_of(dict(shares, collective="allreduce")) == 0.5          # every rank sends
-    assert cal.huge_share_of(dict(shares, collective="broadcast")) == 0.5          # the root's
-    assert cal.huge_share_of(dict(shares, collective="broadcast", root=1)) == 1.0
-    assert cal.huge_share_of(dict(shares, collective="gather")) == 0.5             # the others'
-    assert cal.huge_share_of(dict(shares, collective="broadcast", root=2)) is None
-    assert cal.huge_share_of({"pages": {"memory": "numpy"}}) is None and cal.huge_share_of({}) is None
 
 
 def test_without_contention_the_core_terms_are_left_out():

@@ -618,10 +618,11 @@ def test_the_small_pages_of_a_buffer_by_the_nodes_thp_mode_and_its_allocator():
     """NumPy's arrays have huge pages from 4 MiB where THP is madvise or always, all but a
     huge page's worth where glibc maps them afresh (32 MiB); the C library's temporaries only
     under always; ddlcomm's hugepage kind none small, pageable and shared all; nothing is
-    priced where the mode is not known."""
+    priced where the mode is not known, unless the memory kind fixes the pages."""
     mib = 1 << 20
     part = node.small_page_part
-    assert part(mib, None) == part(64 * mib, None, "pageable") == 0.0
+    assert part(mib, None) == part(64 * mib, None) == 0.0
+    assert part(64 * mib, None, "pageable") == 1.0 and part(mib, None, "hugepage") == 0.0   # the kind says
     assert part(mib, "madvise") == part(4 * mib - 1, "madvise", "numpy") == 1.0
     assert part(4 * mib, "madvise") == part(16 * mib, "madvise") == 0.0
     assert part(64 * mib, "madvise") == pytest.approx(2 / 64)

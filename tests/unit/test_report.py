@@ -132,6 +132,15 @@ def test_render_compare():
     lines = render_compare(phases, RUN, 9).splitlines()
     assert lines[4].split()[:2] == ["size", "phase"]
     assert [line.split()[1] for line in lines[6:9]] == ["apply", "broadcast", "step"]
+    # where a size's two sides' senders differ in huge pages, both are shown, and why
+    text = render_compare([row(4 << 20, 170.0, 79.0, huge_a=0.5, huge_b=1.0),
+                           row(16 << 20, 700.0, 560.0, huge_a=0.875, huge_b=1.0)], RUN, 9)
+    lines = text.splitlines()
+    assert lines[4].split() == ["size", "avg_us_a", "avg_us_b", "b/a", "b/a_p50", "busbw_a",
+                                "busbw_b", "huge_a", "huge_b", "check_a", "check_b"]
+    assert lines[6].split()[7:9] == ["50%", "100%"] and lines[7].split()[7] == "passed"
+    assert "huge_a, huge_b: the part of the arrays the data came from on huge pages" in text
+    assert "huge_a" not in render_compare([row(4, 1.0, 1.0, huge_a=0.5, huge_b=0.6)], RUN, 9)
 
 
 def test_write_run_report(points, tmp_path):

@@ -48,6 +48,10 @@ class MemoryKind:
     gpu: bool = False
     #: Its buffers live on the GPU: torch tensors, no NumPy view (``Buffer.tensor_view``).
     on_device: bool = False
+    #: The part of its buffers on huge pages by construction (None: the machine's to say).
+    #: A single copy between processes pins the sender's small pages one by one, several
+    #: times the copy's own cost (the cost model's ``alpha_page``, ``ddlcomm.pages``).
+    huge_share: float | None = None
 
     def impl(self) -> KindImpl:
         module, _, attr = self.target.partition(":")
@@ -56,12 +60,15 @@ class MemoryKind:
 
 
 KINDS: dict[str, MemoryKind] = {k.name: k for k in (
-    MemoryKind("pageable", "ddlcomm.memory.pageable", "4 KiB pages (no transparent huge pages)"),
-    MemoryKind("hugepage", "ddlcomm.memory.hugepage", "2 MiB pages: hugetlb, else transparent huge pages"),
+    MemoryKind("pageable", "ddlcomm.memory.pageable", "4 KiB pages (no transparent huge pages)",
+               huge_share=0.0),
+    MemoryKind("hugepage", "ddlcomm.memory.hugepage", "2 MiB pages: hugetlb, else transparent huge pages",
+               huge_share=1.0),
     MemoryKind("numa", "ddlcomm.memory.numa", "4 KiB pages bound to one NUMA node",
-               arg="N (a NUMA node number, e.g. numa:0)", arg_pattern=r"\d{1,4}"),
+               arg="N (a NUMA node number, e.g. numa:0)", arg_pattern=r"\d{1,4}", huge_share=0.0),
     MemoryKind("hbw", "ddlcomm.memory.hbw", "high-bandwidth memory via memkind hbw_malloc"),
-    MemoryKind("shared", "ddlcomm.memory.shared", "POSIX shared memory in /dev/shm"),
+    MemoryKind("shared", "ddlcomm.memory.shared", "POSIX shared memory in /dev/shm",
+               huge_share=0.0),
     MemoryKind("pinned", "ddlcomm.memory.gpu:PINNED", "page-locked host memory (needs a GPU)",
                gpu=True),
     MemoryKind("device", "ddlcomm.memory.gpu:DEVICE", "GPU memory (torch CUDA tensor)", gpu=True,

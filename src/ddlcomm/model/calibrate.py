@@ -77,6 +77,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..measure.stats import relative_error
+from ..pages import senders_huge_share
 from ..units import format_size, parse_size
 from . import costs, node
 from .costs import Params, Setting
@@ -139,26 +140,6 @@ def memory_of(placement: Optional[str]) -> Optional[str]:
         if part.startswith("memory="):
             return part[len("memory="):]
     return None
-
-
-def huge_share_of(point: Mapping[str, Any]) -> Optional[float]:
-    """The part of the buffers a point's single copies read from that was on huge pages, as
-    the harness measured it rank by rank (its ``pages``' ``huge_share_ranks``): a single copy
-    pins the *sender's* pages.  A broadcast's root is the sender the critical path starts
-    from (at 2 ranks the only one), a gather's other ranks send, in the other collectives
-    every rank; their mean.  None where not recorded.  On the 2-core EPYC a 2-rank Open MPI
-    broadcast of 4 MiB took 79 µs with the root's arrays all huge and 167-213 µs with them
-    half huge, whatever the receiver's."""
-    shares = list((point.get("pages") or {}).get("huge_share_ranks") or ())
-    root = point.get("root") or 0
-    if point.get("collective") == "broadcast":
-        senders = shares[root:root + 1]
-    elif point.get("collective") == "gather":
-        senders = shares[:root] + shares[root + 1:]
-    else:
-        senders = shares
-    senders = [s for s in senders if s is not None]
-    return sum(senders) / len(senders) if senders else None
 
 
 def ranks_per_host(point: Mapping[str, Any]) -> Optional[int]:
@@ -324,7 +305,7 @@ def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "p50", shared: 
             terms, load = costs.priced(coll, name, ranks, nbytes, kw, ranks,
                                        Setting(library=lib, cores=p.get("host_cores"), cache=cache,
                                                bandwidth=bandwidth, thp=p.get("host_thp"),
-                                               memory=p.get("memory"), huge_share=huge_share_of(p)),
+                                               memory=p.get("memory"), huge_share=senders_huge_share(p)),
                                        library_call=alg == "library")
         except UsageError:
             continue                                   # an algorithm the model cannot price
@@ -639,7 +620,7 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         "cache_bytes": cache or 0,
         "copy_bandwidth": [list(pair) for pair in bandwidth or ()],
         "thp": thp_modes.pop() if len(thp_modes) == 1 else None,
-        "pages_measured": sum(huge_share_of(r.point) is not None for r in rows),
+        "pages_measured": sum(senders_huge_share(r.point) is not None for r in rows),
         "points_fitted": len(rows),
         "summary_bytes": summary_bytes,
         "summary": error_summary(residuals, summary_bytes),

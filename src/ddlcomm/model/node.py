@@ -59,6 +59,7 @@ from typing import Any, Mapping, NamedTuple, Optional
 import numpy as np
 
 from ..comm.native import Schedule
+from ..pages import kind_huge_share
 from .library import FRESH_FROM
 
 
@@ -197,10 +198,6 @@ HUGE_PAGE = 2 << 20
 #: NumPy asks for transparent huge pages (``madvise(MADV_HUGEPAGE)``) on every array data
 #: block of 4 MiB or more (``numpy/_core/src/multiarray/alloc.c``: ``size >= (1u<<22u)``).
 NUMPY_HUGEPAGE_FROM = 4 << 20
-#: Memory kinds (``ddlcomm.memory``) whose pages do not depend on the THP mode: ``hugepage``
-#: is aligned huge pages throughout, ``pageable`` small ones (``MADV_NOHUGEPAGE``), ``shared``
-#: a shared-memory file (small pages unless the kernel's shmem THP says otherwise).
-FIXED_PAGES = {"hugepage": 0.0, "pageable": 1.0, "shared": 1.0}
 
 
 def small_page_part(nbytes: float, thp: Optional[str], memory: Optional[str] = None,
@@ -208,7 +205,8 @@ def small_page_part(nbytes: float, thp: Optional[str], memory: Optional[str] = N
     """The part of a buffer of ``nbytes`` on small pages, on a node whose transparent huge
     pages are in mode ``thp`` (``always``, ``madvise``, ``never``; None: not known, then 0,
     so that nothing is priced): ``memory`` is the kind of the benchmark's buffers (None or
-    ``numpy``: NumPy's allocator), ``temporary`` a block the C library mallocs instead.
+    ``numpy``: NumPy's allocator; a kind that fixes its pages decides,
+    ``ddlcomm.pages.kind_huge_share``), ``temporary`` a block the C library mallocs instead.
     ``huge_share``: the part of the benchmark's buffers on huge pages, as a point measured
     it (``ddlcomm.memory.pagescan``); it decides for them where given.
 
@@ -222,12 +220,11 @@ def small_page_part(nbytes: float, thp: Optional[str], memory: Optional[str] = N
     2-rank Open MPI broadcast of 4 MiB took 79 µs from huge pages, 261 µs from small ones,
     166-213 µs from a root's array half huge, and 79 µs in one run in four of its sweeps.
     Where a point measured its arrays' pages, ``huge_share`` says."""
-    if huge_share is not None and not temporary:
-        return 1.0 - huge_share
+    fixed = kind_huge_share(memory)
+    if not temporary and (huge_share is not None or fixed is not None):
+        return 1.0 - (huge_share if huge_share is not None else fixed)
     if thp is None:
         return 0.0
-    if memory in FIXED_PAGES:
-        return FIXED_PAGES[memory]
     if thp == "always":
         huge_from = HUGE_PAGE
     elif thp == "madvise" and not temporary and memory in (None, "numpy"):

@@ -465,6 +465,17 @@ def format_ratio(ratio: float | None) -> str:
 #: The compare table's legend of a ``~`` ratio.
 NOISE_LEGEND = ("~ : within noise: the two points' p50..p99 ranges overlap, so the runs' own "
                 "spread allows the difference")
+PAGES_LEGEND = ("huge_a, huge_b: the part of the arrays the data came from on huge pages, shown "
+                "where a size's two points differ by a quarter or more; an MPI's single copy "
+                "costs several times more from small pages, so the ratio there may be the pages "
+                "(--memory hugepage or pageable fixes them)")
+#: How far apart two points' senders' huge pages are before a comparison shows them.
+PAGES_APART = 0.25
+
+
+def _pages_apart(row: Mapping[str, Any]) -> bool:
+    a, b = row.get("huge_a"), row.get("huge_b")
+    return a is not None and b is not None and abs(a - b) >= PAGES_APART
 
 
 def _compare_ratio(row: Mapping[str, Any]) -> str:
@@ -492,21 +503,32 @@ def render_compare(rows: Iterable[Mapping[str, Any]], run_a: Mapping[str, Any] |
             varying.append("phase")
         group = sorted(group, key=lambda r: (r.get("bytes") or 0,
                                              [_sort_value(r.get(d)) for d in varying]))
+        pages = any(_pages_apart(r) for r in group)
         headers = ["size", *varying, "avg_us_a", "avg_us_b", "b/a", "b/a_p50",
-                   "busbw_a", "busbw_b", "check_a", "check_b"]
+                   "busbw_a", "busbw_b", *(["huge_a", "huge_b"] if pages else []),
+                   "check_a", "check_b"]
         table = [[format_size(int(r.get("bytes") or 0)), *[_cell(d, r.get(d)) for d in varying],
                   format_us(r.get("t_avg_us_a")), format_us(r.get("t_avg_us_b")),
                   _compare_ratio(r), format_ratio(r.get("ratio_p50")),
                   format_gbps(r.get("busbw_GBps_a")), format_gbps(r.get("busbw_GBps_b")),
+                  *([_percent(r.get("huge_a")) if _pages_apart(r) else "",
+                     _percent(r.get("huge_b")) if _pages_apart(r) else ""] if pages else []),
                   format_check(r.get("check_a")), format_check(r.get("check_b"))]
                  for r in group]
         right = [h not in varying or h == "ranks" for h in headers[:-2]] + [False, False]
         out += ["", f"# {heading(group, varying)}", format_table(headers, table, right)]
     if len(out) == 2:
         out.append("(no matching points)")
-    elif any(r.get("noise") and r.get("ratio") is not None for r in rows):
-        out += ["", NOISE_LEGEND]
+    else:
+        if any(r.get("noise") and r.get("ratio") is not None for r in rows):
+            out += ["", NOISE_LEGEND]
+        if any(_pages_apart(r) for r in rows):
+            out += ["", PAGES_LEGEND]
     return "\n".join(out)
+
+
+def _percent(share: Optional[float]) -> str:
+    return "-" if share is None else f"{share:.0%}"
 
 
 def render_kernels(rows: Iterable[Mapping[str, Any]], available: Mapping[str, str]) -> str:

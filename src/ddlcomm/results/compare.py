@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Optional
 
+from ..pages import senders_huge_share
+
 #: Point fields that identify "the same measurement" in two runs.
 #: The library is not part of the key: comparing a run under Open MPI with one
 #: under MPICH is the point of many comparisons (each run's header names it).
@@ -66,7 +68,10 @@ def compare(points_a: Iterable[Mapping[str, Any]],
     is missing or A's is 0), ``ratio_p50`` the same of the medians (an average that
     a few slow iterations pulled away from its median shows against it), ``noise`` (:func:`within_noise`: True when the
     difference is within the points' own p50..p99 spread, None when unknown),
-    ``busbw_GBps_a``/``_b`` and ``check_a``/``_b``.
+    ``busbw_GBps_a``/``_b``, ``check_a``/``_b`` and ``huge_a``/``_b``, the part of the
+    arrays the data came from on huge pages where the points recorded it
+    (:func:`ddlcomm.pages.senders_huge_share`: an MPI's single copy costs several
+    times more from small pages, so a ratio where they differ may be the pages).
     A key measured on one side only still gets a row, the other side None.
     Rows are sorted by collective, form, backend, library, algorithm, dtype,
     op, ranks, in_place, phase and bytes.
@@ -84,6 +89,7 @@ def compare(points_a: Iterable[Mapping[str, Any]],
         row["noise"] = within_noise(pa, pb)
         row["busbw_GBps_a"], row["busbw_GBps_b"] = pa.get("busbw_GBps"), pb.get("busbw_GBps")
         row["check_a"], row["check_b"] = pa.get("check"), pb.get("check")
+        row["huge_a"], row["huge_b"] = senders_huge_share(pa), senders_huge_share(pb)
         rows.append(row)
     rows.sort(key=_sort_key)
     return rows

@@ -4,7 +4,6 @@ What the memory kinds (``hugepage``, ``shared``) will get here.  Reads files onl
 through :mod:`ddlcomm.memory.vm`'s readers."""
 from __future__ import annotations
 
-import ctypes
 import os
 from pathlib import Path
 from typing import Any
@@ -52,9 +51,7 @@ def page_scan() -> dict[str, Any]:
     """Whether this process can tell which pages of one range are huge (the kernel's
     ``PAGEMAP_SCAN``, :mod:`ddlcomm.memory.pagescan`): then every point records its ranks'
     part of NumPy's arrays on huge pages (``pages.huge_share_ranks``)."""
-    probe = bytearray(4096)
-    address = (ctypes.c_char * len(probe)).from_buffer(probe)
-    if pagescan.huge_share([(ctypes.addressof(address), len(probe))]) is None:
+    if not pagescan.available():
         return {"available": False, "reason": "the kernel has no PAGEMAP_SCAN (Linux 6.7 and later): "
                                               "points record no huge pages of NumPy's arrays"}
     return {"available": True}

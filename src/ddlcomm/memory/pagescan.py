@@ -83,6 +83,14 @@ def huge_bytes(ranges: Iterable[tuple[int, int]]) -> Optional[tuple[int, int]]:
     return huge, present
 
 
+def available() -> bool:
+    """Whether the kernel answers ``PAGEMAP_SCAN`` here, asked about one page of this process
+    (an empty list of ranges asks the kernel nothing)."""
+    probe = bytearray(PAGE_BYTES)
+    address = ctypes.addressof((ctypes.c_char * PAGE_BYTES).from_buffer(probe))
+    return huge_bytes([(address, PAGE_BYTES)]) is not None
+
+
 def huge_share(ranges: Iterable[tuple[int, int]]) -> Optional[float]:
     """The part of the present pages of ``ranges`` that are huge (0 where none is present);
     None where the kernel cannot say."""

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from ..machine import load
 from ..measure import noise
+from ..pages import huge_shares
 from ..results.versus import targets
 from ..units import counted, format_size
 
@@ -299,8 +300,7 @@ def pages_note(points: Sequence[Point]) -> str:
     varying = varying_dimensions(points)
     which, shares = [], []
     for p in sorted(points, key=lambda p: p.get("bytes") or 0):
-        pages = dimension_value(p, "pages") or {}
-        ranks = [s for s in (pages.get("huge_share_ranks") or ()) if s is not None]
+        ranks = [s for s in huge_shares(p) if s is not None]
         if any(PARTLY_HUGE[0] < s < PARTLY_HUGE[1] for s in ranks):
             which.append(f"{format_size(int(p.get('bytes') or 0))} {series_key(p, varying)}".strip())
             shares += ranks

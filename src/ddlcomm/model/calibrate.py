@@ -455,9 +455,14 @@ class Fit:
                    nbytes: Optional[float] = None, **want) -> tuple[Params, Setting]:
         """(Params, Setting) of the group :meth:`select` picks."""
         g = self.select(collective, algorithm, nbytes, **want)
-        return g.params, Setting(library=g.key.get("library"), cores=g.cores,
-                                 cache=self.cache_of(g), bandwidth=self.bandwidth,
-                                 thp=self.thp, memory=memory_of(g.key.get("placement")))
+        return g.params, self.setting_of(g)
+
+    def setting_of(self, group: Group) -> Setting:
+        """Where ``group``'s points ran, as a prediction prices it: its library, cores and
+        cache, the fit's copy bandwidth and THP mode, the memory kind of its placement."""
+        return Setting(library=group.key.get("library"), cores=group.cores,
+                       cache=self.cache_of(group), bandwidth=self.bandwidth, thp=self.thp,
+                       memory=memory_of(group.key.get("placement")))
 
     @property
     def cache(self) -> Optional[float]:

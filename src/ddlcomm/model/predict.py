@@ -3,6 +3,7 @@ rank counts (``ddlcomm model predict``), and the aggregation cost of an S-SGD
 iteration priced with a fit (``ddlcomm model ssgd --fit``) (pure)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Mapping, Optional, Sequence
 
 from ..errors import UsageError
@@ -43,19 +44,13 @@ def predict(collective: str, algorithm: str, ranks: Sequence[int], sizes: Sequen
         if fit is not None:
             lookup = "broadcast" if collective == "ps" else collective
             group = fit.select(lookup, algorithm, n, **want)
-            p_n, library, host_cores = group.params, group.key.get("library"), group.cores
-            regime, cache = group.key.get("regime"), fit.cache_of(group)
-            placement = group.key.get("placement")
+            p_n, regime, own = group.params, group.key.get("regime"), fit.setting_of(group)
         else:
-            p_n, library, host_cores, cache = params, want.get("library"), None, None
-            placement = want.get("placement")
-        setting = Setting(library=library, ranks_per_node=ranks_per_node,
-                          cores=cores if cores is not None else host_cores,
-                          inter=inter, leaders_algorithm=leaders,
-                          cache=cache,
-                          bandwidth=fit.bandwidth if fit is not None else None,
-                          thp=fit.thp if fit is not None else None,
-                          memory=memory_of(placement))
+            p_n, own = params, Setting(library=want.get("library"),
+                                       memory=memory_of(want.get("placement")))
+        setting = replace(own, ranks_per_node=ranks_per_node,
+                          cores=cores if cores is not None else own.cores,
+                          inter=inter, leaders_algorithm=leaders)
         for p in ranks:
             if collective == "ps" and fit is not None:
                 t = costs.ps_time(fit, algorithm, p, n, setting, **want)

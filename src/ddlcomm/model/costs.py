@@ -545,25 +545,31 @@ MESSAGES: dict[tuple[str, str], Callable[[int, float], list[tuple[float, int]]]]
 }
 
 
+def messages_from(collective: str, algorithm: str, p: int, nbytes: float, terms: Schedule,
+                  start: float) -> tuple[float, float]:
+    """(How many, bytes) of the messages on the critical path of a call on one node (its
+    ``terms``) that are ``start`` bytes or more: those of :data:`MESSAGES` that reach it; in
+    the others, whose messages are n each, none below ``start``, else its rounds but no more
+    than its bytes over n, and all its bytes: a tree's parent posts to all its children at
+    once, so a level counts one, where a gather's root's messages follow one another.  None
+    in the one-node shared-memory algorithms (:data:`ONE_NODE`), which send none."""
+    if (collective, algorithm) in ONE_NODE or p < 2 or nbytes < start:
+        return 0.0, 0.0                     # (no message is larger than n)
+    messages = MESSAGES.get((collective, algorithm))
+    if messages is None:
+        return float(min(terms.rounds, terms.bytes / nbytes)), float(terms.bytes)
+    large = [(size, count) for size, count in messages(p, nbytes) if size >= start]
+    return float(sum(count for _, count in large)), float(sum(size * count for size, count in large))
+
+
 def rendezvous_rounds(collective: str, algorithm: str, p: int, nbytes: float, terms: Schedule,
                       library: Optional[str]) -> float:
     """The messages on the critical path of a call on one node (its ``terms``, as
     posted) that go by rendezvous, at or beyond the library's eager limit
-    (:func:`ddlcomm.model.library.eager_limit`): those of :data:`MESSAGES` that reach it;
-    none in the one-node shared-memory algorithms (:data:`ONE_NODE`), which send none;
-    in the others, whose messages are n each, none below the limit, else its rounds but
-    no more than its bytes over n: a tree's parent posts to all its children at once,
-    so their handshakes overlap and each level costs one, where a gather's root's
-    messages follow one another.  Counting each post instead (a broadcast tree's
-    rounds) made Open MPI's 16-core broadcast 13.3/13.4% held out/fitted, against
-    9.2/14.0% by levels."""
-    eager = eager_limit(library)
-    if (collective, algorithm) in ONE_NODE or p < 2 or nbytes < eager:
-        return 0.0                          # (no message is larger than n)
-    messages = MESSAGES.get((collective, algorithm))
-    if messages is not None:
-        return float(sum(count for size, count in messages(p, nbytes) if size >= eager))
-    return float(min(terms.rounds, terms.bytes / nbytes))
+    (:func:`ddlcomm.model.library.eager_limit`; :func:`messages_from`): a tree's levels, as
+    their handshakes overlap.  Counting each post instead (a broadcast tree's rounds) made
+    Open MPI's 16-core broadcast 13.3/13.4% held out/fitted, against 9.2/14.0% by levels."""
+    return messages_from(collective, algorithm, p, nbytes, terms, eager_limit(library))[0]
 
 
 def pinned_pages(collective: str, algorithm: str, p: int, nbytes: float, terms: Schedule,
@@ -571,17 +577,14 @@ def pinned_pages(collective: str, algorithm: str, p: int, nbytes: float, terms: 
     """The small pages the single copies on the critical path of a library's call on one
     node (its ``terms``, in whole-buffer hops) read: the bytes of its messages at or beyond
     the library's single-copy threshold (:func:`ddlcomm.model.library.single_copy_from`;
-    those of :data:`MESSAGES` that reach it, else all of ``terms``' bytes) times the part
-    of the buffer they come from on small pages (:func:`ddlcomm.model.node.small_page_part`:
-    the caller's buffer of n, or, in the library's own call (``library_call``), its
-    temporary, :func:`ddlcomm.model.library.from_temporary`), over 4 KiB.  None in the one-node
-    shared-memory algorithms (:data:`ONE_NODE`)."""
-    start = single_copy_from(setting.library)
-    if (collective, algorithm) in ONE_NODE or p < 2 or nbytes < start:
+    :func:`messages_from`) times the part of the buffer they come from on small pages
+    (:func:`ddlcomm.model.node.small_page_part`: the caller's buffer of n, or, in the
+    library's own call (``library_call``), its temporary,
+    :func:`ddlcomm.model.library.from_temporary`), over 4 KiB."""
+    _, copied = messages_from(collective, algorithm, p, nbytes, terms,
+                              single_copy_from(setting.library))
+    if not copied:
         return 0.0
-    messages = MESSAGES.get((collective, algorithm))
-    copied = terms.bytes if messages is None else \
-        sum(size * count for size, count in messages(p, nbytes) if size >= start)
     temporary = library_call and from_temporary(setting.library, collective, algorithm, p)
     return copied * small_page_part(nbytes, setting.thp, setting.memory, temporary,
                                     setting.huge_share) / SMALL_PAGE

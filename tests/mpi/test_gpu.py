@@ -124,6 +124,20 @@ def test_direct_path_is_refused_with_the_evidence(mpi, tmp_path):
 
 
 def test_mpi_refuses_device_buffers_on_the_host_path(mpi, tmp_path):
-    res = run([mpi.ddlcomm, "bench", "--db", tmp_path / "r.db", "--backend", "mpi",
+    res = run([mpi.ddlcomm, "bench", "--db", tmp_path / "r.db", "--backend", "mpi", "--path", "host",
                "--memory", "device", "--ranks", "2", "--sizes", "4B"], mpi.env(), 120)
     assert res.returncode == 2 and "CUDA-aware MPI" in res.stderr, res.stderr
+
+
+def test_issue15s_command_runs_mpi_host_staged_and_gloo_on_the_device(mpi, tmp_path):
+    """--path left out: MPI's all-reduce goes host-staged (said once, on stderr), Gloo's on
+    the CUDA tensors, ddlcomm's own algorithms on the device buffers over both."""
+    res, points = bench(mpi, tmp_path / "i.db", "--collective", "allreduce", "--memory", "device",
+                        "--algorithm", "library,ring,rhd,shm", "--backend", "mpi,gloo",
+                        "--ranks", "4", "--sizes", "4B:1MiBx16")
+    assert res.stderr.count("note: backend mpi: the library's collectives") == 1, res.stderr
+    assert {p["check"] for p in points} == {"passed"}
+    paths = {(p["backend"], p["algorithm"], p.get("path") or "host") for p in points
+             if not p.get("phase") or p["phase"] == "allreduce"}
+    assert paths == {("mpi", "library", "host-staged"), ("gloo", "library", "host")} | \
+        {(b, a, "host") for b in ("mpi", "gloo") for a in ("ring", "rhd", "shm")}, paths

@@ -24,6 +24,10 @@ def ddlcomm(*argv: str, db) -> subprocess.CompletedProcess:
     (("--memory", "device", "--sizes", "4B"), "ddlcomm: error: memory kind device needs a GPU"),
     (("--memory", "pinned", "--sizes", "4B"), "ddlcomm: error: memory kind pinned needs a GPU"),
     (("--backend", "gloo", "--memory", "device"), "ddlcomm: error: memory kind device needs a GPU"),
+    # issue 15's command: MPI's collectives would go host-staged; here nothing can
+    (("--collective", "allreduce", "--memory", "device", "--algorithm", "library,ring,rhd,shm",
+      "--backend", "mpi,gloo", "--ranks", "4", "--sizes", "4B:256MiB"),
+     "ddlcomm: error: memory kind device needs a GPU"),
     (("--workload", "ps-sync", "--path", "host-staged"),
      "ddlcomm: error: data path host-staged (copy device to host"),
     (("--workload", "ps-sync", "--path", "nccl-chief"),

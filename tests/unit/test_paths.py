@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from ddlcomm.bench.plan import BenchPlan, check_backend_memory, check_collective_paths
+from ddlcomm.bench.plan import (BenchPlan, check_backend_memory, check_collective_paths, staged_backends,
+                               staged_note)
 from ddlcomm.bench.runner import gpu_fields
 from ddlcomm.errors import UnsupportedError, UsageError
 from ddlcomm.measure import timing
@@ -104,6 +105,26 @@ def test_the_library_along_host_staging_beside_own_algorithms_on_the_device_buff
                                     algorithms=["library", "shm"]))
     with pytest.raises(UsageError, match="applies to the library's collectives"):
         check_collective_paths(plan(paths=["host-staged"], memory="device", algorithms=["shm"]))
+
+
+def test_path_left_out_on_device_buffers_stages_an_mpis_collectives():
+    """issue 15's command as written (--backend mpi,gloo --memory device, no --path): MPI's
+    all-reduce goes host-staged, said in one note; Gloo's takes the CUDA tensors; ddlcomm's
+    own algorithms run on the device buffers over both.  Named, --path host keeps the
+    refusal, and host memory stages nothing."""
+    assert staged_backends(["mpi", "gloo", "nccl"], "device") == ["mpi"]
+    assert staged_backends(["mpi"], None) == staged_backends(["mpi"], "pinned") == []
+    run = plan(backends=["mpi", "gloo"], memory="device", staged=["mpi"],
+               algorithms=["library", "ring", "shm"])
+    assert {(p.backend, p.algorithm, p.path, p.kind) for p in run.points()} == \
+        {("mpi", "library", "host-staged", "staged"), ("gloo", "library", "host", "collective")} | \
+        {(b, a, "host", "collective") for b in ("mpi", "gloo") for a in ("ring", "shm")}
+    check_backend_memory(run)
+    note = staged_note(run)
+    assert note.startswith("backend mpi: the library's collectives on --memory device go host-staged")
+    assert "--path direct" in note and staged_note(plan(memory="device")) is None
+    with pytest.raises(UnsupportedError, match="only through a CUDA-aware MPI"):
+        check_backend_memory(plan(backends=["mpi", "gloo"], memory="device"))
 
 
 def test_collective_points_along_paths():

@@ -147,3 +147,17 @@ def test_a_library_along_host_staging_beside_own_device_algorithms():
     assert table.rows[0].speedup.median == pytest.approx(4.0)
     assert "Open MPI, 8 ranks, float32, device memory, the library host-staged (1 run)" in \
         render_versus([table], GOALS)
+
+
+def test_one_run_stages_one_librarys_collective_and_not_anothers():
+    """issue 15's command with --path left out: MPI's all-reduce host-staged, Gloo's on the
+    device buffers, shm beside each in the same run; only MPI's table says staged."""
+    dev = dict(memory="device", floor_us=100)
+    pts = [point(1, "library", 16 * MIB, 1000, path="host-staged", phase="allreduce", **dev),
+           point(1, "shm", 16 * MIB, 250, path="host", **dev),
+           point(1, "library", 16 * MIB, 2000, library="Gloo", path="host", **dev),
+           point(1, "shm", 16 * MIB, 260, library="Gloo", path="host", **dev)]
+    tables = {t.library: t for t in versus(pts)}
+    assert tables["Open MPI"].memory == "device, the library host-staged"
+    assert tables["Gloo"].memory == "device"
+    assert tables["Gloo"].rows[0].speedup.median == pytest.approx(2000 / 260)

@@ -100,6 +100,9 @@ class BenchPlan:
     fusion: Optional[int] = None
     steps: Optional[int] = None
     paths: list[str] = field(default_factory=lambda: ["host"])
+    #: backends whose library collectives go host-staged where --path is left out: the
+    #: buffers are on the device and the backend cannot take them there (:func:`staged_backends`)
+    staged: list[str] = field(default_factory=list)
     algorithms: list[str] = field(default_factory=lambda: ["library"])
     memory: Optional[str] = None          # None: NumPy's allocator; else a ddlcomm.memory kind
     hbw_fallback: Optional[str] = None
@@ -132,18 +135,51 @@ class BenchPlan:
                     for b in self.backends]
         paths = self.paths + [OWN_PATH] * (OWN_PATH not in self.paths
                                            and any(a != "library" for a in self.algorithms))
-        specs = [PointSpec(_kind(f, p), c, s, f, b, a, path=p)
+        specs = [PointSpec(_kind(f, q), c, s, f, b, a, path=q)
                  for c in self.collectives
                  for s in (self.sizes if COLLECTIVES[c].moves_data else self.sizes[:1])
                  for p in paths for b in self.backends for a in self.algorithms
                  for f in self.forms
                  if (a == "library" or f == "buffer") and (p == "host" or f == "buffer")
-                 and (p == OWN_PATH if a != "library" else p in self.paths)]
+                 and (p == OWN_PATH if a != "library" else p in self.paths)
+                 for q in (self.path_of(b, p) if a == "library" else p,)]
         return specs if size is None else _whole_blocks(specs, get_dtype(self.dtype), size)
+
+    def path_of(self, backend: str, path: str) -> str:
+        """The data path ``backend``'s library collectives take where the run names ``path``:
+        host-staged for a :attr:`staged` backend on the host path."""
+        return STAGED_PATH if path == "host" and backend in self.staged else path
 
     def as_config(self) -> dict:
         """A JSON-able record of the plan for the run row."""
         return {k: v for k, v in self.__dict__.items()}
+
+
+#: The path of a backend's library collectives where it cannot take the run's device
+#: buffers and --path is left out (:func:`staged_backends`).
+STAGED_PATH = "host-staged"
+
+
+def staged_backends(backends: list[str], memory_kind: Optional[str]) -> list[str]:
+    """Of ``backends``, those whose library collectives go host-staged where ``--path`` is
+    left out: the buffers are on the device (``memory_kind``) and the backend takes device
+    memory only through a CUDA-aware MPI (an MPI).  A GPU pointer goes to an MPI only on
+    ``--path direct``, asked for, and checked (``workloads.paths.Direct``).  Workloads keep
+    the path they are given (a PS server's point-to-point runs along its own)."""
+    if memory_kind is None or not memory.kind(memory_kind).on_device:
+        return []
+    return [b for b in backends if "device" not in registry.get_spec(b).memories
+            and registry.get_spec(b).device_if_cuda_aware]
+
+
+def staged_note(plan: "BenchPlan") -> Optional[str]:
+    """The line that says which backends run host-staged though no --path named it."""
+    if not plan.staged:
+        return None
+    return (f"backend {', '.join(plan.staged)}: the library's collectives on --memory "
+            f"{plan.memory} go {STAGED_PATH} (device -> pinned host, the collective, back; each "
+            "phase timed apart): a GPU pointer goes to an MPI only on --path direct, where the "
+            "MPI says it is CUDA-aware")
 
 
 #: Where ddlcomm's own algorithms (and ``auto``) run whatever ``--path`` says: on the
@@ -271,7 +307,7 @@ class BenchOptions:
     model: Optional[str]
     fusion: Optional[str]
     steps: Optional[str]
-    path: str
+    path: Optional[str]         # None: left out (host, or host-staged: :func:`staged_backends`)
     dtype: str
     op: str
     form: Optional[str]
@@ -308,7 +344,8 @@ def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
         workloads=workloads_, model=o.model,
         fusion=parse_size(o.fusion) if o.fusion is not None else None,
         steps=parse_positive_int(o.steps, "--steps", 1, MAX_ITERS) if o.steps is not None else None,
-        paths=parse_list(o.path, "--path"),
+        paths=parse_list(o.path or "host", "--path"),
+        staged=staged_backends(backends, o.memory) if o.path is None and not workloads_ else [],
         dtype=dtype.name, op=op.name, forms=_forms(o), in_place=o.in_place,
         memory=o.memory, hbw_fallback=o.hbw_fallback, bind=o.bind,
         algorithms=parse_list(o.algorithm, "--algorithm"), kind_cache=parse_kind_cache(o.kind_cache),
@@ -415,6 +452,8 @@ def check(plan: BenchPlan) -> None:
         memory.check(plan.memory, plan.hbw_fallback)
     elif plan.hbw_fallback is not None:
         raise UsageError("--hbw-fallback applies to --memory hbw")
+    if plan.staged:
+        check_path(STAGED_PATH, plan)
     check_backend_memory(plan)
     if "c" in plan.forms:
         C_REFERENCE.check_request(plan.backends, plan.collectives, plan.dtype, plan.op)
@@ -538,12 +577,13 @@ def check_backend_memory(plan: BenchPlan) -> None:
     ``auto`` may call the library there.  A CUDA-aware MPI's device buffers are the direct
     path's to check."""
     device_bufs = on_device(plan)
-    pairs = {(name, True) for name in plan.paths if plan.workloads or "library" in plan.algorithms}
-    pairs |= {(OWN_PATH, _calls_library(a)) for a in plan.algorithms if a != "library"}
-    for name, library in sorted(pairs):
-        path = get_path(name)
-        where = path.backend_memory or ("device" if device_bufs and library else "host")
-        for backend in plan.backends:
+    own = {(OWN_PATH, _calls_library(a)) for a in plan.algorithms if a != "library"}
+    for backend in plan.backends:
+        pairs = own | {(plan.path_of(backend, name), True) for name in plan.paths
+                       if plan.workloads or "library" in plan.algorithms}
+        for name, library in sorted(pairs):
+            path = get_path(name)
+            where = path.backend_memory or ("device" if device_bufs and library else "host")
             spec = registry.get_spec(backend)
             if where in spec.memories or (where == "device" and spec.device_if_cuda_aware
                                           and path.backend_memory == "device"):

@@ -7,12 +7,15 @@ it is one of the ranks.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from dataclasses import fields
 from typing import Optional
 
 from ..bench import session
 from ..bench.plan import (BenchOptions, BenchPlan, check_fits, check_ranks, mem_available, resolve,
-                          usable_cores)
+                          staged_note, usable_cores)
+from ..bench.runs import RUN_ID_ENV
 from ..comm import registry
 from ..launch.containers import check_available
 from ..launch.env import detect
@@ -45,12 +48,15 @@ def add_parser(sub) -> None:
                    help="workloads with --model: fuse gradients into buckets of at most BYTES "
                         "(e.g. 25MiB; 0: per tensor); without it, one message per layer")
     b.add_argument("--steps", help="workloads: timed steps (ps-async: pushes per worker, default 100)")
-    b.add_argument("--path", default="host",
+    b.add_argument("--path",
                    help="data path, or a comma list measured side by side: host (default) or the "
                         "GPU paths host-staged, direct (also for single collectives), "
                         "nccl-chief (workloads only); they need a GPU.  A path applies to the "
                         "library's collectives: ddlcomm's own algorithms beside it run on the "
-                        "buffers themselves (then one path)")
+                        "buffers themselves (then one path).  Left out on --memory device, an "
+                        "MPI's collectives go host-staged (a GPU pointer goes to an MPI only on "
+                        "direct, where it says it is CUDA-aware), nccl's and gloo's on the device "
+                        "buffers")
     b.add_argument("--dtype", default="float32",
                    help="float16, bfloat16, float32, float64, int32, int64, uint8 (default: float32)")
     b.add_argument("--op", default="sum", help="sum, prod, min, max, avg (default: sum)")
@@ -112,6 +118,9 @@ def bench_plan(args: argparse.Namespace, default_ranks: Optional[int]) -> BenchP
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     info = detect()
     plan = bench_plan(args, default_ranks=None if info else 2)
+    note = staged_note(plan)
+    if note and (info is None or (info.rank == 0 and RUN_ID_ENV not in os.environ)):
+        print(f"ddlcomm: note: {note}", file=sys.stderr)   # once: the run's owner or rank 0
     db = common.db_path(args)
     if info is not None:
         return session.rank_main(plan, argv, info, db, common.report_dir(args, db))

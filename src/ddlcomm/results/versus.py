@@ -93,13 +93,15 @@ def versus(points: Iterable[Point], collective: str = "allreduce",
             and p.get("form", "buffer") == "buffer" and p["bytes"] >= from_bytes
             and p.get("phase") in (None, collective) and _p50(p) is not None]
     # a run's library along a GPU data path (ddlcomm's own algorithms beside it run on the
-    # buffers themselves): its tables say so
-    staged = {p.get("run_id"): p["path"] for p in kept
+    # buffers themselves): its tables say so; per library, since one run can stage one
+    # backend's (an MPI's, with --path left out) and hand another (Gloo) the device buffers
+    staged = {(p.get("run_id"), p.get("library")): p["path"] for p in kept
               if (p.get("algorithm") or "library") == "library" and p.get("path") not in (None, "host")}
     for p in kept:
         memory = str(p.get("memory") or "host")
-        if p.get("run_id") in staged:
-            memory += f", the library {staged[p.get('run_id')]}"
+        path = staged.get((p.get("run_id"), p.get("library")))
+        if path:
+            memory += f", the library {path}"
         if p.get("kind_cache") == "off":                # Awan's cache-off runs: a table apart
             memory += ", kind cache off"
         key = (str(p.get("library")), memory, str(p.get("dtype")), int(p["ranks"]))

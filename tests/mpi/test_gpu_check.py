@@ -138,12 +138,13 @@ def test_the_node_probe_answers_each_question(tmp_path):
                          text=True, timeout=300, env={**os.environ, "NODE_PROBE_RANKS": "3"})
     assert res.returncode == 0, res.stdout + res.stderr
     text = (tmp_path / "p" / "node-probe.txt").read_text()
-    for n in range(1, 8):
+    for n in range(1, 10):
         assert f"== {n}. " in text, text
     assert "cpu0 index0: L1" in text
     assert re.search(r"no-cma +3 ranks +16384 KiB: slowest rank", text), text
     assert re.search(r"cpus 0,1 +2 ranks", text) and "256 MiB:" in text, text
     assert re.search(r"  32 MiB: +[0-9.]+ ms, [0-9.]+ ns/B", text), text
+    assert re.search(r"Open MPI +1024 KiB: clean +[0-9.]+ us \| dirty", text), text
     assert re.search(r"  2 copies: +[0-9.]+ GB/s together", text) and "cma: {" in text, text
     assert json.loads((tmp_path / "p" / "node-info.json").read_text())["features"]["cma"]
 

@@ -10,6 +10,7 @@ from ddlcomm.errors import UsageError
 from ddlcomm.model import calibrate as cal
 from ddlcomm.model import costs
 from ddlcomm.model.costs import Params, Setting
+from ddlcomm.report.model import render_fit
 
 SIZES = [4 << k for k in range(0, 25, 2)]          # 4 B .. 64 MiB by 4x
 
@@ -235,6 +236,8 @@ def test_a_few_disturbed_points_do_not_bend_the_fit():
     fit = cal.calibrate(pts)
     (g,) = fit.groups
     assert g.median_rel_err < 0.005
+    assert fit.meta["beyond_delta"] == 5          # the disturbed ones, which the report counts
+    assert "(5 of the 39 fitted points beyond δ" in render_fit(fit)
     for name in ("alpha", "beta", "alpha_over"):
         assert getattr(g.params, name) == pytest.approx(getattr(TRUE["broadcast"], name), rel=0.01)
 

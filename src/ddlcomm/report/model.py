@@ -135,7 +135,11 @@ def render_fit(fit, residuals: bool = False) -> str:
     cache, bandwidth = fit.meta.get("cache_bytes"), fit.bandwidth
     copies = (", ".join(f"{k}: {b / 1e9:.1f}" for k, b in bandwidth) + " GB/s"
               if bandwidth else "not measured (no contention term)")
-    parts.append(f"weighting: {fit.meta.get('weighting')}; metric: {fit.meta.get('metric')}; "
+    beyond = fit.meta.get("beyond_delta")
+    fitted = sum(not r["heldout"] for r in fit.residuals)
+    outliers = (f" ({beyond} of the {fitted} fitted points beyond δ: each pulls by its sign)"
+                if beyond else "")
+    parts.append(f"weighting: {fit.meta.get('weighting')}{outliers}; metric: {fit.meta.get('metric')}; "
                  f"cache: {_cache(fit, cache)}; "
                  f"copy bandwidth by concurrent copies: {copies}; "
                  f"transparent huge pages: {_pages(fit)}")

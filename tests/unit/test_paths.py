@@ -112,8 +112,9 @@ def test_path_left_out_on_device_buffers_stages_an_mpis_collectives():
     all-reduce goes host-staged, said in one note; Gloo's takes the CUDA tensors; ddlcomm's
     own algorithms run on the device buffers over both.  Named, --path host keeps the
     refusal, and host memory stages nothing."""
-    assert staged_backends(["mpi", "gloo", "nccl"], "device") == ["mpi"]
-    assert staged_backends(["mpi"], None) == staged_backends(["mpi"], "pinned") == []
+    assert staged_backends(["mpi", "gloo", "nccl"], "device", ["library", "ring"]) == ["mpi"]
+    assert staged_backends(["mpi"], None, ["library"]) == staged_backends(["mpi"], "pinned", ["library"]) == []
+    assert staged_backends(["mpi"], "device", ["ring", "auto"]) == []    # no library call to stage
     run = plan(backends=["mpi", "gloo"], memory="device", staged=["mpi"],
                algorithms=["library", "ring", "shm"])
     assert {(p.backend, p.algorithm, p.path, p.kind) for p in run.points()} == \

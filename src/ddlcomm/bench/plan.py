@@ -160,13 +160,15 @@ class BenchPlan:
 STAGED_PATH = "host-staged"
 
 
-def staged_backends(backends: list[str], memory_kind: Optional[str]) -> list[str]:
+def staged_backends(backends: list[str], memory_kind: Optional[str],
+                    algorithms: list[str]) -> list[str]:
     """Of ``backends``, those whose library collectives go host-staged where ``--path`` is
-    left out: the buffers are on the device (``memory_kind``) and the backend takes device
-    memory only through a CUDA-aware MPI (an MPI).  A GPU pointer goes to an MPI only on
+    left out: the run calls the library (``algorithms``), the buffers are on the device
+    (``memory_kind``) and the backend takes device memory only through a CUDA-aware MPI
+    (an MPI).  A GPU pointer goes to an MPI only on
     ``--path direct``, asked for, and checked (``workloads.paths.Direct``).  Workloads keep
     the path they are given (a PS server's point-to-point runs along its own)."""
-    if memory_kind is None or not memory.kind(memory_kind).on_device:
+    if "library" not in algorithms or memory_kind is None or not memory.kind(memory_kind).on_device:
         return []
     return [b for b in backends if "device" not in registry.get_spec(b).memories
             and registry.get_spec(b).device_if_cuda_aware]
@@ -339,16 +341,18 @@ def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
     dtype, op = get_dtype(o.dtype), get_op(o.op)
     ranks = parse_positive_int(o.ranks, "--ranks") if o.ranks is not None else default_ranks
     collectives, workloads_ = _targets(o, dtype, op)
+    algorithms_ = parse_list(o.algorithm, "--algorithm")
+    left_out = o.path is None and not workloads_      # --path not given, for collectives
     plan = BenchPlan(
         backends=backends, collectives=collectives, sizes=_sizes(o, dtype),
         workloads=workloads_, model=o.model,
         fusion=parse_size(o.fusion) if o.fusion is not None else None,
         steps=parse_positive_int(o.steps, "--steps", 1, MAX_ITERS) if o.steps is not None else None,
         paths=parse_list(o.path or "host", "--path"),
-        staged=staged_backends(backends, o.memory) if o.path is None and not workloads_ else [],
+        staged=staged_backends(backends, o.memory, algorithms_) if left_out else [],
         dtype=dtype.name, op=op.name, forms=_forms(o), in_place=o.in_place,
         memory=o.memory, hbw_fallback=o.hbw_fallback, bind=o.bind,
-        algorithms=parse_list(o.algorithm, "--algorithm"), kind_cache=parse_kind_cache(o.kind_cache),
+        algorithms=algorithms_, kind_cache=parse_kind_cache(o.kind_cache),
         containers=parse_positive_int(o.containers, "--containers") if o.containers else 0,
         check=o.check, ranks=ranks,
         iters=parse_positive_int(o.iters, "--iters", 1, MAX_ITERS) if o.iters else None,

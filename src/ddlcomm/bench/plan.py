@@ -170,8 +170,8 @@ def staged_backends(backends: list[str], memory_kind: Optional[str],
     the path they are given (a PS server's point-to-point runs along its own)."""
     if "library" not in algorithms or memory_kind is None or not memory.kind(memory_kind).on_device:
         return []
-    return [b for b in backends if "device" not in registry.get_spec(b).memories
-            and registry.get_spec(b).device_if_cuda_aware]
+    specs = {b: registry.get_spec(b) for b in backends}
+    return [b for b, spec in specs.items() if "device" not in spec.memories and spec.device_if_cuda_aware]
 
 
 def staged_note(plan: "BenchPlan") -> Optional[str]:
@@ -583,12 +583,12 @@ def check_backend_memory(plan: BenchPlan) -> None:
     device_bufs = on_device(plan)
     own = {(OWN_PATH, _calls_library(a)) for a in plan.algorithms if a != "library"}
     for backend in plan.backends:
+        spec = registry.get_spec(backend)
         pairs = own | {(plan.path_of(backend, name), True) for name in plan.paths
                        if plan.workloads or "library" in plan.algorithms}
         for name, library in sorted(pairs):
             path = get_path(name)
             where = path.backend_memory or ("device" if device_bufs and library else "host")
-            spec = registry.get_spec(backend)
             if where in spec.memories or (where == "device" and spec.device_if_cuda_aware
                                           and path.backend_memory == "device"):
                 continue

@@ -20,8 +20,8 @@ max(1, busy ranks / cores) multiplies the β and γ columns
 when no point of a group is oversubscribed; ``per_byte`` is 0 where one rank copies
 at a time in a library whose lone copies run at full speed
 (:func:`ddlcomm.model.costs.waits_per_byte`).
-``spill`` = max(0, 1 - cache /
-working set), the part of the ranks' buffers beyond the cache
+``spill`` = 1 where the
+ranks' buffers outgrow the cache, else 0
 (:func:`ddlcomm.model.node.spill`; 0 leaves the column out): copies from memory
 cost β + β_spill a byte, from cache β.  ``cache`` is *fitted* per parameter set, from
 the machine's last-level cache down (:func:`effective_cache`): what a VM reports is the host's

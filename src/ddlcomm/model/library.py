@@ -416,9 +416,14 @@ def fresh_bytes(library: Optional[str], collective: str, algorithm: str, p: int,
 #: gloo's copy of the root's own n overlaps the receives its transport's thread makes).
 #: With that copy and the temporary's fresh pages, Gloo's gather on the 2-core machine went
 #: from 26.5/10.1% to 12.6/2.5% held out/fitted from 64 KiB (the fresh pages alone:
-#: 13.9/2.5%).  The MPIs' roots copy their own n too, but priced so their gathers got
-#: worse (docs/benchmarks.md, "The model on the 16-core node").
-LOCAL_COPIES = {"gloo": {("gather", "linear"): lambda p: p}}
+#: 13.9/2.5%).  Open MPI's linear gathers: the root's own n, copied in turn with the
+#: messages it pulls (``ompi_coll_base_gather_intra_basic_linear`` and ``_linear_sync``;
+#: measured: docs/benchmarks.md, "The model on the 16-core node").  Its binomial gather's
+#: root copies while its children gather their subtrees, off the critical path; MPICH's
+#: senders copy into shared cells while its root copies (priced, its gathers got worse).
+LOCAL_COPIES = {"gloo": {("gather", "linear"): lambda p: p},
+                "open mpi": {("gather", "linear"): lambda p: 1,
+                             ("gather", "linear_sync"): lambda p: 1}}
 
 
 def local_copies(library: Optional[str], collective: str, algorithm: str, p: int) -> float:

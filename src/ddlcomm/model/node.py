@@ -26,9 +26,8 @@ lone copies run at full speed (``costs.waits_per_byte``: Open MPI's chain and
 linear gather): the waiting ranks give it the core.
 
 Cache: when the node's working set (its ranks' buffers, :data:`FOOTPRINT`)
-outgrows the last-level cache, the part ``spill`` beyond it
-(:func:`spill`) streams from memory: ``share·spill·(bytes +
-reduced)·beta_spill`` more.  0 when the cache is not known
+outgrows the last-level cache, all of it (``spill`` = 1, :func:`spill`)
+streams from memory: ``share·spill·(bytes + reduced)·beta_spill`` more.  0 when the cache is not known
 (``costs.Setting``); without oversubscription or spill the time is the plain
 α-β-γ one.
 
@@ -160,13 +159,19 @@ FOOTPRINT = {"allreduce": 2, "reduce": 2, "broadcast": 1, "gather": 2}
 
 
 def spill(collective: str, ranks_on_node: int, nbytes: float, cache: Optional[float]) -> float:
-    """The part of a node's working set (its ranks' buffers) that does not fit
-    in the last-level cache of ``cache`` bytes: max(0, 1 - cache / working set);
-    0 when ``cache`` is unknown."""
+    """The part of a node's working set (its ranks' buffers) that streams from memory
+    through a last-level cache of ``cache`` bytes: all of it (1) once it outgrows the
+    cache, none (0) while it fits; 0 when ``cache`` is unknown.
+
+    All, not the part beyond the cache (max(0, 1 - cache / working set), the term before
+    2026-11-29): buffers read in turn through a cache that keeps the lines used last
+    find none of theirs still there once they outgrow it.  Open MPI's 16-core gather
+    moves 2-3.5x slower per byte once its root's receive buffer passes 16-24 MiB, at
+    every rank count: an edge, not a ramp (docs/benchmarks.md, "The model on the
+    16-core node")."""
     if not cache:
         return 0.0
-    working = FOOTPRINT.get(collective, 2) * ranks_on_node * nbytes
-    return max(0.0, 1.0 - cache / working) if working > 0 else 0.0
+    return 1.0 if FOOTPRINT.get(collective, 2) * ranks_on_node * nbytes > cache else 0.0
 
 
 #: How a library's waiting ranks share the cores when they outnumber them

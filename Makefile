@@ -34,20 +34,25 @@ system-packages:
 	    || echo "note: Slurm not installed; tests/mpi/test_slurm.py will say so"; \
 	fi
 
+# The environments build side by side, but each editable install of ddlcomm compiles its C
+# kernels into the one source tree (src/ddlcomm/**/*.so, build/): one install at a time
+# (flock), or one deletes the library the other is copying in (a fresh clone's setup failed so).
+EDITABLE := $(if $(shell command -v flock),flock .venv/.editable.lock ,)
+
 # One virtual environment per MPI wheel: both ship mpirun/mpicc, so they cannot share one.
 # The base: the MPI wheel, mpi4py, NumPy and ddlcomm editable (what the default suite needs).
 .venv/%/.ddlcomm-base: $(DEPS)
 	@echo "== setting up .venv/$* (the $* wheel, mpi4py, numpy, ddlcomm editable)"
 	@test -x .venv/$*/bin/python || $(PYTHON) -m venv .venv/$*
 	.venv/$*/bin/python -m pip install -q $* "mpi4py>=4.0" numpy
-	.venv/$*/bin/python -m pip install -q -e ".[mpi]"
+	$(EDITABLE).venv/$*/bin/python -m pip install -q -e ".[mpi]"
 	@touch $@
 
 # Everything: $(TORCH) for the gloo backend and training, and the test tools.
 .venv/%/.ddlcomm-installed: .venv/%/.ddlcomm-base
 	@echo "== adding $(TORCH) and the test tools to .venv/$*"
 	.venv/$*/bin/python -m pip install -q "$(TORCH)"
-	.venv/$*/bin/python -m pip install -q -e ".[mpi,torch,test]"
+	$(EDITABLE).venv/$*/bin/python -m pip install -q -e ".[mpi,torch,test]"
 	@touch $@
 
 run: .venv/openmpi/.ddlcomm-base

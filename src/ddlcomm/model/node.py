@@ -27,9 +27,9 @@ linear gather): the waiting ranks give it the core.
 
 Cache: when the node's working set (its ranks' buffers, :data:`FOOTPRINT`)
 outgrows the last-level cache, all of it (``spill`` = 1, :func:`spill`)
-streams from memory: ``share·spill·(bytes + reduced)·beta_spill`` more.  0 when the cache is not known
-(``costs.Setting``); without oversubscription or spill the time is the plain
-α-β-γ one.
+streams from memory: ``share·spill·(bytes + reduced)·beta_spill`` more.  0
+when the cache is not known (``costs.Setting``); without oversubscription or
+spill the time is the plain α-β-γ one.
 
 Memory contention: the ranks that copy at once on a node (the busy ranks,
 at most one per core) share its memory bandwidth, so each byte they stream

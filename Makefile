@@ -58,7 +58,7 @@ EDITABLE := $(if $(shell command -v flock),flock .venv/.editable.lock ,)
 run: .venv/openmpi/.ddlcomm-base
 	.venv/openmpi/bin/ddlcomm bench
 
-# The unit tests (no MPI) on every core at once (pytest-xdist: 156 s -> 98 s on our 2 cores),
+# The unit tests (no MPI) on every core at once (pytest-xdist: 156 s -> 98-106 s on our 2 cores),
 # then the multi-rank tests one at a time (their ranks take the cores), each half to its end;
 # the slowest tests after each: what to look at when CI nears its 20 minutes.
 test: setup

@@ -72,12 +72,13 @@ class MPIEnv:
 
     def mpirun(self, nranks: int, program: list[str], timeout: float, **env: str):
         """Run ``program`` on ``nranks`` ranks; a hang fails the test after ``timeout`` s.
-        A launcher that failed to start before any rank ran (:data:`LAUNCH_FAILED`) is
-        started once more."""
+        A launcher that failed to start before any rank ran (``NOT_STARTED``) is started
+        once more, as ddlcomm's own launches are."""
+        from ddlcomm.launch.mpirun import NOT_STARTED
         cmd = self.launcher.command(nranks, program)
         environment = self.launcher.environment(self.env(**env), self.launcher.oversubscribed(nranks))
         res = run(cmd, environment, timeout)
-        if res.returncode != 0 and LAUNCH_FAILED in res.stdout + res.stderr:
+        if res.returncode != 0 and NOT_STARTED in res.stdout + res.stderr:
             res = run(cmd, environment, timeout)
         return res
 
@@ -87,10 +88,6 @@ class MPIEnv:
                              capture_output=True, text=True, timeout=60)
         return out.stdout.strip()
 
-
-#: What Open MPI's mpirun says when its PMIx server could not start, before any rank ran:
-#: once in a suite of some two thousand launches on our 2-core machine (2026-11-29).
-LAUNCH_FAILED = "The PMIx server's listener thread failed to start"
 
 #: The subprocesses running now (:func:`run`), each the leader of its process group.
 _LIVE: set[subprocess.Popen] = set()

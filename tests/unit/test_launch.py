@@ -246,3 +246,42 @@ def test_a_rank_killed_by_a_signal_is_named_as_the_cause(capfd):
                "time.sleep(0.5); raise SystemExit(3)"]
     assert spawn.run(2, program, dict(os.environ)) == 128 + 9
     assert "ddlcomm: rank 1 was killed by SIGKILL" in capfd.readouterr().err
+
+
+
+def _launcher(tmp_path: Path, first: str) -> list[str]:
+    """A stand-in for a launcher whose first launch runs ``first`` (Python, with ``sys``) and
+    exits 213, as Open MPI's mpirun did when its PMIx server could not start, and whose
+    second launch writes 'SECOND LAUNCH' and exits 0."""
+    import sys
+    once = tmp_path / "launched-once"
+    return [sys.executable, "-c",
+            "import os, pathlib, sys\n"
+            f"once = pathlib.Path({str(once)!r})\n"
+            f"if not once.exists(): once.touch(); {first}; sys.exit(213)\n"
+            "sys.stderr.write('SECOND LAUNCH\\n')"]
+
+
+def test_a_launcher_that_failed_before_any_rank_started_is_started_once_more(tmp_path, capfd):
+    import os
+    cmd = _launcher(tmp_path, f"sys.stderr.write({mpirun.NOT_STARTED!r} + '\\n')")
+    assert mpirun.run(cmd, dict(os.environ)) == 0
+    err = capfd.readouterr().err
+    order = [err.index(s) for s in (mpirun.NOT_STARTED, "starting it once more", "SECOND LAUNCH")]
+    assert order == sorted(order)
+
+
+def test_a_launcher_whose_rank_started_is_not_started_again(tmp_path, capfd):
+    """A rank marks its start (the ddlcomm command calls mark_started first): its failure
+    is the run's, not the launcher's."""
+    import os
+    cmd = _launcher(tmp_path, "from ddlcomm.launch.mpirun import mark_started; mark_started()")
+    assert mpirun.run(cmd, dict(os.environ)) == 213
+    assert "SECOND" not in capfd.readouterr().err
+
+
+def test_mark_started_outside_a_launch_does_nothing(tmp_path):
+    mpirun.mark_started({})
+    mpirun.mark_started({mpirun.STARTED_ENV: str(tmp_path / "gone" / "started")})  # no error
+    mpirun.mark_started({mpirun.STARTED_ENV: str(tmp_path / "started")})
+    assert (tmp_path / "started").exists()

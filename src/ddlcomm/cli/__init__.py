@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 
 from .. import __version__
 from ..errors import DdlcommError
+from ..launch.mpirun import mark_started
 from . import bench, info, kernels, model, report, reproduce, results, train
 from .common import _Parser
 
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    mark_started()          # in a rank that ddlcomm's launcher started: the rank ran
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -10,6 +10,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -118,6 +120,21 @@ def find(bin_dir: Optional[Path] = None) -> MPILauncher:
                              "or start the ranks yourself with your launcher")
 
 
+#: What Open MPI's mpirun says when its PMIx server could not start its listener, before any
+#: rank ran (exit code 213 here): a transient, the same command started again runs (seen
+#: about once in two thousand launches on our 2-core machine; also reported elsewhere, e.g.
+#: lfortran/lfortran#8610).  Where the launcher's output is read (the C reference, the
+#: tests), this message is what starts it once more; :func:`run` streams it and asks
+#: whether any rank started instead.
+NOT_STARTED = "The PMIx server's listener thread failed to start"
+
+#: Set in a launcher's environment by :func:`run`: the file each rank touches as it starts
+#: (:func:`mark_started`), so that the owner knows whether any rank ran.
+STARTED_ENV = "DDLCOMM_RANK_STARTED_FILE"
+#: A launcher that fails this soon, before any rank started, is started once more.
+RETRY_WITHIN_S = 30.0
+
+
 def run(cmd: Sequence[str], env: Mapping[str, str], grace_s: float = 10.0) -> int:
     """Run the launcher with our stdout/stderr (its output streams through).
 
@@ -125,9 +142,26 @@ def run(cmd: Sequence[str], env: Mapping[str, str], grace_s: float = 10.0) -> in
     SIGHUP (see :func:`ddlcomm.bench.runs.own`) the launcher is sent the same signal
     and, if it has not ended ``grace_s`` seconds later, killed.  If
     this process is killed outright, the launcher gets SIGTERM and ends the
-    ranks (:func:`~ddlcomm.launch.processes.die_with_parent`).
+    ranks (:func:`~ddlcomm.launch.processes.die_with_parent`).  A launcher that failed
+    within :data:`RETRY_WITHIN_S` before any rank started (Open MPI's
+    :data:`NOT_STARTED`, a transient) is started once more, with a note.
     Returns its exit code, 130 when interrupted.
     """
+    with tempfile.TemporaryDirectory(prefix="ddlcomm-launch-") as tmp:
+        started = Path(tmp) / "started"
+        env = {**env, STARTED_ENV: str(started)}
+        begun = time.monotonic()
+        rc = _run_once(cmd, env, grace_s)
+        if rc not in (0, 130) and not started.exists() and time.monotonic() - begun < RETRY_WITHIN_S:
+            print(f"note: the MPI launcher ended with exit code {rc} before any rank started "
+                  "(as Open MPI's does when its PMIx server fails to start, a transient): "
+                  "starting it once more", file=sys.stderr, flush=True)
+            rc = _run_once(cmd, env, grace_s)
+    return rc
+
+
+def _run_once(cmd: Sequence[str], env: Mapping[str, str], grace_s: float) -> int:
+    """One launch (see :func:`run`): its exit code, 130 when interrupted."""
     proc = subprocess.Popen(list(cmd), env=dict(env), start_new_session=False,
                             preexec_fn=die_with_parent())
     try:
@@ -140,3 +174,13 @@ def run(cmd: Sequence[str], env: Mapping[str, str], grace_s: float = 10.0) -> in
             proc.kill()
             proc.wait()
         return 130
+
+
+def mark_started(environ: Mapping[str, str] = os.environ) -> None:
+    """In a rank: tell the owner's :func:`run` that a rank started (see :data:`STARTED_ENV`)."""
+    path = environ.get(STARTED_ENV)
+    if path:
+        try:
+            Path(path).touch()
+        except OSError:         # its owner's folder is gone: nobody is asking
+            pass

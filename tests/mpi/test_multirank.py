@@ -105,6 +105,7 @@ def test_failing_rank_ends_the_job(mpi, tmp_path, fault):
     assert res.returncode != 0
     assert elapsed < 60
     assert "allreduce (buffer, 16KiB)" in res.stderr, res.stderr
+    assert "once more" not in res.stderr        # the ranks had started: no second launch
     with sqlite3.connect(db) as con:
         status, error = con.execute("select status, error from runs").fetchone()
         sizes = [b for (b,) in con.execute("select bytes from points order by seq")]

@@ -350,10 +350,22 @@ def test_release_gather_terms():
 
 def test_release_gather_waits_as_a_poller():
     """MPICH's release_gather spins on its flags: oversubscribed, a cell waits a turn of the
-    scheduler however many share a core ("yield"), its point-to-point algorithms "sleep"."""
-    assert library.waiting("MPICH 5.0.2", "release_gather") == "yield"
+    scheduler however many share a core ("spin"), its point-to-point algorithms "sleep"."""
+    assert library.waiting("MPICH 5.0.2", "release_gather") == "spin"
     assert library.waiting("MPICH", "rhd") == library.waiting("MPICH") == "sleep"
     assert library.waiting("Open MPI", "release_gather") == "yield"
+    assert node.oversubscription(3, 2, "spin") == node.oversubscription(4, 2, "spin") == 1.0
+
+
+def test_spinning_waiters_share_the_busiest_core():
+    """Spinning ranks keep their turn on the core, working or not: 3 ranks on 2 cores run as
+    4 do (the core with two sets the pace); an even share would be 1.5 ranks a core."""
+    mpich = "MPICH 5.0.2"
+    for p in (3, 4):
+        assert costs.share("allreduce", "release_gather", p, p, 2, mpich) == 2.0
+    assert costs.share("allreduce", "release_gather", 5, 5, 2, mpich) == 3.0
+    assert costs.share("allreduce", "release_gather", 2, 2, 2, mpich) == 1.0
+    assert costs.share("allreduce", "ring", 3, 3, 2, "gloo") == 1.5       # sleepers: even
 
 
 def test_library_errors():

@@ -639,9 +639,15 @@ def share(collective: str, algorithm: str, p: int, ranks_per_node: int,
     gather on the 2-core machine (two pairs at once) held out 59.5% -> 41.6% so.  The
     memory's contention (:func:`path_contention`) still counts a pair's copies once: the
     cells stay in the caches, and counted twice there the 16-core gather went 9.6% ->
-    12.8% held out."""
+    12.8% held out.  Where the waiting ranks spin (:func:`ddlcomm.model.library.waiting`),
+    every rank of the call keeps its turn on its core, working or not, so the busiest core
+    sets the pace: its ranks, the call's ranks over the cores rounded up (3 ranks on 2
+    cores run as 4 do; MPICH's release_gather on the 2-core machine held out: broadcast
+    4.5% -> 2.8%, all-reduce 13.2% -> 5.1%)."""
     if not cores:
         return 1.0
+    if waiting(library, algorithm) == "spin":
+        return max(1.0, float(math.ceil(min(p, ranks_per_node) / cores)))
     busy = min(busy_ranks(collective, algorithm, p) * copies_per_byte(collective, algorithm, library),
                p, ranks_per_node)
     return max(1.0, busy / cores)

@@ -204,10 +204,12 @@ WAITING = {"open mpi": "yield", "mpich": "sleep", "gloo": "sleep"}
 #: release_gather spins on its shared-memory flags and calls the progress engine only
 #: every ``MPIR_CVAR_POSIX_POLL_FREQUENCY`` polls (``release_gather.h``,
 #: ``MPIDI_POSIX_RELEASE_GATHER_WAIT_WHILE_LESS_THAN``): a waiting rank keeps its turn on
-#: the core, so a cell waits about one turn of the scheduler however many share the
-#: core.  On the 2-core machine its 16 MiB all-reduce took 28.7 ms at 3 ranks and
-#: 29.0 ms at 4 (6.4 ms at 2), where "sleep" would grow the wait by half.
-WAITING_BY_ALGORITHM = {("mpich", "release_gather"): "yield"}
+#: the core ("spin"), so a cell waits about one turn of the scheduler however many share
+#: the core, and a core's ranks each get their share of it, working or not: the busiest
+#: core sets the pace.  On the 2-core machine its 16 MiB all-reduce took 28.7 ms at 3
+#: ranks and 29.0 ms at 4 (6.4 ms at 2), where "sleep" would grow the wait by half and
+#: an even share of the cores (1.5 ranks a core, then 2) the copies by a third.
+WAITING_BY_ALGORITHM = {("mpich", "release_gather"): "spin"}
 
 
 def waiting(library: Optional[str], algorithm: Optional[str] = None) -> str:

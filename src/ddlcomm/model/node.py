@@ -15,7 +15,9 @@ are those of the algorithm that copy or reduce at once (``costs.ACTIVE``: all
 p in a ring, the power-of-two core in recursive halving and doubling, the
 root alone in a linear gather, the widest level of an Open MPI broadcast
 tree, ...), both ranks of a pair where the library's sender copies too
-(``costs.copies_per_byte``: MPICH's point-to-point).  And ranks wait for the
+(``costs.copies_per_byte``: MPICH's point-to-point); where the waiting ranks
+spin, the call's ranks per core rounded up (the busiest core sets the pace).
+And ranks wait for the
 scheduler: the fitted ``alpha_over``
 (seconds per message per unit of ``over``) and ``beta_over`` (seconds per
 byte moved or reduced per unit of ``over``) add ``over·(rounds·alpha_over +
@@ -182,9 +184,13 @@ def spill(collective: str, ranks_on_node: int, nbytes: float, cache: Optional[fl
 #: (ranks - cores) / ranks.  ``yield``: waiting ranks stay runnable and give
 #: the core back at each poll (Open MPI's ``mpi_yield_when_idle``), so a
 #: message waits about one turn of the scheduler however many share the core: 1.
+#: ``spin``: waiting ranks keep their turn on the core (MPICH's release_gather
+#: flags): 1 as well; they also keep the working ranks from the whole core
+#: (``costs.share``).
 OVERSUBSCRIPTION = {
     "sleep": lambda ranks, cores: (ranks - cores) / ranks,
     "yield": lambda ranks, cores: 1.0,
+    "spin": lambda ranks, cores: 1.0,
 }
 
 

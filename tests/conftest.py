@@ -72,13 +72,13 @@ class MPIEnv:
 
     def mpirun(self, nranks: int, program: list[str], timeout: float, **env: str):
         """Run ``program`` on ``nranks`` ranks; a hang fails the test after ``timeout`` s.
-        A launcher that failed to start before any rank ran (``NOT_STARTED``) is started
+        A launcher that failed to start before any rank ran (``not_started``) is started
         once more, as ddlcomm's own launches are."""
-        from ddlcomm.launch.mpirun import NOT_STARTED
+        from ddlcomm.launch.mpirun import not_started
         cmd = self.launcher.command(nranks, program)
         environment = self.launcher.environment(self.env(**env), self.launcher.oversubscribed(nranks))
         res = run(cmd, environment, timeout)
-        if res.returncode != 0 and NOT_STARTED in res.stdout + res.stderr:
+        if not_started(res.returncode, res.stdout + res.stderr):
             res = run(cmd, environment, timeout)
         return res
 

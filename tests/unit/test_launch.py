@@ -280,6 +280,13 @@ def test_a_launcher_whose_rank_started_is_not_started_again(tmp_path, capfd):
     assert "SECOND" not in capfd.readouterr().err
 
 
+def test_not_started_is_the_pmix_failure_only():
+    said = f"----\n{mpirun.NOT_STARTED}. We cannot\ncontinue.\n"
+    assert mpirun.not_started(213, said)
+    assert not mpirun.not_started(0, said)
+    assert not mpirun.not_started(1, "a rank exited with status 1")
+
+
 def test_mark_started_outside_a_launch_does_nothing(tmp_path):
     mpirun.mark_started({})
     mpirun.mark_started({mpirun.STARTED_ENV: str(tmp_path / "gone" / "started")})  # no error

@@ -47,7 +47,7 @@ from ..collectives import get_collective
 from ..comm import registry
 from ..errors import (BackendUnavailable, DdlcommError, RankFailure, UnsupportedError,
                       UsageError)
-from ..launch.mpirun import NOT_STARTED, MPILauncher, family_of
+from ..launch.mpirun import MPILauncher, family_of, not_started
 from ..units import parse_positive_int, parse_size
 
 if TYPE_CHECKING:
@@ -488,7 +488,7 @@ def run(ranks: int, collective: str, dtype: str, sizes: Iterable[int], iters: in
     cmd, env = mpirun_command(mpirun, ranks, argv)
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
-        if out.returncode != 0 and NOT_STARTED in out.stderr:   # no rank ran: once more
+        if not_started(out.returncode, out.stderr):     # no rank ran: once more
             out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise RankFailure(f"the C reference did not finish within {timeout_s:g} s",

@@ -124,9 +124,15 @@ def find(bin_dir: Optional[Path] = None) -> MPILauncher:
 #: rank ran (exit code 213 here): a transient, the same command started again runs (seen
 #: about once in two thousand launches on our 2-core machine; also reported elsewhere, e.g.
 #: lfortran/lfortran#8610).  Where the launcher's output is read (the C reference, the
-#: tests), this message is what starts it once more; :func:`run` streams it and asks
-#: whether any rank started instead.
+#: tests), this message is what starts it once more (:func:`not_started`); :func:`run`
+#: streams it and asks whether any rank started instead.
 NOT_STARTED = "The PMIx server's listener thread failed to start"
+
+
+def not_started(returncode: int, output: str) -> bool:
+    """Whether a launcher that ended with ``returncode`` and said ``output`` failed before
+    any rank ran, as :data:`NOT_STARTED` says (pure): worth starting once more."""
+    return returncode != 0 and NOT_STARTED in output
 
 #: Set in a launcher's environment by :func:`run`: the file each rank touches as it starts
 #: (:func:`mark_started`), so that the owner knows whether any rank ran.

@@ -134,6 +134,7 @@ def not_started(returncode: int, output: str) -> bool:
     any rank ran, as :data:`NOT_STARTED` says (pure): worth starting once more."""
     return returncode != 0 and NOT_STARTED in output
 
+
 #: Set in a launcher's environment by :func:`run`: the file each rank touches as it starts
 #: (:func:`mark_started`), so that the owner knows whether any rank ran.
 STARTED_ENV = "DDLCOMM_RANK_STARTED_FILE"

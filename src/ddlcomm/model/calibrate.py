@@ -17,8 +17,8 @@ library waits (:func:`ddlcomm.model.node.oversubscription`; the harness
 runs every rank on one host, so ranks on the node = ranks) and ``share`` =
 max(1, busy ranks / cores) (the ranks per core rounded up where the waiting ranks
 spin) multiplies the β and γ columns (:func:`ddlcomm.model.costs.share`); the two
-``_over`` columns are left out when no point of a group is oversubscribed; ``per_byte`` is 0 where one rank copies
-at a time in a library whose lone copies run at full speed
+``_over`` columns are left out when no point of a group is oversubscribed; ``per_byte``
+is 0 where one rank copies at a time in a library whose lone copies run at full speed
 (:func:`ddlcomm.model.costs.waits_per_byte`).
 ``spill`` = 1 where the
 ranks' buffers outgrow the cache, else 0

@@ -124,6 +124,20 @@ def bound_checks(comm, failures) -> None:
         algorithms.bind(comm, "allreduce", alg, send, recv, total, 0)()
         if not (recv == comm.size * (comm.size + 1) / 2).all():
             failures.append(f"rank {comm.rank} {alg}: 2-D buffers gave {recv.ravel()[:4]}")
+    # the pipelined form says what ran: its chunk, and from PIPE_PHASES_BYTES each rank's phases
+    send = np.ones(shm.PIPE_PHASES_BYTES // 4, np.float32)
+    call = algorithms.bind(comm, "allreduce", "shm", send, np.zeros_like(send), total, 0)
+    call()
+    call()
+    said = call.facts() if hasattr(call, "facts") else {}
+    if shm.pipelines(algorithms.kernel("shm", total, send.dtype)):
+        phases = said.get("shm_phases_us", {}).get(str(comm.rank), {})
+        if said.get("shm_chunk") != shm.pipe_chunk(comm.size, send.nbytes) or \
+                sorted(phases) != sorted(shm.PIPE_PHASES) or min(phases.values()) < 0:
+            failures.append(f"rank {comm.rank} shm's facts: {said}")
+    elif said:
+        failures.append(f"rank {comm.rank} shm's staged form said {said}")
+    del call
     if comm.size >= 3:
         import os
         os.environ["DDLCOMM_NODE"] = f"n{comm.rank}"            # a node per rank

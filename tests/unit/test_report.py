@@ -312,3 +312,31 @@ def test_points_whose_arrays_were_partly_on_huge_pages_are_named(points, tmp_pat
     assert "pages (" not in render_points(points)                  # nothing recorded: nothing said
     page = write_run_report(RUN, marked, tmp_path / "r").read_text()
     assert "<b>pages</b><ul><li>pages (2 points: 16MiB buffer, 16MiB object)" in page
+
+
+def test_the_shm_all_reduces_time_by_phase_follows_its_table(tmp_path):
+    phases = ("wait_free", "stage", "wait_ready", "reduce", "wait_reduced", "unstage")
+
+    def timed(*us):
+        return dict(zip(phases, us))
+    pts = [make_point("allreduce", "buffer", 1 << 20, algorithm=a, extra=e) for a, e in (
+        ("library", {}),
+        ("shm", {"shm_chunk": 1 << 19, "shm_stream": False,
+                 "shm_phases_us": {"0": timed(1, 10, 1, 20, 8, 10), "1": timed(1, 10, 3, 20, 6, 10)}}),
+        ("shm@128KiB", {"shm_chunk": 1 << 17, "shm_stream": False}))]
+    text = render_points(pts)
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("# shm's time by phase"))
+    assert lines[at + 1].split() == ["size", "series", *phases, "sum", "waiting"]
+    # the ranks' mean per phase, their sum, the larger of the two ranks' waiting shares (10/50)
+    assert lines[at + 3].split() == ["1MiB", "shm", "1.0", "10.0", "2.0", "20.0", "7.0", "10.0", "50.0", "20%"]
+    assert len(lines) == at + 4
+    # the chunk is what ran, not a series; no phases, no table
+    assert "shm_chunk" not in text and "time by phase" not in render_points(pts[:1])
+    assert "time by phase" in _html_of(pts, tmp_path) and "time by phase" not in _html_of(pts[:1], tmp_path)
+
+
+def _html_of(pts, tmp_path) -> str:
+    """The run report's page of ``pts``."""
+    out = tmp_path / f"report-{len(pts)}"
+    return write_run_report(RUN, pts, out).read_text(encoding="utf-8")

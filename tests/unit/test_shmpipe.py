@@ -21,8 +21,9 @@ pytestmark = pytest.mark.skipif(shm._shmpipe is None or available()["c"].startsw
                                 reason="the C kernel or the shm engine is not built")
 
 
-def run_ranks(p, inputs, outputs, red, chunk, windows=shm.PIPE_WINDOWS, calls=1, stream_min=-1):
-    """Every rank (a thread) runs `calls` all-reduces on one segment; their errors, if any."""
+def run_ranks(p, inputs, outputs, red, chunk, windows=shm.PIPE_WINDOWS, calls=1, stream_min=-1, phases=None):
+    """Every rank (a thread) runs `calls` all-reduces on one segment; their errors, if any.
+    ``phases``: one buffer per rank that the calls add their phases' nanoseconds to."""
     seg = np.zeros(shm._shmpipe.segment_bytes(p, chunk, windows), np.uint8)
     errors = []
 
@@ -31,7 +32,7 @@ def run_ranks(p, inputs, outputs, red, chunk, windows=shm.PIPE_WINDOWS, calls=1,
         try:
             for _ in range(calls):
                 base = shm._shmpipe.allreduce(seg, inputs[r], outputs[r], red, r, p, chunk, windows, base,
-                                              1.0, stream_min)
+                                              1.0, stream_min, None if phases is None else phases[r])
         except Exception as exc:  # noqa: BLE001 - reported by the test
             errors.append(exc)
 
@@ -90,6 +91,29 @@ def test_in_place_repeated_calls_and_streaming(windows, stream_min):
         check(out, expected, DTYPES["float32"])
 
 
+def test_phases_are_timed_where_asked():
+    p, n = 3, 200_000
+    rng = np.random.default_rng(5)
+    mine = [rng.integers(1, 20, n).astype(np.float32) for _ in range(p)]
+    outs = [np.zeros(n, np.float32) for _ in range(p)]
+    phases = [np.zeros(shm._shmpipe.N_PHASES, np.int64) for _ in range(p)]
+    assert len(shm.PIPE_PHASES) == shm._shmpipe.N_PHASES == 6
+    assert not run_ranks(p, mine, outs, reducer("sum", "float32"), chunk=4096, calls=3, phases=phases)
+    for out, ns in zip(outs, phases):
+        check(out, want(mine, "sum", DTYPES["float32"]), DTYPES["float32"])
+        took = dict(zip(shm.PIPE_PHASES, ns))
+        assert all(t >= 0 for t in ns) and took["stage"] > 0 and took["reduce"] > 0 and took["unstage"] > 0
+    again = phases[0].copy()                 # the calls add: never reset, never lost
+    assert not run_ranks(1, mine[:1], outs[:1], reducer("sum", "float32"), chunk=4096, phases=phases[:1])
+    assert (phases[0] >= again).all() and phases[0].sum() > again.sum()
+
+
+def test_phases_us_is_the_mean_after_the_first_call():
+    first, rest = np.array([9000, 0, 0, 0, 0, 0]), np.array([2000, 4000, 0, 6000, 0, 8000])
+    assert shm.phases_us(first, rest, 3) == dict(zip(shm.PIPE_PHASES, [1.0, 2.0, 0.0, 3.0, 0.0, 4.0]))
+    assert shm.phases_us(first, rest, 1)["wait_free"] == 9.0
+
+
 def test_segment_bytes_and_chunks():
     assert shm._shmpipe.segment_bytes(2, 1024, 4) == 4096 + 4 * 3 * 1024
     assert shm._shmpipe.segment_bytes(100, 64, 3) == 3 * 100 * 64 // 4096 * 4096 + 4096 + 3 * 101 * 64
@@ -106,6 +130,7 @@ def test_segment_bytes_and_chunks():
     (dict(send=np.zeros(12, np.uint8), recv=np.zeros(12, np.uint8)), "whole number of elements"),
     (dict(seg=np.zeros(64, np.uint8)), "smaller than segment_bytes"),
     (dict(overlap=True), "overlap"),
+    (dict(phases=np.zeros(5, np.int64)), "N_PHASES int64"),
 ])
 def test_refusals(args, match):
     red = reducer("sum", "float64")
@@ -117,7 +142,7 @@ def test_refusals(args, match):
         send, recv = both[:8], both[4:]
     with pytest.raises(ValueError, match=match):
         shm._shmpipe.allreduce(seg, send, recv, red, args.get("rank", 0), 2, args.get("chunk", 128),
-                               args.get("windows", 4), 0, 1.0, -1)
+                               args.get("windows", 4), 0, 1.0, -1, args.get("phases"))
 
 
 def test_a_reducer_hands_its_loop_over():

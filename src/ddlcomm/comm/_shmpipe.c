@@ -25,6 +25,12 @@
  *
  * `reducer` is a ddlcomm.kernels._reduce.Reducer: its `loop` capsule is the
  * SIMD loop out = a (op) b, and its `itemsize` the element size.
+ *
+ * `phases`, where not None, is a writable buffer of N_PHASES int64: the call adds
+ * to it the nanoseconds this rank spent in each of its steps' six phases (PHASES
+ * names them: waiting for a free window, staging, waiting for the others' pieces,
+ * reducing, waiting for the others' parts, copying out): nine clock readings a
+ * step.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -49,6 +55,10 @@ typedef void (*ddl_loop)(const void *a, const void *b, void *out, size_t n);
 #define LOOP_CAPSULE "ddlcomm.kernels._reduce.loop"
 
 enum { READY, REDUCED, DONE, N_COUNTERS };
+
+/* A call's phases, in the order each step takes them (see `phases` above). */
+enum { WAIT_FREE, STAGE, WAIT_READY, REDUCE, WAIT_REDUCED, UNSTAGE, N_PHASES };
+#define PHASES "wait_free stage wait_ready reduce wait_reduced unstage"
 
 /* A rank's counter, alone on its cache line: the value (global chunk number + 1,
  * compared modulo 2^32) and how many ranks sleep on it. */
@@ -149,7 +159,20 @@ typedef struct {
     int rank, nranks, windows, stream;
     uint64_t spin_ns;
     ddl_loop loop;
+    int64_t *phases;            /* N_PHASES sums of nanoseconds, or NULL: not timed */
 } Job;
+
+/* The clock where the call's phases are timed, else 0 (no reading). */
+static uint64_t mark(const Job *j) { return j->phases != NULL ? now_ns() : 0; }
+
+/* Add the time from `since` to now to `phase`; return now (the next phase's start). */
+static uint64_t lap(const Job *j, int phase, uint64_t since)
+{
+    uint64_t now = mark(j);
+    if (j->phases != NULL)
+        j->phases[phase] += (int64_t)(now - since);
+    return now;
+}
 
 /* Chunk i of a call: where it lies in the buffers and in the segment. */
 typedef struct {
@@ -174,10 +197,13 @@ static Chunk chunk_at(const Job *j, int64_t base, size_t i)
 static void stage(const Job *j, const Chunk *c)
 {
     char *mine = c->slots + (size_t)j->rank * j->chunk;
+    uint64_t t = mark(j);
     wait_all(j->seg, DONE, j->nranks, c->g - j->windows + 1, j->spin_ns);  /* the window is free */
+    t = lap(j, WAIT_FREE, t);
     memcpy(mine, j->send + c->off, c->lo);
     memcpy(mine + c->hi, j->send + c->off + c->hi, c->len - c->hi);
     publish(counter(j->seg, READY, j->nranks, j->rank), c->g + 1);
+    lap(j, STAGE, t);
 }
 
 /* Reduce this rank's part from every rank's input (its own straight from send) into the window. */
@@ -185,7 +211,9 @@ static void reduce(const Job *j, const Chunk *c)
 {
     size_t n = (c->hi - c->lo) / j->itemsize;
     const char *own = j->send + c->off + c->lo;
+    uint64_t t = mark(j);
     wait_all(j->seg, READY, j->nranks, c->g + 1, j->spin_ns);
+    t = lap(j, WAIT_READY, t);
     if (n > 0 && j->nranks == 1)
         memcpy(c->out + c->lo, own, c->hi - c->lo);
     for (int q = 1; n > 0 && q < j->nranks; q++) {
@@ -194,6 +222,7 @@ static void reduce(const Job *j, const Chunk *c)
         j->loop(a, b, c->out + c->lo, n);
     }
     publish(counter(j->seg, REDUCED, j->nranks, j->rank), c->g + 1);
+    lap(j, REDUCE, t);
 }
 
 /* memcpy with streaming stores (x86-64: SSE2, in every such CPU): the destination's
@@ -223,12 +252,15 @@ static void copy_streaming(char *dst, const char *src, size_t len)
 /* Copy the whole reduced chunk out. */
 static void unstage(const Job *j, const Chunk *c)
 {
+    uint64_t t = mark(j);
     wait_all(j->seg, REDUCED, j->nranks, c->g + 1, j->spin_ns);
+    t = lap(j, WAIT_REDUCED, t);
     if (j->stream)
         copy_streaming(j->recv + c->off, c->out, c->len);
     else
         memcpy(j->recv + c->off, c->out, c->len);
     publish(counter(j->seg, DONE, j->nranks, j->rank), c->g + 1);
+    lap(j, UNSTAGE, t);
 }
 
 /* Step s stages chunk s, reduces chunk s-1 and copies chunk s-2 out: each wait is
@@ -297,33 +329,29 @@ static int reducer_parts(PyObject *reducer, ddl_loop *loop, size_t *itemsize)
 
 static PyObject *allreduce(PyObject *m, PyObject *args)
 {
-    PyObject *seg_obj, *send_obj, *recv_obj, *reducer;
+    PyObject *seg_obj, *send_obj, *recv_obj, *reducer, *phases_obj = Py_None;
     int rank, nranks, windows;
     Py_ssize_t chunk;
     long long base;
     double spin_us;
     Py_ssize_t stream_min;
-    Py_buffer seg, send, recv;
+    Py_buffer seg = {0}, send = {0}, recv = {0}, phases = {0};
     Job j;
     const char *bad = NULL;
 
-    if (!PyArg_ParseTuple(args, "OOOOiiniLdn:allreduce", &seg_obj, &send_obj, &recv_obj, &reducer,
-                          &rank, &nranks, &chunk, &windows, &base, &spin_us, &stream_min) ||
+    if (!PyArg_ParseTuple(args, "OOOOiiniLdn|O:allreduce", &seg_obj, &send_obj, &recv_obj, &reducer,
+                          &rank, &nranks, &chunk, &windows, &base, &spin_us, &stream_min, &phases_obj) ||
         check_shape(rank, nranks, chunk, windows) < 0 || reducer_parts(reducer, &j.loop, &j.itemsize) < 0)
         return NULL;
-    if (PyObject_GetBuffer(seg_obj, &seg, PyBUF_WRITABLE) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(send_obj, &send, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&seg);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(recv_obj, &recv, PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&seg);
-        PyBuffer_Release(&send);
-        return NULL;
+    if (PyObject_GetBuffer(seg_obj, &seg, PyBUF_WRITABLE) < 0 ||
+        PyObject_GetBuffer(send_obj, &send, PyBUF_SIMPLE) < 0 ||
+        PyObject_GetBuffer(recv_obj, &recv, PyBUF_WRITABLE) < 0 ||
+        (phases_obj != Py_None && PyObject_GetBuffer(phases_obj, &phases, PyBUF_WRITABLE) < 0)) {
+        bad = "";               /* the exception is set */
+        goto done;
     }
     j = (Job){seg.buf, send.buf, recv.buf, (size_t)recv.len, j.itemsize, (size_t)chunk, rank, nranks, windows,
-              0, spin_us > 0 ? (uint64_t)(spin_us * 1000.0) : 0, j.loop};
+              0, spin_us > 0 ? (uint64_t)(spin_us * 1000.0) : 0, j.loop, phases.buf};
     j.stream = send.buf != recv.buf && stream_min >= 0 && j.nbytes >= (size_t)stream_min;
     if (send.len != recv.len)
         bad = "send and receive buffers differ in size";
@@ -334,6 +362,9 @@ static PyObject *allreduce(PyObject *m, PyObject *args)
     else if (send.buf != recv.buf && (char *)send.buf < (char *)recv.buf + recv.len &&
              (char *)recv.buf < (char *)send.buf + send.len)
         bad = "send and receive buffers overlap without being the same memory";
+    else if (phases_obj != Py_None &&
+             (phases.len != (Py_ssize_t)(N_PHASES * sizeof(int64_t)) || (uintptr_t)phases.buf % sizeof(int64_t)))
+        bad = "phases must be an aligned buffer of N_PHASES int64";
     if (bad == NULL) {
         Py_BEGIN_ALLOW_THREADS
         base = run(&j, base);
@@ -341,9 +372,12 @@ static PyObject *allreduce(PyObject *m, PyObject *args)
     } else {
         PyErr_SetString(PyExc_ValueError, bad);
     }
+done:
+    /* a buffer never got has obj NULL: releasing it does nothing */
     PyBuffer_Release(&seg);
     PyBuffer_Release(&send);
     PyBuffer_Release(&recv);
+    PyBuffer_Release(&phases);
     return bad == NULL ? PyLong_FromLongLong(base) : NULL;
 }
 
@@ -351,10 +385,12 @@ static PyMethodDef module_methods[] = {
     {"segment_bytes", segment_bytes, METH_VARARGS,
      "segment_bytes(nranks, chunk, windows): bytes of the shared segment allreduce() needs."},
     {"allreduce", allreduce, METH_VARARGS,
-     "allreduce(seg, send, recv, reducer, rank, nranks, chunk, windows, base, spin_us, stream_min)\n"
+     "allreduce(seg, send, recv, reducer, rank, nranks, chunk, windows, base, spin_us, stream_min,\n"
+     "          phases=None)\n"
      "-> the next base: the pipelined all-reduce of this rank's part (see the module's source);\n"
      "a wait spins spin_us microseconds before it sleeps; an out-of-place result of at least\n"
-     "stream_min bytes (-1: never) is written with streaming stores."},
+     "stream_min bytes (-1: never) is written with streaming stores; phases (N_PHASES int64,\n"
+     "or None) gets the nanoseconds of each phase (PHASES) added."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -366,7 +402,9 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC PyInit__shmpipe(void)
 {
     PyObject *m = PyModule_Create(&module_def);
-    if (m != NULL && PyModule_AddIntConstant(m, "LINE", LINE) < 0) {
+    if (m != NULL && (PyModule_AddIntConstant(m, "LINE", LINE) < 0 ||
+                      PyModule_AddIntConstant(m, "N_PHASES", N_PHASES) < 0 ||
+                      PyModule_AddStringConstant(m, "PHASES", PHASES) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

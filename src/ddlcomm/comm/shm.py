@@ -11,7 +11,9 @@ For ranks on one node, three forms, chosen when the call is bound:
   step s a rank stages chunk s, reduces chunk s-1 and copies chunk s-2 out, so
   it waits only for what the others did a step before.  A chunk's staging
   stays in the caches, so a rank reads its input and writes its output from
-  memory about once.
+  memory about once.  The bound call's ``facts()`` name its chunk and, from
+  :data:`PIPE_PHASES_BYTES` up, each rank's time per call in each phase
+  (:data:`PIPE_PHASES`): where a call's time goes.
 * **staged** (the NumPy kernel, or no C build): each rank copies its whole
   input into its slot of the segment; after a barrier, rank r reduces slice r
   of the result straight from every rank's slot; after a second barrier,
@@ -39,6 +41,7 @@ from .. import memory
 from ..dtypes import ReduceOp
 from ..errors import UnsupportedError
 from ..memory.shared import attach, segment_of, unlink_name
+from .bound import BoundCall
 
 try:
     from . import _shmpipe
@@ -60,6 +63,14 @@ PIPE_STREAM_BYTES = 8 << 20
 #: Microseconds a rank of the pipelined form spins for a peer before it sleeps,
 #: while the node's ranks do not outnumber its CPUs (past that: sleep at once).
 PIPE_SPIN_US = 50.0
+#: From this size up the pipelined form times each rank's phases (:data:`PIPE_PHASES`):
+#: 9 clock readings per step (about 25 ns each on our 2-core EPYC), about 1% of a 1 MiB
+#: call at 2 ranks (4 steps of about 20 µs), less above; a 4 KiB call takes 2.4 µs in all.
+PIPE_PHASES_BYTES = 1 << 20
+#: The pipelined form's phases, in the order each step takes them: waiting for a free
+#: window, staging, waiting for the others' pieces, reducing, waiting for the others'
+#: parts, copying out.
+PIPE_PHASES = tuple(_shmpipe.PHASES.split()) if _shmpipe is not None else ()
 
 
 #: same_node's answer per communicator: its ranks do not move, so it is asked once.
@@ -165,19 +176,38 @@ def pipe_chunk(nranks: int, nbytes: int) -> int:
     return min(max(PIPE_CHUNK_MIN, min(chunk, PIPE_CHUNK_MAX)), -(-max(nbytes, 1) // line) * line)
 
 
-def _pipelined(comm, sendbuf, recvbuf, op, reduce, chunk_bytes: Optional[int]) -> Callable[[], None]:
+def phases_us(first, rest, calls: int) -> dict:
+    """A rank's mean µs per call in each phase (pure): over the calls after the first where
+    there are any (the first pays for its pages' first touch), else the first's."""
+    ns, n = (rest, calls - 1) if calls > 1 else (first, max(calls, 1))
+    return {name: round(float(t) / n / 1e3, 1) for name, t in zip(PIPE_PHASES, ns)}
+
+
+def _pipelined(comm, sendbuf, recvbuf, op, reduce, chunk_bytes: Optional[int]) -> BoundCall:
     p = comm.size
     chunk = pipe_chunk(p, sendbuf.nbytes) if chunk_bytes is None else chunk_bytes
     seg = node_segment(comm, 0, _shmpipe.segment_bytes(p, chunk, PIPE_WINDOWS))
     raw = seg.array(np.uint8, seg.nbytes)
-    rank, state = comm.rank, {"base": 0}
+    rank, state = comm.rank, {"base": 0, "calls": 0}
     spin_us = PIPE_SPIN_US if p <= (os.cpu_count() or 1) else 0.0
+    # the first call's phases, then the others' (None: not timed)
+    timed = np.zeros((2, len(PIPE_PHASES)), np.int64) if sendbuf.nbytes >= PIPE_PHASES_BYTES else None
 
-    def call() -> None:
+    def run() -> None:
+        phases = None if timed is None else timed[min(state["calls"], 1)]
         state["base"] = _shmpipe.allreduce(raw, sendbuf, recvbuf, reduce, rank, p, chunk, PIPE_WINDOWS,
-                                           state["base"], spin_us, PIPE_STREAM_BYTES)
+                                           state["base"], spin_us, PIPE_STREAM_BYTES, phases)
+        state["calls"] += 1
         op.finish(recvbuf, p)
 
+    def facts() -> dict:
+        out = {"shm_chunk": chunk,
+               "shm_stream": sendbuf.ctypes.data != recvbuf.ctypes.data and sendbuf.nbytes >= PIPE_STREAM_BYTES}
+        if timed is not None and state["calls"]:
+            out["shm_phases_us"] = {str(rank): phases_us(timed[0], timed[1], state["calls"])}
+        return out
+
+    call = BoundCall(run, facts)
     weakref.finalize(call, seg.free)
     return call
 

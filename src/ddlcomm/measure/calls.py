@@ -27,8 +27,9 @@ class Prepared:
     run: Callable[[], Any]
     result: Callable[[], Any]
     reset: Callable[[], None]
-    #: what ran, said by the bound call (ddlcomm's own algorithms on device buffers:
-    #: reduction kernel, transports, kind look-ups); empty otherwise
+    #: what ran, said by the bound call where it can (ddlcomm's own algorithms on device
+    #: buffers: reduction kernel, transports, kind look-ups; the pipelined shm all-reduce:
+    #: its chunk and time by phase); empty otherwise
     facts: Callable[[], dict] = dict
 
 
@@ -76,7 +77,7 @@ def prepare(coll: Collective, comm: Any, form: str, dtype: DType, count: int,
 
     def reset() -> None:
         coll.reset(send, recv, dtype, count, rank, op, root)
-    return Prepared(run, lambda: coll.result_of(send, recv), reset)
+    return Prepared(run, lambda: coll.result_of(send, recv), reset, getattr(run, "facts", dict))
 
 
 def _device_call(coll: Collective, comm: Any, send: np.ndarray, recv: Optional[np.ndarray],

@@ -21,9 +21,9 @@ from ..results import export
 from ..results.store import ENDINGS
 from ..units import counted, format_size
 from . import plots
-from .tables import (EXTRA_COLUMNS, RATIO_COLUMNS, Point, avg_busbw, format_gbps, format_when,
-                     group_by_collective, heading, noise_notes, pages_note, points_table, run_warnings,
-                     series_key, varying_dimensions)
+from .tables import (EXTRA_COLUMNS, PHASES_TITLE, RATIO_COLUMNS, Point, avg_busbw, format_gbps, format_when,
+                     group_by_collective, heading, noise_notes, pages_note, phases_table, points_table,
+                     run_warnings, series_key, varying_dimensions)
 
 #: The CSV of the run's points, written beside index.html.
 CSV_NAME = "points.csv"
@@ -187,6 +187,18 @@ def _headline(points: Sequence[Point]) -> str:
     return html
 
 
+def _phases(points: Sequence[Point]) -> str:
+    """The shm all-reduce's time by phase (:func:`phases_table`), where points recorded it."""
+    headers, rows = phases_table(points)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td{_td_class(h != 'series', c)}>{escape(c)}</td>"
+                                    for h, c in zip(headers, row)) + "</tr>" for row in rows)
+    return (f"<p>{escape(PHASES_TITLE)}</p>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+
+
 def _notes(points: Sequence[Point]) -> str:
     """The noise markers' legend with the points they flag, and the points whose arrays
     were partly on huge pages (:func:`pages_note`), visibly under the table."""
@@ -237,7 +249,7 @@ def write_run_report(run: Mapping[str, Any], points: Sequence[Point], out_dir: s
         anchors.append((anchor, collective))
         sections.append(f'<section id="{escape(anchor)}"><h2>{escape(heading(group))}</h2>'
                         f"{_headline(group)}{_figures(group, collective, out, styles)}"
-                        f"{_data_table(group)}{_notes(group)}</section>")
+                        f"{_data_table(group)}{_notes(group)}{_phases(group)}</section>")
     page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>{_nav(anchors)}"
             f'<h1 id="run">{escape(title)}</h1>{_warnings(run, points)}{_meta_table(run)}'

@@ -37,9 +37,14 @@ EXTRA_COLUMNS = (("pushes/s", "pushes_per_s", "{:.0f}"), ("stale_mean", "stalene
 #: device-to-device copy of them (device buffers), each timed on every rank at once.
 RATIO_COLUMNS = (("x_add", "add_us"), ("x_floor", "floor_us"))
 #: Keys of ``extra`` that are measurements of a point, never a series (a copy phase's bytes,
-#: the pinned copy bandwidths and how many ranks copy, the kind look-ups of a device call).
+#: the pinned copy bandwidths and how many ranks copy, the kind look-ups of a device call,
+#: the pipelined shm all-reduce's chunk and whether it wrote its result streaming).
 MEASUREMENTS = (*(key for _, key in RATIO_COLUMNS), *(key for _, key, _ in EXTRA_COLUMNS),
-                "copy_bytes", "kind_lookups", "copy_alone_GBps", "copy_at_once_GBps", "copiers")
+                "copy_bytes", "kind_lookups", "copy_alone_GBps", "copy_at_once_GBps", "copiers",
+                "shm_chunk", "shm_stream")
+#: The key of ``extra`` under which the pipelined shm all-reduce stores each rank's µs per
+#: call by phase (:data:`ddlcomm.comm.shm.PIPE_PHASES`, whose waits end in ``wait``).
+PHASES_KEY = "shm_phases_us"
 
 
 # --------------------------------------------------------------------------- formatting
@@ -343,13 +348,38 @@ def _errors(points: Sequence[Point], varying: Sequence[str]) -> list[str]:
             for p in points if p.get("error")]
 
 
+#: Above the time-by-phase table, in the terminal and the HTML page.
+PHASES_TITLE = ("shm's time by phase: µs per call, the ranks' mean; waiting: the largest share "
+                "of a rank's time spent waiting for the others")
+
+
+def phases_table(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
+    """The pipelined shm all-reduce's time by phase, where points recorded it: per point,
+    the ranks' mean µs per call in each phase, the sum, and the largest share of a rank's
+    time spent waiting for the others (headers and rows; no rows where no point has phases)."""
+    timed = [p for p in points if dimension_value(p, PHASES_KEY)]
+    if not timed:
+        return [], []
+    varying = varying_dimensions(points)
+    names = list(next(iter(dimension_value(timed[0], PHASES_KEY).values())))
+    rows = []
+    for p in sorted(timed, key=lambda p: (p.get("bytes") or 0, series_key(p, varying))):
+        ranks = list(dimension_value(p, PHASES_KEY).values())
+        mean = [sum(r.get(n, 0.0) for r in ranks) / len(ranks) for n in names]
+        waiting = max(sum(v for n, v in r.items() if n.startswith("wait")) / (sum(r.values()) or 1)
+                      for r in ranks)
+        rows.append([format_size(int(p.get("bytes") or 0)), series_key(p, varying) or "-",
+                     *[f"{v:.1f}" for v in mean], f"{sum(mean):.1f}", _percent(waiting)])
+    return ["size", "series", *names, "sum", "waiting"], rows
+
+
 def render_points(points: Iterable[Point]) -> str:
     """One table per collective (first-seen order), each under a ``# heading`` line.
 
     Under each table: its avg bus bandwidth per series (nccl-tests' headline),
     a legend line per noise marker raised (:func:`noise_notes`), the points whose
-    arrays were partly on huge pages (:func:`pages_note`), and the points that
-    recorded an error.
+    arrays were partly on huge pages (:func:`pages_note`), the points that
+    recorded an error, and the shm all-reduce's time by phase (:func:`phases_table`).
     """
     blocks = []
     for group in group_by_collective(points).values():
@@ -361,6 +391,9 @@ def render_points(points: Iterable[Point]) -> str:
         block += [f"  noise {note}" for note in noise_notes(group)]
         block += [f"  {note}" for note in [pages_note(group)] if note]
         block += _errors(group, varying)
+        headers, rows = phases_table(group)
+        if rows:
+            block += [f"# {PHASES_TITLE}", format_table(headers, rows, [h != "series" for h in headers])]
         blocks.append("\n".join(block))
     return "\n\n".join(blocks) if blocks else "(no points)"
 

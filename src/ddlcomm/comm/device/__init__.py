@@ -10,7 +10,7 @@ whose kind look-ups go through the buffer-kind cache or ask the driver every
 time (``kind_cache``).  ``shm`` is the device shm all-reduce
 (:mod:`.allreduce_shm`).  The backend never sees a device pointer.
 
-:func:`bind` returns a :class:`DeviceCall`: call it to run the collective;
+:func:`bind` returns a :class:`~ddlcomm.comm.bound.BoundCall`: call it to run the collective;
 ``facts()`` says what ran (reduction kernel, transports, kind look-ups).
 CPU tensors work everywhere here (torch's CPU kernel reduces them; ``ipc``
 then needs buffers from :func:`.peers.shared_tensor`): tests use them to run
@@ -27,6 +27,7 @@ from ...kernels.device import DEVICE_KERNELS, device_reducer, dispatching_reduce
 from ...kernels.kinds import KindCache, kind_of
 from ...lazy import load
 from .. import buffers
+from ..bound import BoundCall
 from .link import DeviceLink
 
 _NATIVE = "ddlcomm.comm.native"
@@ -44,16 +45,6 @@ OWN = {("allreduce", "shm"): "ddlcomm.comm.device.allreduce_shm:bind"}
 def algorithms_for(collective: str) -> list[str]:
     """The algorithms that run on device buffers for ``collective``."""
     return [alg for coll, alg in (*ALGORITHMS, *OWN) if coll == collective]
-
-
-class DeviceCall:
-    """A collective bound to device tensors: ``call()`` runs it, ``facts()`` says what ran."""
-
-    def __init__(self, run: Callable[[], None], facts: Callable[[], dict]) -> None:
-        self._run, self.facts = run, facts
-
-    def __call__(self) -> None:
-        self._run()
 
 
 def check_tensors(comm: Any, sendbuf: Any, recvbuf: Optional[Any]) -> tuple[Any, Optional[Any]]:
@@ -80,7 +71,7 @@ def kind_lookup(kind_cache: bool) -> Callable[[Any], str]:
 
 def bind(comm: Any, collective: str, algorithm: str, sendbuf: Any, recvbuf: Optional[Any],
          op: Optional[ReduceOp], root: int = 0, *, kernel: str = "auto", kind_cache: bool = True,
-         transport: str = "auto", mapper: str = "auto") -> DeviceCall:
+         transport: str = "auto", mapper: str = "auto") -> BoundCall:
     """``collective`` by ddlcomm's ``algorithm`` on device tensors (collective: every rank binds)."""
     if (collective, algorithm) in OWN:
         return load(OWN[collective, algorithm])(comm, sendbuf, recvbuf, op, kernel=kernel,
@@ -122,7 +113,7 @@ def bind(comm: Any, collective: str, algorithm: str, sendbuf: Any, recvbuf: Opti
         if isinstance(lookup, KindCache):
             out["kind_lookups"] = lookup.misses
         return out
-    return DeviceCall(call, facts)
+    return BoundCall(call, facts)
 
 
 def ends_queued(size: int, op: Optional[ReduceOp]) -> bool:
@@ -163,5 +154,5 @@ def _run_args(collective: str, send: Any, recv: Optional[Any], root: int,
     return (send, root)                                   # broadcast
 
 
-__all__ = ["ALGORITHMS", "DeviceCall", "OWN", "algorithms_for", "bind", "check_tensors", "ends_queued",
+__all__ = ["ALGORITHMS", "OWN", "algorithms_for", "bind", "check_tensors", "ends_queued",
            "kind_lookup", "tail_sync"]

@@ -40,7 +40,8 @@ from ...kernels.device import many_reducer
 from ..nodes import node_name
 from ..shm import slices
 from ...kernels.kinds import KindCache
-from . import DeviceCall, check_tensors, kind_lookup, tail_sync
+from ..bound import BoundCall
+from . import check_tensors, kind_lookup, tail_sync
 from .peers import mapper_for, offset_bytes, whole
 
 
@@ -81,7 +82,7 @@ def check_one_device(comm: Any, send: Any) -> None:
 
 
 def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp], *,
-         kernel: str = "auto", mapper: str = "auto", kind_cache: bool = True) -> DeviceCall:
+         kernel: str = "auto", mapper: str = "auto", kind_cache: bool = True) -> BoundCall:
     """The device shm all-reduce bound to these tensors (collective: every rank binds);
     each call looks its buffer's kind up (``kind_cache``: once per buffer, else the driver
     every call), as ring and rhd do before they reduce."""
@@ -120,7 +121,7 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
         if isinstance(lookup, KindCache):
             out["kind_lookups"] = lookup.misses
         return out
-    return DeviceCall(call, facts)
+    return BoundCall(call, facts)
 
 
 def _whole(comm: Any, peers: Any, send: Any, recv: Any, op: ReduceOp, reduce: Callable,

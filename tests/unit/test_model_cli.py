@@ -342,3 +342,21 @@ def test_a_split_fit_says_which_sizes_priced_each_row(capsys, db, tmp_path):
     rc, out, _ = run(capsys, "predict", "--alpha", "1e-6", "--beta", "1e-9", "--library", "mpich",
                      "--ranks", "2", "--bytes", "1KiB")
     assert "fit_sizes" not in out
+
+
+def test_ssgd_prices_one_node_algorithms_on_the_workers_of_a_node(capsys, db, tmp_path):
+    """shm at 4 workers on a fit of a 2-core node: ssgd told the user to give
+    --ranks-per-node, an option of predict's only; --workers-per-node is its name here."""
+    fit = tmp_path / "fit.json"
+    assert run(capsys, "calibrate", "--db", str(db), "--cache", "0", "--out", str(fit))[0] == 0
+    args = ["ssgd", "--t-io", "0.01", "--t-h2d", "0", "--t-f", "0.03", "--t-b", "0.06", "--t-u", "0",
+            "--fit", str(fit), "--algorithm", "shm", "--model", "resnet50", "--workers", "1,2,4"]
+    fail(capsys, *args, match="model ssgd: --workers-per-node")
+    rc, out, _ = run(capsys, *args, "--workers-per-node", "4", "--json")
+    assert rc == 0 and [r["workers"] for r in json.loads(out)] == [1, 2, 4]
+    # the same node of 4 as predict prices it
+    per_message = costs.time("allreduce", "shm", 4, 1 << 20, TRUE["allreduce"],
+                             costs.Setting(library="Open MPI", ranks_per_node=4, cores=2))
+    rc, out, _ = run(capsys, "predict", "--fit", str(fit), "--algorithm", "shm", "--ranks", "4",
+                     "--bytes", "1MiB", "--ranks-per-node", "4", "--json")
+    assert json.loads(out)[0]["seconds"] == pytest.approx(per_message, rel=1e-6)

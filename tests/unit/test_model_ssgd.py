@@ -128,3 +128,15 @@ def test_errors():
         Phases(0.0, 0.0, 0.0, -1.0, 0.0)
     with pytest.raises(UsageError, match="layer 0"):
         Phases(0.0, 0.0, 0.0, 1.0, 0.0, layers=((1.0, -5),))
+
+
+def test_layer_times_are_scaled_to_the_backward_pass():
+    """Layers whose backward times summed past t_b gave a negative hidden time (exposed >
+    t_comm); below t_b, everything was hidden.  Their times give the pass's shape only."""
+    layers = ((0.5, 1_000_000), (0.5, 2_000_000))
+    shaped = ((0.03, 1_000_000), (0.03, 2_000_000))
+    for scale in (1.0, 1e-3):
+        got = ssgd.predict(Phases(0.01, 0.005, 0.03, 0.06, 0.005, tuple((t * scale, b) for t, b in layers)),
+                           2, t_c=0.01, overlap="wfbp")
+        want = ssgd.predict(Phases(0.01, 0.005, 0.03, 0.06, 0.005, shaped), 2, t_c=0.01, overlap="wfbp")
+        assert got == want and 0 <= got.hidden <= got.t_comm

@@ -40,6 +40,13 @@ def test_wait_both_doubles_the_allreduce_configurations():
         ("allreduce", True, "sleep"), ("ps", False, "spin")]
 
 
+@pytest.mark.parametrize("shape", [("--overlap", "on"), ("--wait", "sleep"), ("--overlap", "on", "--wait", "sleep")])
+def test_ps_runs_beside_an_all_reduce_shaped_by_overlap_or_wait(shape):
+    (job,) = jobs("--arch", "allreduce,ps", *shape)
+    assert [(c.arch, c.overlap, c.wait) for c in job.configs] == [
+        ("allreduce", "on" in shape, "sleep" if "sleep" in shape else "spin"), ("ps", False, "spin")]
+
+
 def test_bare_overlap_means_on():
     (job,) = jobs("--overlap")
     assert [c.overlap for c in job.configs] == [True]

@@ -265,13 +265,15 @@ def _add_ssgd(msub) -> None:
     s.add_argument("--model", help="gradient sizes from a model: alexnet, googlenet, resnet50, "
                                    "mobilenet, vgg16 (t_b spread over its layers by parameters)")
     s.add_argument("--layers", metavar="FILE",
-                   help="JSON list of [backward seconds, gradient bytes] per layer, backward order")
+                   help="JSON list of [backward seconds, gradient bytes] per layer, backward "
+                        "order (their times give the backward pass's shape: scaled to --t-b)")
     s.add_argument("--dtype", default="float32", help="gradient dtype with --model (default float32)")
     s.add_argument("--fusion", metavar="BYTES", help="fuse gradients into buckets of at most BYTES")
     s.add_argument("--workers", required=True, help=COUNTS_HELP)
-    s.add_argument("--workers-per-node", default="1",
-                   help="with --io-per-node: the workers (GPUs) of a node that one reader "
-                        "feeds (default 1)")
+    s.add_argument("--workers-per-node",
+                   help="the workers (GPUs) of a node: with --io-per-node those one reader "
+                        "feeds (default 1); with --fit those whose aggregation shares a node "
+                        "(default: as many as the fitted node's cores)")
     s.add_argument("--overlap", default="none", choices=["none", "io", "wfbp", "io+wfbp"],
                    help="none; io (prefetched reading); wfbp (wait-free back-propagation); "
                         "io+wfbp: both (default none)")
@@ -455,10 +457,15 @@ def _read_layers(path: str) -> tuple:
 def cmd_ssgd(args) -> int:
     phases, fusion = _phases(args)
     workers = parse_counts(args.workers, "--workers")
-    per_node = parse_positive_int(args.workers_per_node, "--workers-per-node")
-    if per_node != 1 and not args.io_per_node:
+    per_node = None if args.workers_per_node is None else \
+        parse_positive_int(args.workers_per_node, "--workers-per-node")
+    if per_node is not None and not args.io_per_node and args.fit is None:
         raise UsageError("--workers-per-node applies with --io-per-node (the workers one reader "
-                         "feeds); the aggregation is priced from --t-c or the fit alone")
+                         "feeds) or --fit (the workers whose aggregation shares a node); --t-c "
+                         "gives the aggregation whole")
+    if "wfbp" in args.overlap and not phases.layers:
+        raise UsageError(f"--overlap {args.overlap} needs each layer's gradients",
+                         "give --model or --layers")
     t_c = parse_number(args.t_c, "--t-c")
     if (t_c is None) == (args.fit is None):
         raise UsageError("give --t-c SECONDS or --fit FIT.json (with --arch), one of them")
@@ -466,14 +473,14 @@ def cmd_ssgd(args) -> int:
     if args.fit is not None:
         if not phases.layers:
             raise UsageError("--fit prices each message: give --model or --layers")
-        comm_at = comm_from_fit(load(args.fit), args.arch, args.algorithm, _selection(args))
+        comm_at = comm_from_fit(load(args.fit), args.arch, args.algorithm, _selection(args), per_node)
     elif args.arch != "allreduce" or args.algorithm != "library":
         raise UsageError("--arch and --algorithm apply with --fit")
     elif fusion is not None and "wfbp" not in args.overlap:
         raise UsageError("--fusion with --t-c changes nothing without --overlap wfbp (the "
                          "aggregation's time is given whole)", "add --overlap wfbp, or give --fit")
     preds = ssgd.sweep(phases, workers, t_c=t_c, comm_at=comm_at, overlap=args.overlap,
-                       workers_per_node=per_node, io_per_node=args.io_per_node,
+                       workers_per_node=per_node or 1, io_per_node=args.io_per_node,
                        fusion_bytes=fusion)
     if args.json:
         print(json.dumps([p.to_dict() for p in preds], indent=1))

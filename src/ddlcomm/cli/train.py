@@ -50,7 +50,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     t.add_argument("--overlap", nargs="?", const="on", default="off", choices=list(OVERLAP),
                    help="allreduce: start each bucket's all-reduce from the gradient hooks while "
                         "backward goes on (--overlap = on); 'both' measures off and on in one run "
-                        "(default off)")
+                        "(default off); ps beside it runs once, without")
     t.add_argument("--algorithm", default="library",
                    help="allreduce: the buckets' all-reduce: library (the backend's own, default), "
                         "or ddlcomm's ring, rhd, shm, auto (chosen per bucket size) or, on the CPU, "
@@ -61,7 +61,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="allreduce: how a rank waits for all-reduces in flight: spin (the "
                         "backend's own wait; MPI's keeps polling a core), sleep (poll between "
                         "sleeps of 50 us to 1 ms, leaving the core to ranks and jobs sharing it), "
-                        "or both, measured in turn (default spin)")
+                        "or both, measured in turn (default spin); ps beside it runs once, spinning")
     t.add_argument("--peer", default="none", choices=PEERS,
                    help="ddp: also train the same configuration with torch DistributedDataParallel "
                         "over Gloo in the same job (default none)")

@@ -797,8 +797,9 @@ def time(collective: str, algorithm: str, p: int, nbytes: float, params: Params,
     name, kw = resolve(collective, algorithm, p, nbytes, setting)
     if (collective, name) in ONE_NODE and per_node < p:
         raise UsageError(f"{collective} {name} runs on one node, and {p} ranks at {per_node} "
-                         "a node span several", f"give --ranks-per-node {p} (one node of {p} "
-                         "ranks) or another --algorithm")
+                         "a node span several", f"price one node of {p} ranks (model predict: "
+                         f"--ranks-per-node {p}; model ssgd: --workers-per-node) or choose another "
+                         "--algorithm")
     return params.time(*priced(collective, name, p, nbytes, kw, min(per_node, p), setting,
                                library_call=algorithm == "library"))
 

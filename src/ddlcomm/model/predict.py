@@ -101,16 +101,21 @@ def ran_as(collective: str, algorithm: str, p: int, n: int, setting: Setting) ->
     return costs.resolve(collective, algorithm, p, n, setting)[0]
 
 
-def comm_from_fit(fit, arch: str, algorithm: str,
-                  want: Mapping[str, Optional[str]]) -> Callable[[int], Callable[[int], float]]:
+def comm_from_fit(fit, arch: str, algorithm: str, want: Mapping[str, Optional[str]],
+                  ranks_per_node: Optional[int] = None) -> Callable[[int], Callable[[int], float]]:
     """comm_at(N) -> comm(nbytes): the all-reduce among N workers, or a PS step
     with N workers and one server, priced by the fit's set that ``want`` picks
-    (backend, library, placement, form); GPUs drive the ranks, so no oversubscription."""
+    (backend, library, placement, form); GPUs drive the ranks, so no oversubscription.
+    ``ranks_per_node``: the ranks sharing a node (default: as many as the fitted node's cores)."""
 
     def comm_at(workers: int) -> Callable[[int], float]:
         def comm(nbytes: int) -> float:
             if arch == "ps":
-                return costs.ps_time(fit, algorithm, workers + 1, nbytes, **want)
-            return costs.allreduce_time(fit, algorithm, workers, nbytes, **want)
+                own = fit.params_for("broadcast", "library", nbytes, **want)[1]
+                setting = None if ranks_per_node is None else replace(own, ranks_per_node=ranks_per_node)
+                return costs.ps_time(fit, algorithm, workers + 1, nbytes, setting, **want)
+            params, own = fit.params_for("allreduce", algorithm, nbytes, **want)
+            return costs.time("allreduce", algorithm, workers, nbytes, params,
+                              replace(own, ranks_per_node=ranks_per_node))
         return comm
     return comm_at

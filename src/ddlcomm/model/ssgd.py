@@ -11,8 +11,9 @@ workers, the aggregation of the gradients, ``t_c``:
 - ``overlap="wfbp"`` (wait-free back-propagation): the gradients of a layer
   (or of a fused bucket) are aggregated as soon as the backward pass has
   produced them, while the layers below are still computing; messages go one
-  at a time.  With per-layer backward times b_l and messages c_k, a message
-  starts at max(its gradients ready, the previous message done), and only
+  at a time.  With per-layer backward times b_l (scaled to sum to t_b) and
+  messages c_k, a message starts at max(its gradients ready, the previous
+  message done), and only
   what ends after the backward pass is *exposed*:
   t_iter = t_io + t_h2d + t_f + t_b + exposed + t_u, exposed = max(0, end of
   the last message - t_b), hidden = t_c - exposed.
@@ -115,11 +116,15 @@ def messages(phases: Phases, fusion_bytes: Optional[int]) -> list[tuple[float, i
 
     Layers are fused in backward order into buckets of at most
     ``fusion_bytes`` (:func:`ddlcomm.workloads.models.fuse`); a bucket is ready
-    when the last of its layers is.
+    when the last of its layers is.  The layers' backward times give the pass's
+    shape and ``t_b`` its length: they are scaled to sum to ``t_b`` (per-layer
+    times measured by hooks need not add up to the pass timed whole).
     """
+    total = sum(dt for dt, _ in phases.layers)
+    scale = phases.t_b / total if total > 0 else 1.0
     ready, t = [], 0.0
     for dt, _ in phases.layers:
-        t += dt
+        t += dt * scale
         ready.append(t)
     sizes = [b for _, b in phases.layers]
     buckets = models.fuse(sizes, fusion_bytes or 0)

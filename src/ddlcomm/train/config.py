@@ -207,9 +207,13 @@ def plan_jobs(o: TrainOptions, launcher_size: Optional[int]) -> list[TrainJob]:
             continue
         if "ps" in archs and n < 2:
             raise UsageError("--arch ps needs a server and at least one worker", "use --ranks 2 or more")
+        # --overlap and --wait shape the all-reduce's configurations; ps runs once per batch
+        # beside them, as it runs (blocking, spinning)
         configs = [base.with_(arch=arch, overlap=overlap, wait=wait, batch=batch, algorithm=o.algorithm)
-                   for arch, overlap, wait, batch in itertools.product(archs, overlaps, waits, batches)
-                   if not (arch == "ps" and (overlap or wait != "spin"))]
+                   for arch in archs
+                   for overlap, wait in (itertools.product(overlaps, waits) if arch != "ps"
+                                         else [(False, "spin")])
+                   for batch in batches]
         if o.peer == "ddp":
             configs += [base.with_(peer="ddp", batch=b) for b in batches]
         jobs.append(TrainJob(o.backend, n, configs, timeout))

@@ -1,13 +1,14 @@
 """``ddlcomm model ...`` end to end in-process: outputs, JSON, files, one-line errors (exit 2)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from ddlcomm.cli import main
 from ddlcomm.cli import model as mcli
-from ddlcomm.model import costs
+from ddlcomm.model import calibrate, costs
 from ddlcomm.results import Store
 from test_model_calibrate import TRUE, synthetic
 
@@ -360,3 +361,23 @@ def test_ssgd_prices_one_node_algorithms_on_the_workers_of_a_node(capsys, db, tm
     rc, out, _ = run(capsys, "predict", "--fit", str(fit), "--algorithm", "shm", "--ranks", "4",
                      "--bytes", "1MiB", "--ranks-per-node", "4", "--json")
     assert json.loads(out)[0]["seconds"] == pytest.approx(per_message, rel=1e-6)
+
+
+def test_ranks_past_the_fitted_node_never_price_cheaper(capsys, db, tmp_path):
+    """Past a one-host fit's cores the messages dropped the node's transport (single copies
+    pinning pages, rendezvous): gather at 3 ranks on a 2-core fit came out 5x faster than at
+    2.  Past the node they now go as the node moved them (no network is modelled)."""
+    fit = tmp_path / "fit.json"
+    assert run(capsys, "calibrate", "--db", str(db), "--cache", "0", "--out", str(fit))[0] == 0
+    for collective in ("gather", "broadcast"):      # (a non-power-of-two rhd all-reduce costs more)
+        rc, out, err = run(capsys, "predict", "--fit", str(fit), "--collective", collective,
+                           "--algorithm", "linear" if collective == "gather" else "library",
+                           "--ranks", "2,3,4,5,6", "--bytes", "1MiB", "--json")
+        times = [r["seconds"] for r in json.loads(out)]
+        assert rc == 0 and "priced as several nodes" in err
+        assert times == sorted(times), (collective, times)
+    loaded = calibrate.load(fit)
+    group = loaded.select("gather", "library", 1 << 20)
+    assert loaded.setting_of(group).node_transport
+    across = dataclasses.replace(group, key={**group.key, "placement": "containers=2"})
+    assert not loaded.setting_of(across).node_transport

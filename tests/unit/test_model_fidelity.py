@@ -24,6 +24,7 @@ import pytest
 
 from ddlcomm.model.calibrate import calibrate, family_summary, parse_holdout, select_points, with_cores
 from ddlcomm.model.node import bandwidth_of
+from ddlcomm.model.predict import predict
 from ddlcomm.results.export import point_record
 from ddlcomm.results.store import Store
 
@@ -194,3 +195,16 @@ def test_the_model_predicts_the_larger_rank_counts(machine, library, collective,
         f"{where}: held-out median |error| {held['median_rel_err']:.1%} > {held_bound:.0%}"
     assert fitted["median_rel_err"] <= fitted_bound, \
         f"{where}: fitted median |error| {fitted['median_rel_err']:.1%} > {fitted_bound:.0%}"
+
+
+def test_ranks_past_the_node_are_not_priced_cheaper(tmp_path):
+    """On the first 2-core machine's Open MPI fit, gather's linear_sync at 3 ranks (past the
+    node's 2 cores) came out 5x faster than at 2 (108 -> 21 µs at 1 MiB): past the node the
+    messages dropped the single copies' page pinning.  They now go as the node moved them."""
+    machine = MACHINES[0]
+    points = [p for p in points_of(machine, "openmpi", tmp_path) if p["collective"] == "gather"]
+    llc = info_of(machine)["cpus"].get("last_level_cache_bytes")
+    fit = calibrate(points, summary_bytes=FROM_BYTES, cache=float(llc) if llc else None)
+    rows = predict("gather", "library", [2, 3, 4, 5], [1 << 20], fit=fit)
+    times = [r["seconds"] for r in rows]
+    assert times == sorted(times) and times[1] > 1.5 * times[0], times

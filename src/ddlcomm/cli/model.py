@@ -414,7 +414,7 @@ def cmd_predict(args) -> int:
     node = cores or (max((g.cores or 0 for g in fit.groups), default=0) if fit else 0)
     if per_node is None and node and max(ranks) > node:
         print(f"note: ranks past {node} (the cores of a node) are priced as several nodes of "
-              f"{node} ranks, each message at the fitted node's own cost (no network is "
+              f"{node} ranks, each message as the fitted node's own transport moved it (no network is "
               "modelled, nor Open MPI's coll/han across nodes: --algorithm hierarchical with "
               "--inter-alpha/--inter-beta prices a network); --ranks-per-node N prices N ranks "
               "sharing one node", file=sys.stderr)

@@ -496,10 +496,14 @@ class Fit:
 
     def setting_of(self, group: Group) -> Setting:
         """Where ``group``'s points ran, as a prediction prices it: its library, cores and
-        cache, the fit's copy bandwidth and THP mode, the memory kind of its placement."""
+        cache, the fit's copy bandwidth and THP mode, the memory kind of its placement;
+        past the node, the messages of a set fitted on one host go as that host's transport
+        moved them (no network is modelled), those of a set fitted across containers as
+        between them."""
+        placement = group.key.get("placement") or "host"
         return Setting(library=group.key.get("library"), cores=group.cores,
                        cache=self.cache_of(group), bandwidth=self.bandwidth, thp=self.thp,
-                       memory=memory_of(group.key.get("placement")))
+                       memory=memory_of(placement), node_transport=placement.split(",")[0] == "host")
 
     @property
     def cache(self) -> Optional[float]:

@@ -694,7 +694,7 @@ def priced(collective: str, algorithm: str, p: int, nbytes: float, kw: Mapping[s
     one-node collectives (:func:`ddlcomm.model.library.p2p_copies`)."""
     load = node_load(collective, algorithm, p, nbytes, ranks_on_node, setting, library_call)
     schedule = terms(collective, algorithm, p, nbytes, **kw)
-    if ranks_on_node >= p:                  # one node: the library's own transport there
+    if ranks_on_node >= p or setting.node_transport:     # the library's own transport on a node
         load = load._replace(rndv=rendezvous_rounds(collective, algorithm, p, nbytes, schedule,
                                                     setting.library))
         hops = sends_in_turn(collective, algorithm, p, load.spill) \
@@ -757,7 +757,11 @@ class Setting:
     bandwidth by concurrent copies (``None``: no contention term), its
     transparent-huge-page mode, the memory kind of the buffers and the part of them
     measured on huge pages (``thp`` and ``huge_share`` None: no page term;
-    :func:`ddlcomm.model.node.small_page_part`)."""
+    :func:`ddlcomm.model.node.small_page_part`), and whether messages between nodes go
+    as the node's own transport moves them (``node_transport``: a prediction past the
+    node of a fit made on one host, where no network is modelled; else they go without
+    the node's rendezvous, single copies and sends in turn, as between the containers
+    of a fit made across containers, whose α and β are that transport's)."""
 
     library: Optional[str] = None
     ranks_per_node: Optional[int] = None
@@ -769,6 +773,7 @@ class Setting:
     thp: Optional[str] = None
     memory: Optional[str] = None
     huge_share: Optional[float] = None
+    node_transport: bool = False
 
 
 def resolve(collective: str, algorithm: str, p: int, nbytes: float,

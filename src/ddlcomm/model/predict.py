@@ -47,7 +47,7 @@ def predict(collective: str, algorithm: str, ranks: Sequence[int], sizes: Sequen
             p_n, regime, own = group.params, group.key.get("regime"), fit.setting_of(group)
         else:
             p_n, own = params, Setting(library=want.get("library"),
-                                       memory=memory_of(want.get("placement")))
+                                       memory=memory_of(want.get("placement")), node_transport=True)
         setting = replace(own, ranks_per_node=ranks_per_node,
                           cores=cores if cores is not None else own.cores,
                           inter=inter, leaders_algorithm=leaders)

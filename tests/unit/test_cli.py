@@ -74,7 +74,7 @@ def cases(*pairs):
     ("--form nope", ["--form", "nope"]),
     ("--in-place --collective gather", ["--in-place", "gather"]),
     ("--sizes 64GiB:64GiB --collective gather --ranks 4", ["gather", "64GiB", "4 ranks", "--sizes"]),
-    ("--frobnicate", ["--frobnicate"]),
+    ("--frobnicate", ["--frobnicate", "see ddlcomm bench --help"]),
     ("--impl c --backend gloo", ["--impl c needs --backend mpi"]),
     ("--impl c --dtype float16", ["--impl c times sum reductions"]),
     ("--impl c --collective reduce", ["--impl c has no reduce", "broadcast, gather and allreduce"]),
@@ -87,6 +87,13 @@ def cases(*pairs):
 def test_bench_bad_input(db, cmd, words):
     assert_one_line_error(ddlcomm("bench", *shlex.split(cmd), db=db), *words)
     assert not db.exists()                      # refused before anything was written
+
+
+@pytest.mark.parametrize("cmd", ["train --foo", "model calibrate --foo", "results list --foo", "info --foo"])
+def test_an_unknown_option_points_at_its_commands_help(db, cmd):
+    """The top-level parser used to answer for every command: "(see ddlcomm --help)"."""
+    words = cmd.split()[:-1]
+    assert_one_line_error(ddlcomm(*cmd.split(), db=db), "--foo", f"see ddlcomm {' '.join(words)} --help")
 
 
 def test_default_sweep_starts_at_one_element(db):

@@ -30,12 +30,13 @@ def ddlcomm(*argv: str, db) -> subprocess.CompletedProcess:
      "ddlcomm: error: memory kind device needs a GPU"),
     (("--workload", "ps-sync", "--path", "host-staged"),
      "ddlcomm: error: data path host-staged (copy device to host"),
-    (("--workload", "ps-sync", "--path", "nccl-chief"),
-     "ddlcomm: error: backend nccl needs a CUDA GPU"),
+    (("--workload", "ps-sync", "--path", "nccl-chief"),     # the path is named, not a backend never given
+     "ddlcomm: error: --path nccl-chief runs NCCL among the workers, and backend nccl needs a CUDA GPU"),
     (("--workload", "allreduce", "--path", "nccl-chief", "--ranks", "1"),
      "ddlcomm: error: --path nccl-chief needs a chief worker (rank 1) beside rank 0"),
-    (("--workload", "ps-sync", "--path", "direct"),
+    (("--workload", "ps-sync", "--path", "direct"),             # not sent to host-staged, refused here too
      "ddlcomm: error: --path direct needs a CUDA-aware MPI"),
+    (("--workload", "ps-sync", "--path", "direct"), "(an MPI built with CUDA, on a GPU machine (this one has none: --path host))"),
     (("--workload", "ps-async", "--path", "host-staged"), "ps-async runs along --path host only"),
     (("--collective", "allreduce", "--path", "host-staged"),
      "ddlcomm: error: data path host-staged (copy device to host"),

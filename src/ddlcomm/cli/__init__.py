@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import Optional, Sequence
 
 from .. import __version__
-from ..errors import DdlcommError
+from ..errors import DdlcommError, UsageError
 from ..launch.mpirun import mark_started
 from . import bench, info, kernels, model, report, reproduce, results, train
 from .common import _Parser
@@ -40,15 +40,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_of(args: argparse.Namespace) -> str:
+    """The command line's command as typed, with its action where it has one
+    (``ddlcomm model calibrate``)."""
+    action = getattr(args, f"{args.command}_command", None)
+    return " ".join(["ddlcomm", args.command, *([action] if action else [])])
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     mark_started()          # in a rank that ddlcomm's launcher started: the rank ran
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
         if args.command is None:
             parser.print_help()
             return 2
+        if extra:
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)}", f"see {command_of(args)} --help")
         return COMMANDS[args.command].run(args, argv)
     except DdlcommError as exc:
         print(f"ddlcomm: error: {exc}", file=sys.stderr)

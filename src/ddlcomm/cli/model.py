@@ -239,7 +239,7 @@ def _add_predict(msub) -> None:
     p.add_argument("--inter-alpha", help="hierarchical: inter-node seconds per message")
     p.add_argument("--inter-beta", help="hierarchical: inter-node seconds per byte")
     p.add_argument("--inter-gamma", help="hierarchical: inter-node seconds per reduced byte")
-    p.add_argument("--leaders", default="auto",
+    p.add_argument("--leaders", default="auto", choices=["auto", "ring", "rhd", "library"],
                    help="hierarchical: the leaders' all-reduce: auto (ring from 1 MiB, rhd "
                         "below, as comm/hierarchical.py), ring, rhd, library; default auto")
     p.add_argument("--json", action="store_true", help="print JSON (a list of rows) instead of a table")
@@ -348,6 +348,11 @@ def cmd_calibrate(args) -> int:
     bandwidth = bandwidth_of((machine.get("memory") or {}).get("copy_bandwidth"))
     out = out_file(args.out, "--out") if args.out else None
     points = _load_points(args)
+    said, ran = (machine.get("cpus") or {}).get("usable"), {p.get("host_cores") for p in points} - {None}
+    if said and ran and said not in ran:
+        print(f"note: --machine {args.machine} has {said} usable CPUs, the runs recorded "
+              f"{', '.join(map(str, sorted(ran)))} cores: is it the machine they ran on? (its "
+              "cache and copy bandwidth price the fit)", file=sys.stderr)
     fit = calibrate(points, metric=args.metric, combine=args.combine, shared=args.shared,
                     split=split, holdout=holdout, summary_bytes=summary_bytes, cache=cache,
                     bandwidth=bandwidth, meta={"databases": [str(p) for p in _db_paths(args)],

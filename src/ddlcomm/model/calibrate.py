@@ -88,6 +88,7 @@ from ..pages import senders_huge_share
 from ..units import format_size, parse_size
 from . import costs, node
 from .costs import Params, Setting
+from .library import folded
 from .node import Bandwidth
 
 FIT_FORMAT = "ddlcomm-model-fit"
@@ -582,7 +583,7 @@ def load(path: str | Path) -> Fit:
 
 
 def _match(have: Any, want: str) -> bool:
-    return have is not None and str(have).lower() == str(want).lower()
+    return have is not None and folded(str(have)) == folded(str(want))
 
 
 def _describe(want: Mapping[str, Optional[str]]) -> str:
@@ -791,7 +792,7 @@ def select_points(points: Iterable[Mapping[str, Any]], *, runs: Optional[set] = 
             if (runs is None or p.get("run_id") in runs)
             and (not dtype or p.get("dtype") == dtype)
             and (not backend or p.get("backend") == backend)
-            and (not library or library_of(p).lower() == library.lower())
+            and (not library or folded(library_of(p)) == folded(library))
             and (not placement or placement_of(p) == placement)
             and (not form or p.get("form") == form)
             and (not collectives or p.get("collective") in collectives)]

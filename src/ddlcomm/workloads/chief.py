@@ -20,7 +20,7 @@ from __future__ import annotations
 from ..comm import registry
 from ..comm.buffers import tensor_dtype
 from ..comm.nccl import NCCLGroup
-from ..errors import UsageError
+from ..errors import DdlcommError, UsageError
 from .sides import HostSide, TorchSide
 from .stages import PathRun, Stage, nothing
 
@@ -39,7 +39,12 @@ def check_plan(plan) -> None:
     if plan.ranks is not None and plan.ranks <= CHIEF:
         raise UsageError(f"--path nccl-chief needs a chief worker (rank {CHIEF}) beside rank 0: "
                          f"--ranks {plan.ranks} has none", f"use --ranks {CHIEF + 1} or more")
-    registry.check("nccl")
+    try:
+        registry.check("nccl")
+    except DdlcommError as exc:
+        raise type(exc)(f"--path nccl-chief runs NCCL among the workers, and {exc.args[0]}",
+                        "use --path host on a machine without a GPU" if "GPU" in exc.args[0]
+                        else exc.hint) from None
 
 
 def _nccl(backend: str, world_size: int):

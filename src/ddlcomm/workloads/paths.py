@@ -163,7 +163,10 @@ def refuse_cuda_unaware(backends: Sequence[str]) -> None:
         raise UnsupportedError(f"--path direct needs a CUDA-aware MPI; this one "
                                f"({facts.get('library_version') or facts.get('reason')}) is "
                                f"not (cuda_aware: {facts.get('cuda_aware')}): {evidence}",
-                               "use --path host-staged, or an MPI built with CUDA")
+                               "use --path host-staged, or an MPI built with CUDA"
+                               if cuda_available()[0] else
+                               "an MPI built with CUDA, on a GPU machine (this one has none: "
+                               "--path host)")
 
 
 PATHS: dict[str, DataPath] = {p.name: p for p in (Host(), HostStaged(), Direct(), NCCLChief())}

@@ -123,3 +123,8 @@ def parse_list(text: str, flag: str) -> list[str]:
     if len(set(items)) != len(items):
         raise UsageError(f"{flag} names something twice: {text}")
     return items
+
+
+def fusion_label(fusion: int) -> str:
+    """A fusion threshold as labels show it: its size, or ``unfused`` (0: a message per tensor)."""
+    return format_size(fusion) if fusion else "unfused"

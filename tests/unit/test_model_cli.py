@@ -144,6 +144,8 @@ def test_parse_counts(text, want):
       "--t-c", "1", "--workers", "2", "--model", "lenet"], "unknown model"),
     (["ssgd", "--t-io", "0", "--t-h2d", "0", "--t-f", "0", "--t-b", "1", "--t-u", "0",
       "--t-c", "1", "--workers", "2", "--overlap", "never"], "invalid choice"),
+    (["ssgd", "--t-io", "0", "--t-h2d", "0", "--t-f", "0", "--t-b", "1", "--t-u", "0",
+      "--t-c", "1", "--workers", "2", "--dtype", "float16"], "--dtype sizes --model's gradients"),
     (["ssgd", "--t-io", "a", "--t-h2d", "0", "--t-f", "0", "--t-b", "1", "--t-u", "0",
       "--t-c", "1", "--workers", "2"], "--t-io"),
     ([], "say what to do"),

@@ -143,7 +143,7 @@ def test_loop_times_every_iteration_and_reports_progress(capsys):
     assert t.losses.tolist() == [2.0] * 10 and t.wall_s > 0
     assert not t.phases["comm_hidden"].any()
     lines = capsys.readouterr().err.splitlines()
-    assert lines[0].startswith("  iter 2/10  ") and lines[0].endswith("  loss 2.0000")
+    assert lines[0].startswith("  iter 2/10  ") and lines[0].endswith("  loss 2.0000 (this rank)")
     assert len(lines) == 5 and lines[-1].startswith("  iter 10/10  ")
     server = timed.timed_loop(FakeComm(0, 1), Recorder(computes=False), Data(), 0, 3)
     assert np.isnan(server.losses).all()

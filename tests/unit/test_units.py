@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from ddlcomm.errors import UsageError
-from ddlcomm.units import (MAX_SECONDS, format_size, parse_positive_int, parse_seconds, parse_size,
+from ddlcomm.units import (MAX_SECONDS, format_size, fusion_label, parse_positive_int, parse_seconds, parse_size,
                            parse_sizes)
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -135,3 +135,8 @@ def test_parse_list_keeps_order_and_refuses_empty_and_repeats():
 def test_counted():
     from ddlcomm.units import counted
     assert [counted(n, "rank") for n in (0, 1, 3)] == ["0 ranks", "1 rank", "3 ranks"]
+
+
+def test_a_fusion_of_zero_is_named_unfused():
+    """--fusion 0 (a message per tensor) was labelled "allreduce 0B" in tables and plots."""
+    assert fusion_label(0) == "unfused" and fusion_label(25 << 20) == "25MiB"

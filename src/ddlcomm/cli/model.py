@@ -267,7 +267,7 @@ def _add_ssgd(msub) -> None:
     s.add_argument("--layers", metavar="FILE",
                    help="JSON list of [backward seconds, gradient bytes] per layer, backward "
                         "order (their times give the backward pass's shape: scaled to --t-b)")
-    s.add_argument("--dtype", default="float32", help="gradient dtype with --model (default float32)")
+    s.add_argument("--dtype", help="gradient dtype with --model (default float32)")
     s.add_argument("--fusion", metavar="BYTES", help="fuse gradients into buckets of at most BYTES")
     s.add_argument("--workers", required=True, help=COUNTS_HELP)
     s.add_argument("--workers-per-node",
@@ -436,8 +436,10 @@ def _phases(args) -> tuple[Phases, Optional[int]]:
     if args.model and args.layers:
         raise UsageError("give --model or --layers, not both")
     layers: tuple = ()
+    if args.dtype is not None and not args.model:
+        raise UsageError("--dtype sizes --model's gradients", "--layers gives bytes; drop --dtype")
     if args.model:
-        layers = model_layers(args.model, t["b"], get_dtype(args.dtype).itemsize)
+        layers = model_layers(args.model, t["b"], get_dtype(args.dtype or "float32").itemsize)
     elif args.layers:
         layers = _read_layers(args.layers)
     fusion = parse_size(args.fusion) if args.fusion is not None else None

@@ -14,7 +14,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from ..units import format_size
+from ..units import fusion_label
 from . import plots
 from .html import _CSS, _inline_svg, _meta_table, _warnings
 from .tables import format_table
@@ -51,7 +51,7 @@ def label(f: Mapping[str, Any], ranks: bool = True) -> str:
     how = "ddp" if f.get("peer") == "ddp" else \
         f"{f.get('arch')}{'/' + f['algorithm'] if own else ''}{'+overlap' if f.get('overlap') else ''}" \
         f"{'+sleep' if f.get('wait') == 'sleep' else ''}"
-    text = f"{f.get('model')} b{f.get('batch')} {how} {format_size(int(f.get('fusion') or 0))}" \
+    text = f"{f.get('model')} b{f.get('batch')} {how} {fusion_label(int(f.get('fusion') or 0))}" \
         f"{' cuda' if f.get('device') == 'cuda' else ''}"
     return f"{text} {f.get('library') or f.get('backend')}@{f.get('ranks')}" if ranks else text
 

@@ -21,8 +21,8 @@ from ..bench.plan import (MAX_RANKS_PER_CORE, check_device_algorithm, check_star
 from ..comm import algorithms, registry
 from ..errors import UnsupportedError, UsageError
 from ..workloads.models import total_parameters
-from ..units import (MAX_ITERS, MAX_SEED, counted, format_size, parse_list, parse_positive_int,
-                     parse_seconds, parse_size)
+from ..units import (MAX_ITERS, MAX_SEED, counted, format_size, fusion_label, parse_list,
+                     parse_positive_int, parse_seconds, parse_size)
 from .aggregate import ARCHS
 from .data import data_files, data_shape, file_images, label_range, shares
 from .device import get_device
@@ -60,11 +60,11 @@ class TrainConfig:
 
     def label(self) -> str:
         if self.peer == "ddp":
-            how = f"ddp bucket {format_size(self.fusion)}"
+            how = f"ddp bucket {fusion_label(self.fusion)}"
         else:
             how = (f"{self.arch}{'' if self.algorithm == 'library' else ' ' + self.algorithm}"
                    f"{' overlap' if self.overlap else ''}"
-                   f"{' wait-sleep' if self.wait == 'sleep' else ''} fusion {format_size(self.fusion)}")
+                   f"{' wait-sleep' if self.wait == 'sleep' else ''} fusion {fusion_label(self.fusion)}")
         return f"{self.model} batch {self.batch} {how}{' on cuda' if self.device == 'cuda' else ''}"
 
     def with_(self, **changes) -> "TrainConfig":

@@ -131,6 +131,6 @@ def timed_loop(comm, steps: Steps, data, warmup: int, iters: int, place: Placed 
         timings.phases.record(i, **seconds)
         if (i + 1) % every == 0 or i + 1 == total:
             progress(comm.rank, f"  iter {i + 1}/{total}  {timings.t_iter[i]:.3f} s"
-                                f"{f'  loss {timings.losses[i]:.4f}' if steps.computes else ''}")
+                                f"{f'  loss {timings.losses[i]:.4f} (this rank)' if steps.computes else ''}")
     timings.wall_s = agree_max(comm, clock() - t_start)
     return timings

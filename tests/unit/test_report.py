@@ -241,7 +241,7 @@ def test_a_models_size_gets_its_own_tick():
     from ddlcomm.report.plots import latency_figure
     ax = latency_figure([make_point("allreduce", "buffer", 16_900_000)], "allreduce").axes[0]
     assert list(ax.get_xticks()) == [16_900_000]
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["16.1MiB"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["~16.1MiB"]
     sweep = latency_figure([make_point("allreduce", "buffer", s) for s in SIZES], "allreduce").axes[0]
     assert len(sweep.get_xticks()) == 23                    # every power of two, 4B..16MiB
 

@@ -70,6 +70,9 @@ def test_parse_sizes_errors(text, words):
 @pytest.mark.parametrize("nbytes, text", [
     (0, "0B"), (4, "4B"), (1023, "1023B"), (KiB, "1KiB"), (64 * KiB, "64KiB"),
     (3 * MiB // 2, "1.5MiB"), (64 * MiB, "64MiB"), (GiB, "1GiB"), (2048 * GiB, "2TiB"),
+    # exact, or marked as rounded (65532 B read "64KiB", 1048572 B "1.02e+03KiB")
+    (65532, "~64.0KiB"), (MiB - 4, "~1024KiB"), (2040, "~1.99KiB"), (MiB + 256 * KiB, "1.25MiB"),
+    (100_000_000, "~95.4MiB"), (1_660_892_640, "~1.55GiB"),
 ])
 def test_format_size(nbytes, text):
     assert format_size(nbytes) == text

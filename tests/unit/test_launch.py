@@ -292,3 +292,23 @@ def test_mark_started_outside_a_launch_does_nothing(tmp_path):
     mpirun.mark_started({mpirun.STARTED_ENV: str(tmp_path / "gone" / "started")})  # no error
     mpirun.mark_started({mpirun.STARTED_ENV: str(tmp_path / "started")})
     assert (tmp_path / "started").exists()
+
+
+def test_the_ranks_read_none_of_the_callers_input(tmp_path):
+    """mpirun hands its stdin to rank 0: a bench in a shell loop reading lines took the rest
+    of them.  Both launchers start the ranks with no input."""
+    import os
+    import subprocess
+    import sys
+    read = tmp_path / "read"
+    program = [sys.executable, "-c", f"import sys, pathlib; pathlib.Path({str(read)!r} + "
+               "__import__('os').environ.get('RANK', '')).write_text(sys.stdin.read())"]
+    driver = (f"import sys; sys.path[:0] = {sys.path!r}\n"
+              "from ddlcomm.launch import mpirun, spawn\n"
+              f"mpirun.run({program!r}, dict(__import__('os').environ))\n"
+              f"spawn.run(1, {program!r}, dict(__import__('os').environ))\n")
+    rest = subprocess.run([sys.executable, "-c", driver + "print(sys.stdin.read(), end='')"],
+                          input="a\nb\n", capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    assert rest.returncode == 0, rest.stderr
+    assert rest.stdout == "a\nb\n"                                  # still the caller's
+    assert read.read_text() == "" and (tmp_path / "read0").read_text() == ""

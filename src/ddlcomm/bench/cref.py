@@ -487,9 +487,12 @@ def run(ranks: int, collective: str, dtype: str, sizes: Iterable[int], iters: in
         raise BackendUnavailable(f"no mpirun beside {find_mpicc(mpicc)}", _INSTALL_HINT)
     cmd, env = mpirun_command(mpirun, ranks, argv)
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
+        def launch() -> subprocess.CompletedProcess:
+            return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s,
+                                  stdin=subprocess.DEVNULL)
+        out = launch()
         if not_started(out.returncode, out.stderr):     # no rank ran: once more
-            out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
+            out = launch()
     except subprocess.TimeoutExpired:
         raise RankFailure(f"the C reference did not finish within {timeout_s:g} s",
                           "lower --iters or the sizes") from None

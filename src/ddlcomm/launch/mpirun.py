@@ -168,9 +168,11 @@ def run(cmd: Sequence[str], env: Mapping[str, str], grace_s: float = 10.0) -> in
 
 
 def _run_once(cmd: Sequence[str], env: Mapping[str, str], grace_s: float) -> int:
-    """One launch (see :func:`run`): its exit code, 130 when interrupted."""
+    """One launch (see :func:`run`): its exit code, 130 when interrupted.  The ranks read
+    nothing: the launcher gets no stdin (mpirun hands its own to rank 0, which took the
+    rest of a shell loop's input)."""
     proc = subprocess.Popen(list(cmd), env=dict(env), start_new_session=False,
-                            preexec_fn=die_with_parent())
+                            stdin=subprocess.DEVNULL, preexec_fn=die_with_parent())
     try:
         return proc.wait()
     except (KeyboardInterrupt, SystemExit) as exc:   # Ctrl-C, or SIGTERM/SIGHUP as SystemExit

@@ -52,7 +52,8 @@ def run(nranks: int, program: Sequence[str], env: Mapping[str, str],
     prefixes = prefixes or [[] for _ in range(nranks)]
     procs = [subprocess.Popen([*prefixes[r], *program],
                               env=rank_env(env, r, nranks, port, master_addr=master_addr),
-                              start_new_session=True, preexec_fn=die_with_parent())
+                              start_new_session=True, stdin=subprocess.DEVNULL,
+                              preexec_fn=die_with_parent())
              for r in range(nranks)]
     failed_at, code = None, 0
     try:

@@ -362,3 +362,13 @@ def test_a_nan_in_extra_is_stored_as_strict_json(tmp_path):
     assert extra == {"loss": [None, 1.5], "loss_first": None, "ranks_seen": [1, 2, 3]}
     with sqlite3.connect(path) as db:
         assert db.execute("select json_extract(extra, '$.loss[1]') from points").fetchone() == (1.5,)
+
+
+def test_a_runs_command_line_is_stored_as_a_shell_would_take_it(store, monkeypatch):
+    """It was joined with spaces: `--tag "a b; rm -rf x"` read back as `--tag a b; rm -rf x`."""
+    from ddlcomm.bench import runs
+    from ddlcomm.results import sysinfo
+    monkeypatch.setattr(sysinfo, "collect", lambda ranks: {})
+    argv = ["bench", "--tag", "a b; rm -rf x", "--collective", ""]
+    run_id = store.create_run(runs.run_info(argv, {}))
+    assert store.run(run_id)["command"] == "ddlcomm bench --tag 'a b; rm -rf x' --collective ''"

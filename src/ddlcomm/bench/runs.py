@@ -51,7 +51,7 @@ def run_info(argv: Sequence[str], config: dict) -> dict:
     """The run row: the machine (with its GPUs shared by the run's most ranks),
     the command line and its resolved configuration."""
     info = sysinfo.collect(most_ranks(config))
-    info["command"] = " ".join(["ddlcomm", *argv])
+    info["command"] = ["ddlcomm", *argv]          # stored shell-quoted (Store)
     info["config"] = config
     return info
 

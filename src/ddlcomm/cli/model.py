@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 from pathlib import Path
 from typing import Callable, Optional
@@ -356,7 +357,7 @@ def cmd_calibrate(args) -> int:
     fit = calibrate(points, metric=args.metric, combine=args.combine, shared=args.shared,
                     split=split, holdout=holdout, summary_bytes=summary_bytes, cache=cache,
                     bandwidth=bandwidth, meta={"databases": [str(p) for p in _db_paths(args)],
-                          "command": "ddlcomm model " + " ".join(sys.argv[2:])})
+                          "command": shlex.join(["ddlcomm", "model", *sys.argv[2:]])})
     if out is not None:
         fit.save(out)
     if args.json:
@@ -510,7 +511,7 @@ def cmd_tune(args) -> int:
     out = out_file(args.out, "--out")
     table = tuning.build(_load_points(args), metric=METRICS[args.metric], source={
         "databases": [str(p) for p in _db_paths(args)],
-        "command": "ddlcomm model " + " ".join(sys.argv[2:])})
+        "command": shlex.join(["ddlcomm", "model", *sys.argv[2:]])})
     write_text(out, json.dumps(table, indent=1) + "\n")
     print(json.dumps(table, indent=1) if args.json else view.render_tuning(table))
     print(f"tuning table: {out} (use: ddlcomm bench --algorithm auto --tuning {out})",

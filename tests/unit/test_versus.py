@@ -105,6 +105,11 @@ def test_the_cli_says_what_it_did_not_find(tmp_path, capsys):
     assert main(["results", "versus", "--db", str(db), "--from", "1GiB"]) == 0    # a query, not bad input
     assert "no run measured allreduce's library beside an own algorithm at 1GiB or more" \
         in capsys.readouterr().out
+    # the command it suggests is one bench takes: gather's own algorithms, not ring and rhd
+    assert main(["results", "versus", "--db", str(db), "--collective", "gather"]) == 0
+    assert "--algorithm library,linear,binomial,auto)" in capsys.readouterr().out
+    assert main(["results", "versus", "--db", str(db), "--collective", "barrier"]) == 0
+    assert "ddlcomm has none for barrier" in capsys.readouterr().out
 
 
 def test_the_committed_2core_runs(tmp_path):

@@ -11,7 +11,8 @@ from ..outputs import write_text
 from ..report import tables, train
 from ..results import Store, compare, export, merge, versus
 from ..collectives import get_collective
-from ..units import format_size, parse_size
+from ..comm import algorithms
+from ..units import counted, format_size, parse_size
 from . import common
 from .common import _Parser
 
@@ -135,7 +136,7 @@ def merge_sources(names: list[str], db: Path) -> list[Path]:
 
 def merge_runs(store: Store, args: argparse.Namespace) -> None:
     for done in merge.merge(store, args.sources, args.one_machine):
-        print(f"{done.source}: {done.runs} runs ({done.points} points) merged"
+        print(f"{done.source}: {counted(done.runs, 'run')} ({counted(done.points, 'point')}) merged"
               + (f", {done.already} already here" if done.already else ""))
 
 
@@ -146,10 +147,12 @@ def versus_runs(store: Store, args: argparse.Namespace) -> None:
     from_bytes = parse_size(args.from_size)
     found = versus.versus(map(export.point_record, store.points(None)), args.collective, from_bytes)
     if not found:                                    # say what was asked, not just "no run"
+        own = [name for name in algorithms.names(args.collective) if name not in ("library", "auto")]
         print(f"(no run measured {args.collective}'s library beside an own algorithm"
               + (f" at {format_size(from_bytes)} or more" if from_bytes > 4 else "")
-              + f": ddlcomm bench --collective {args.collective} "
-              "--algorithm library,ring,rhd,shm,auto)")
+              + (f": ddlcomm bench --collective {args.collective} --algorithm "
+                 f"{','.join(['library', *own, 'auto'])})" if own else
+                 f": ddlcomm has none for {args.collective})"))
         return
     print(tables.render_versus(found, goals, args.markdown))
 

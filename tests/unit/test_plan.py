@@ -152,13 +152,20 @@ def test_resolve_refuses(over, message):
         resolve(options(**over), default_ranks=2)
 
 
-def test_the_c_reference_takes_any_op_where_nothing_reduces():
-    """--impl c --op max of broadcast and gather was refused ("times sum reductions")."""
+def test_an_op_where_nothing_reduces_is_refused_for_what_it_is():
+    """--impl c --op max of broadcast and gather was refused as the C reference's ("times sum
+    reductions"), then taken and ignored (the run's config said op=max); --sizes of a barrier
+    likewise.  Neither changes anything."""
     from ddlcomm.bench.plan import resolve
-    p = resolve(options(collective="broadcast,gather", impl="c,buffer", op="max"), default_ranks=2)
-    assert {s.form for s in p.points()} == {"c", "buffer"}
+    with pytest.raises(UsageError, match="--op applies to reductions, and broadcast, gather reduce nothing"):
+        resolve(options(collective="broadcast,gather", impl="c,buffer", op="max"), default_ranks=2)
     with pytest.raises(UsageError, match="times sum reductions"):
         resolve(options(collective="broadcast,allreduce", impl="c", op="max"), default_ranks=2)
+    with pytest.raises(UsageError, match="--sizes applies to collectives that move data, and barrier"):
+        resolve(options(collective="barrier", sizes="4KiB"), default_ranks=2)
+    assert resolve(options(collective="barrier,allreduce", sizes="4KiB", op="max"), default_ranks=2)
+    with pytest.raises(UsageError, match="--root applies to --collective runs"):
+        resolve(options(workload="ps-sync", root="1"), default_ranks=2)
 
 
 def test_block_cutting_collectives_measure_each_whole_block_message_once():

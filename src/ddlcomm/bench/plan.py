@@ -348,7 +348,7 @@ def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
         workloads=workloads_, model=o.model,
         fusion=parse_size(o.fusion) if o.fusion is not None else None,
         steps=parse_positive_int(o.steps, "--steps", 1, MAX_ITERS) if o.steps is not None else None,
-        paths=parse_list(o.path or "host", "--path"),
+        paths=parse_list("host" if o.path is None else o.path, "--path"),
         staged=staged_backends(backends, o.memory, algorithms_) if left_out else [],
         dtype=dtype.name, op=op.name, forms=_forms(o), in_place=o.in_place,
         memory=o.memory, hbw_fallback=o.hbw_fallback, bind=o.bind,
@@ -395,17 +395,28 @@ def _targets(o: BenchOptions, dtype: DType, op: ReduceOp) -> tuple[list[str], li
             raise UsageError("give --collective or --workload, not both")
         for flag, given in (("--form", o.form not in (None, "buffer")),
                             ("--impl", o.impl not in (None, "buffer")),
-                            ("--op", o.op != "sum"), ("--in-place", o.in_place)):
+                            ("--op", o.op != "sum"), ("--in-place", o.in_place),
+                            ("--root", o.root not in (None, "0"))):
             if given:
                 raise UsageError(f"{flag} applies to --collective runs",
-                                 "a workload reduces its gradients its own way, in buffer form")
+                                 "a workload reduces its gradients its own way, in buffer form, "
+                                 "its server rank 0")
         return [], workloads_
     for flag in ("model", "fusion", "steps"):
         if getattr(o, flag) is not None:
             raise UsageError(f"--{flag} applies to --workload runs")
-    collectives = parse_list(o.collective or "broadcast,gather,allreduce", "--collective")
+    collectives = parse_list("broadcast,gather,allreduce" if o.collective is None else o.collective,
+                             "--collective")
     for name in collectives:
         get_collective(name).check_request(op=op, dtype=dtype)
+    chosen = [get_collective(name) for name in collectives]
+    verb = "s" if len(collectives) == 1 else ""
+    if o.op != "sum" and not any(c.reduces for c in chosen):
+        raise UsageError(f"--op applies to reductions, and {', '.join(collectives)} reduce{verb} nothing",
+                         "add allreduce, reduce or reduce_scatter, or drop --op")
+    if o.sizes is not None and not any(c.moves_data for c in chosen):
+        raise UsageError(f"--sizes applies to collectives that move data, and {', '.join(collectives)} "
+                         f"move{verb} none", "drop --sizes")
     if o.in_place:
         check_in_place([get_collective(name) for name in collectives])
     return collectives, []
@@ -433,7 +444,7 @@ def _forms(o: BenchOptions) -> list[str]:
     host bytes, the C reference moves host memory)."""
     if o.impl is not None and o.form is not None:
         raise UsageError("give --form or --impl, not both", "--impl c,buffer,object covers both")
-    forms = parse_impls(o.impl) if o.impl is not None else parse_forms(o.form or "both")
+    forms = parse_impls(o.impl) if o.impl is not None else parse_forms("both" if o.form is None else o.form)
     if o.memory is None or not memory.kind(o.memory).on_device:
         return forms
     if o.form is None and o.impl is None:

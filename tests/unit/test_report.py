@@ -340,3 +340,16 @@ def _html_of(pts, tmp_path) -> str:
     """The run report's page of ``pts``."""
     out = tmp_path / f"report-{len(pts)}"
     return write_run_report(RUN, pts, out).read_text(encoding="utf-8")
+
+
+def test_bandwidths_orders_of_magnitude_apart_share_a_log_axis():
+    """MPI and Gloo in one run: on a linear axis Gloo's line lay on zero."""
+    from ddlcomm.report.plots import bandwidth_figure
+    fast = [make_point("allreduce", "buffer", s) for s in SIZES]
+    slow = [make_point("allreduce", "buffer", s, backend="gloo", library="Gloo",
+                       busbw_GBps=p["busbw_GBps"] / 50, algbw_GBps=p["algbw_GBps"] / 50)
+            for s, p in zip(SIZES, fast)]
+    apart = bandwidth_figure(fast + slow, "allreduce").axes[0]
+    assert apart.get_yscale() == "log" and "log scale" in apart.get_ylabel()
+    near = bandwidth_figure(fast, "allreduce").axes[0]
+    assert near.get_yscale() == "linear" and near.get_ylim()[0] == 0

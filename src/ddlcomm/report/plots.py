@@ -208,10 +208,15 @@ def latency_figure(points: Sequence[Point], collective: str,
     return _finish(fig, ax, _title(chosen, "latency"), [band, *([_failed_handle()] if failed else [])])
 
 
+#: Series whose peak bandwidths lie further apart than this share a log bandwidth axis.
+LOG_BANDWIDTH_SPREAD = 20
+
+
 def bandwidth_figure(points: Sequence[Point], collective: str,
                      styles: Optional[Mapping[str, Mapping[str, str]]] = None) -> Any:
     """Bus bandwidth (GB/s, bytes over the mean time, as nccl-tests and the tables) versus
-    size per series; algbw dashed where it differs.  Points without a bandwidth (a
+    size per series; algbw dashed where it differs; on a log axis where the series' peaks
+    lie more than :data:`LOG_BANDWIDTH_SPREAD` times apart.  Points without a bandwidth (a
     workload's local apply phase) are left out.
 
     Returns a matplotlib Figure; raises ValueError if ``collective`` has no
@@ -224,12 +229,14 @@ def bandwidth_figure(points: Sequence[Point], collective: str,
     styles = styles or series_styles(chosen)
     fig, ax = plt.subplots(figsize=_FIGSIZE, layout="constrained")
     dashed = failed = False
+    peaks = []
     for label, ps in _series(chosen):
         ps = [p for p in ps if p.get("busbw_GBps") is not None]
         if not ps:
             continue
         x = [p["bytes"] for p in ps]
         bus, alg = values(ps, "busbw_GBps"), values(ps, "algbw_GBps")
+        peaks.append(max((b for b in bus if b == b), default=0.0))
         (line,) = ax.plot(x, bus, markersize=4, label=label or collective,
                           **_style(styles, label or collective))
         if any(not math.isclose(a, b, rel_tol=1e-6) for a, b in zip(alg, bus) if a == a):
@@ -237,8 +244,14 @@ def bandwidth_figure(points: Sequence[Point], collective: str,
             dashed = True
         failed |= _mark_failed(ax, ps, "busbw_GBps", line.get_color())
     _size_axis(ax, chosen)
-    ax.set_ylim(bottom=0)
-    ax.set_ylabel(f"{'' if dashed else 'bus '}bandwidth: bytes / mean time (GB/s)")
+    apart = [p for p in peaks if p > 0]
+    log = len(apart) > 1 and max(apart) > LOG_BANDWIDTH_SPREAD * min(apart)
+    if log:             # series orders of magnitude apart: on a linear axis the slow ones lie on 0
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
+    ax.set_ylabel(f"{'' if dashed else 'bus '}bandwidth: bytes / mean time (GB/s"
+                  f"{', log scale' if log else ''})")
     styles = [Line2D([], [], color="gray", label="busbw (solid)"),
               Line2D([], [], color="gray", linestyle="--", label="algbw (dashed)")] if dashed else []
     return _finish(fig, ax, _title(chosen, "bandwidth"),

@@ -64,7 +64,8 @@ def _safe_name(name: str) -> str:
 
 def _meta_table(run: Mapping[str, Any]) -> str:
     mpi = f"{run.get('mpi_library') or ''} {run.get('mpi_version') or ''}".strip()
-    rows = [("status", run.get("status")), ("started", format_when(run.get("started_at"))),
+    rows = [("status", "stale" if run.get("stale") else run.get("status")),
+            ("started", format_when(run.get("started_at"))),
             ("ended", format_when(run.get("ended_at"))), ("host", run.get("host")),
             ("CPU", run.get("cpu_model")), ("cores", run.get("cores")), ("OS", run.get("os")),
             ("Python", run.get("python")), ("MPI library", mpi),
@@ -100,6 +101,9 @@ def _warnings(run: Mapping[str, Any], points: Sequence[Point], noise: bool = Tru
         items.append(f"the run is <b>{escape(str(status))}</b>"
                      + (f": {escape(str(run['error']))}" if run.get("error") else "")
                      + " (what it asked for and did not measure is not in the tables)")
+    elif status == "running":
+        items.append("the run is still <b>running</b>: the tables hold the points it stored "
+                     "so far (write the report again when it has ended)")
     if failed:
         items.append(f'<span class="bad">{counted(failed, "point")} failed the check</span> '
                      "(listed in the summary; left out of the plots' lines and the averages)")

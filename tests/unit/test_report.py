@@ -356,3 +356,11 @@ def test_bandwidths_orders_of_magnitude_apart_share_a_log_axis():
     assert apart.get_yscale() == "log" and "log scale" in apart.get_ylabel()
     near = bandwidth_figure(fast, "allreduce").axes[0]
     assert near.get_yscale() == "linear" and near.get_ylim()[0] == 0
+
+
+def test_a_run_without_points_lists_what_it_asked_for():
+    """Its backends and ranks showed '-' though its configuration names them."""
+    out = render_runs([{"id": 3, "status": "interrupted", "config": {"backends": ["mpi", "gloo"], "ranks": 3},
+                        "n_points": 0}])
+    row = out.splitlines()[2].split()
+    assert "mpi,gloo" in row and "3" in row[row.index("mpi,gloo"):]

@@ -435,9 +435,11 @@ def render_runs(runs: Iterable[Mapping[str, Any]]) -> str:
         if isinstance(colls, (list, tuple)):
             colls = ",".join(map(str, colls))
         status = "stale" if r.get("stale") else str(r.get("status") or "-")
+        asked = r.get("config") or {}             # a run without points: what it asked for
         rows.append([str(r.get("id", "-")), format_when(r.get("started_at")), status,
-                     str(r.get("host") or "-"), mpi_of(r), r.get("point_backends") or "-",
-                     r.get("point_ranks") or "-",
+                     str(r.get("host") or "-"), mpi_of(r),
+                     r.get("point_backends") or _listed(asked.get("backends")) or "-",
+                     r.get("point_ranks") or _listed(asked.get("ranks")) or "-",
                      *[str(r.get(k, "-")) if r.get(k) is not None else "-"
                        for k in ("n_points", "n_passed", "n_failed")],
                      _truncate(colls, 40) or "-", _truncate(r.get("command"), 60) or "-"])
@@ -445,6 +447,13 @@ def render_runs(runs: Iterable[Mapping[str, Any]]) -> str:
         return "(no runs)"
     right = [True, False, False, False, False, False, False, True, True, True, False, False]
     return format_table(headers, rows, right)
+
+
+def _listed(value: Any) -> str:
+    """A configuration's value as a cell: a list comma-joined, None as ''."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return "" if value is None else str(value)
 
 
 def run_warnings(run: Mapping[str, Any]) -> list[str]:

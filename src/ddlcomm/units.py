@@ -28,7 +28,9 @@ MAX_SEED = 2 ** 32 - 1
 #: Longest duration accepted (a week): beyond it, timers overflow and nothing sensible waits.
 MAX_SECONDS = 7 * 24 * 3600.0
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
-_FACTOR_RE = re.compile(r"^\s*(.+?)\s*[xX]\s*(\d+)\s*$")
+_FACTOR_RE = re.compile(r"^\s*(.+?)\s*[xX]\s*([\d.]+)\s*$")
+#: What a size list can be, said where it cannot be parsed.
+SIZES_HINT = "give a sweep LO:HI[xF] (e.g. 4B:64MiB or 4B:64MiBx4) or a list a,b,c, not both"
 
 
 def parse_size(text: str) -> int:
@@ -46,7 +48,7 @@ ZERO_HINT = "a barrier moves none: measure it with --collective barrier"
 
 
 def parse_sizes(text: str, zero_hint: str = ZERO_HINT) -> list[int]:
-    """Parse a sweep: ``LO:HI`` [``xF``] (powers of F from LO to HI) or ``a,b,c``.
+    """Parse a sweep: ``LO:HI`` [``xF``] (LO, LO·F, LO·F², ... up to HI) or ``a,b,c``.
 
     The result is sorted and free of duplicates; a size of 0 is refused with ``zero_hint``.
     """
@@ -56,9 +58,14 @@ def parse_sizes(text: str, zero_hint: str = ZERO_HINT) -> list[int]:
     factor = 2
     m = _FACTOR_RE.match(text)
     if m and ":" in m.group(1):
+        if not m.group(2).isdigit():
+            raise UsageError(f"the growth factor of {text!r} must be a whole number, "
+                             f"got x{m.group(2)!r}", "e.g. 4B:64MiBx4")
         text, factor = m.group(1), int(m.group(2))
         if factor < 2:
             raise UsageError(f"size growth factor must be at least 2, got x{factor}")
+    if ":" in text and "," in text or text.count(":") > 1:
+        raise UsageError(f"cannot parse sizes {text!r}", SIZES_HINT)
     if ":" in text:
         lo_text, _, hi_text = text.partition(":")
         lo, hi = parse_size(lo_text), parse_size(hi_text)
@@ -71,6 +78,8 @@ def parse_sizes(text: str, zero_hint: str = ZERO_HINT) -> list[int]:
             sizes.append(s)
             s *= factor
         return sizes
+    if len(text.split(",")) == 1 and not _SIZE_RE.match(text):      # e.g. 4B-1KiB, 4B..1KiB
+        raise UsageError(f"cannot parse sizes {text!r}", SIZES_HINT)
     sizes = sorted({parse_size(part) for part in text.split(",")})
     if sizes[0] <= 0:
         raise UsageError("sizes must be above 0 bytes, got 0", zero_hint)

@@ -75,6 +75,8 @@ def cases(*pairs):
     ("--in-place --collective gather", ["--in-place", "gather"]),
     ("--sizes 64GiB:64GiB --collective gather --ranks 4", ["gather", "64GiB", "4 ranks", "--sizes"]),
     ("--frobnicate", ["--frobnicate", "see ddlcomm bench --help"]),
+    ("--workload allreduce --model resnet50 --fusion -1MiB", ["cannot parse size '-1MiB'"]),
+    ("--sizes 4B:1KiBx1.5", ["growth factor", "whole number"]),
     ("--impl c --backend gloo", ["--impl c needs --backend mpi"]),
     ("--impl c --dtype float16", ["--impl c times sum reductions"]),
     ("--impl c --collective reduce", ["--impl c has no reduce", "broadcast, gather and allreduce"]),

@@ -60,6 +60,9 @@ def test_parse_sizes(text, sizes):
     ("   ", "empty"),
     ("4B:12XB", "'12XB'"),
     ("4B,,8B", "''"),
+    # what was wrong, and what a size list can be (they said "cannot parse size '1KiBx1.5'")
+    ("4B:1KiBx1.5", "growth factor of '4B:1KiBx1.5' must be a whole number"),
+    ("4B-1KiB", "LO:HI[xF]"), ("4B..1KiB", "LO:HI[xF]"), ("4B:64KiB,1MiB", "or a list a,b,c, not both"),
 ])
 def test_parse_sizes_errors(text, words):
     with pytest.raises(UsageError) as err:

@@ -39,7 +39,7 @@ def add_parser(sub) -> None:
     b.add_argument("--workload", help="data-parallel workloads instead of collectives, a comma "
                                       "list measured side by side: ps-sync, ps-async, allreduce")
     b.add_argument("--sizes",
-                   help="LO:HI[xF] sweep (powers of F, default x2) or a comma list, "
+                   help="LO:HI[xF] sweep (LO, LO*F, LO*F^2, ... to HI; default x2) or a comma list, "
                         "per-rank message bytes (default: one element of --dtype to 64MiB, "
                         "4B:64MiB for float32)")
     b.add_argument("--model", help="workloads: send a model's gradients, per layer "

@@ -25,7 +25,8 @@ class _Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+        # a negative number, or size ("-1MiB"), is a value (refused by its option), not a flag
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?[a-zA-Z]*$")
 
     def error(self, message: str):  # noqa: D401 - argparse API
         raise UsageError(message, f"see {self.prog} --help")

@@ -99,7 +99,7 @@ class ReduceOp:
     def check_dtype(self, dtype: DType) -> None:
         if self.floats_only and not dtype.is_float:
             raise UsageError(f"op {self.name} needs a floating-point dtype, not {dtype.name}",
-                             "use sum with an integer dtype, or a float dtype")
+                             "use sum, prod, min or max with an integer dtype, or a float dtype")
 
     def fold(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
         """Reference reduction of equal-shaped arrays in rank order (NumPy)."""

@@ -166,3 +166,11 @@ def test_one_run_stages_one_librarys_collective_and_not_anothers():
     assert tables["Open MPI"].memory == "device, the library host-staged"
     assert tables["Gloo"].memory == "device"
     assert tables["Gloo"].rows[0].speedup.median == pytest.approx(2000 / 260)
+
+
+def test_a_collective_without_a_floor_gets_no_floor_column():
+    """A broadcast on host buffers times no reduction pass: its x_add column was all '-'."""
+    pts = [{**p, "collective": "broadcast", "add_us": None} for p in two_runs() if p["algorithm"] != "auto"]
+    text = render_versus(versus(pts, "broadcast"), GOALS)
+    assert "(best)" not in text and "lib / best" in text
+    assert "x_add (best)" in render_versus(versus(two_runs()), GOALS)

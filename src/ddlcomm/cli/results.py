@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from ..errors import UsageError
+from ..errors import StoreError, UsageError
 from ..outputs import write_text
 from ..report import tables, train
 from ..results import Store, compare, export, merge, versus
@@ -129,7 +129,10 @@ def merge_sources(names: list[str], db: Path) -> list[Path]:
             raise UsageError(f"no database at {path}", "name SQLite files that ddlcomm wrote")
         if path.resolve() == db.resolve():
             raise UsageError(f"{path} is the database merged into (--db)", "name other databases")
-        Store(path).close()                  # StoreError (one line) if it is not one
+        try:
+            Store(path).close()
+        except StoreError as exc:            # said of the source, not of --db
+            raise StoreError(exc.args[0], "merge from databases that ddlcomm wrote") from None
         sources.append(path)
     return sources
 

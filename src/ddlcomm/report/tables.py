@@ -616,12 +616,14 @@ def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: boo
     out = []
     for t in tables:
         floor = {key: header for header, key in RATIO_COLUMNS}.get(t.floor, "x_floor")
-        headers = ["size", *t.algorithms, "best own", "lib / best", "auto / lib", f"{floor} (best)"]
+        floored = any(r.x_floor for r in t.rows)         # none where nothing reduces (broadcast)
+        headers = ["size", *t.algorithms, "best own", "lib / best", "auto / lib",
+                   *([f"{floor} (best)"] if floored else [])]
         rows = [[format_size(r.nbytes), *[format_us(r.times[a].median) if a in r.times else "-"
                                           for a in t.algorithms],
                  r.best or "-", _spread_ratio(r.speedup),
                  _spread_ratio(r.auto) + (f" [{','.join(r.auto_ran)}]" if r.auto_ran else ""),
-                 _spread_ratio(r.x_floor)] for r in t.rows]
+                 *([_spread_ratio(r.x_floor)] if floored else [])] for r in t.rows]
         kind, _, variant = t.memory.partition(", ")      # e.g. "device, kind cache off"
         memory = "host (NumPy's allocator)" if kind == "numpy" else kind
         title = (f"{t.library}, {t.ranks} ranks, {t.dtype}, {memory} memory"
@@ -629,8 +631,8 @@ def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: boo
         got = targets(t, **goals)
         summary = [
             f"lib / best from {format_size(goals['speedup_from'])}: lowest {_ratio_at(got.min_speedup)}",
-            f"{floor} (best) from {format_size(goals['floor_from'])}: highest "
-            f"{_ratio_at(got.max_x_floor)}",
+            *([f"{floor} (best) from {format_size(goals['floor_from'])}: highest "
+               f"{_ratio_at(got.max_x_floor)}"] if floored else []),
             f"auto / lib below {format_size(goals['auto_below'])}: highest {_ratio_at(got.max_auto)}"]
         if markdown:
             out += [f"#### {title}", "", format_markdown(headers, rows), "",

@@ -240,3 +240,10 @@ def test_a_file_error_past_the_checks_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(report, "run", fail)
     assert cli.main(["report", "1"]) == 2
     assert capsys.readouterr().err == "ddlcomm: error: /proc/x: No such file or directory\n"
+
+
+@pytest.mark.parametrize("extra", [["--full"], ["--timeout", "60"]])
+def test_report_only_refuses_what_applies_to_runs(empty_db, extra):
+    """--report-only --full was taken and ignored."""
+    assert_one_line_error(ddlcomm("reproduce", "woo2020", "--report-only", "woo2020:x", *extra, db=empty_db),
+                          "--report-only runs nothing")

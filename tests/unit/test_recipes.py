@@ -418,3 +418,22 @@ def test_a_recipe_figure_of_small_times_is_in_microseconds():
                   lambda p: p["ranks"], lambda p: p["form"], "ranks", ["host"])
     assert big.axes[0].get_ylabel() == "avg time per call (ms)"
     assert list(big.axes[0].get_lines()[0].get_ydata()) == [3.0, 9.0]
+
+
+@pytest.mark.parametrize("name", ["choi2021", "awan2019"])
+def test_a_report_speaks_of_gpu_panels_only_where_it_has_some(name, monkeypatch, tmp_path):
+    """A CPU machine's awan2019 latency page described "GPU panels" it did not have."""
+    import importlib
+    module = importlib.import_module(f"ddlcomm.recipes.{name}")
+    said = []
+    monkeypatch.setattr(module, "write_recipe_report", lambda *a, notes=(), **k: said.append(notes))
+    if hasattr(module, "write_train_report"):
+        monkeypatch.setattr(module, "write_train_report", lambda *a, **k: None)
+    if hasattr(module, "select"):
+        monkeypatch.setattr(module, "select", lambda points: points)
+    cpu = dict(collective="allreduce", library="Open MPI", backend="mpi", memory="numpy", ranks=2,
+               bytes=4, phase=None)
+    for points, gpu in (([cpu], False), ([cpu, {**cpu, "memory": "device"}], True)):
+        said.clear()
+        module.report(get_recipe(name), points, tmp_path)
+        assert any("GPU panels" in note for note in said[0]) == gpu, said

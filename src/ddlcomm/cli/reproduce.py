@@ -5,6 +5,7 @@ import argparse
 
 from ..recipes import get_recipe
 from ..recipes.base import FULL_POINT_LIMIT_S, RUN_LIMIT_S, reproduce
+from ..errors import UsageError
 from ..units import parse_seconds
 from . import common
 
@@ -39,6 +40,9 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     recipe = get_recipe(args.name)
+    if args.report_only and (args.full or args.timeout is not None):
+        raise UsageError(f"{'--full' if args.full else '--timeout'} applies to runs, and "
+                         "--report-only runs nothing", "drop one of them")
     timeout_s = None if args.timeout is None else parse_seconds(args.timeout, "--timeout")
     # --report-only reads the database (one on a read-only mount too); a run writes it
     db = common.existing_db(args) if args.report_only else common.db_path(args)

@@ -150,9 +150,10 @@ def report(recipe, points, out_dir, missing=()):
                 f"GPU: {label}" for label in ("NCCL", "Gloo", "Open MPI", "MPICH")], x_bytes=True,
             notes=["Each library's own all-reduce against ddlcomm's ring and recursive "
                    "halving/doubling over that library's point-to-point (compiled reduction kernel).",
-                   "GPU panels: device buffers; ddlcomm's ring, rhd and shm reduce on the GPU and "
-                   "move blocks by CUDA IPC between ranks sharing the GPU; MPI host-staged copies "
-                   "through pinned host memory around the library's all-reduce."],
+                   *(["GPU panels: device buffers; ddlcomm's ring, rhd and shm reduce on the GPU and "
+                      "move blocks by CUDA IPC between ranks sharing the GPU; MPI host-staged copies "
+                      "through pinned host memory around the library's all-reduce."]
+                     if any(_library(p).startswith("GPU") for p in latency) else [])],
             unavailable=missing)
         links.append(("The all-reduce latency half", "latency/index.html"))
     return write_train_report(None, training, out_dir, title=recipe.title, links=links, notes=[

@@ -164,7 +164,7 @@ def deadline_s(environ) -> Optional[float]:
     except ValueError:
         value = -1.0
     if not value >= 0:
-        raise UsageError(f"${DEADLINE_ENV} must be a number of seconds, got {text!r}",
+        raise UsageError(f"${DEADLINE_ENV} must be a number of seconds >= 0, got {text!r}",
                          "unset it to run every step")
     return value
 

@@ -187,20 +187,22 @@ def _figure(p: dict) -> str:
 
 
 def report(recipe, points, out_dir, missing=()):
+    chosen = select(points)
+    on_gpu = any(p.get("memory") == "device" for p in chosen)
     return write_recipe_report(
-        recipe.title, select(points), out_dir,
+        recipe.title, chosen, out_dir,
         figure_of=_figure,
         panel_of=_panel, x_of=_workers,
         line_of=_placement, x_label="workers",
         panel_order=[name for _, name in MPIS] + GPU_PANELS,
         notes=["float32 array; PS: rank 0 is the server, workers are the other ranks.",
                "With one worker, 'one container per rank' for all-reduce is a single rank.",
-               "GPU panels: the workers' data on the GPU; every timed step ends with a CUDA "
-               "stream synchronisation (OSU's -d cuda convention); host-staged and "
-               "nccl-chief copy phases are stored apart. All ranks on the host, and at "
-               f"{', '.join(map(str, GPU_CONTAINER_WORKERS))} workers (every count with --full) "
-               "one container per rank; the ranks share the GPUs by local rank (each point "
-               "records ranks_per_gpu)."],
+               *(["GPU panels: the workers' data on the GPU; every timed step ends with a CUDA "
+                  "stream synchronisation (OSU's -d cuda convention); host-staged and "
+                  "nccl-chief copy phases are stored apart. All ranks on the host, and at "
+                  f"{', '.join(map(str, GPU_CONTAINER_WORKERS))} workers (every count with --full) "
+                  "one container per rank; the ranks share the GPUs by local rank (each point "
+                  "records ranks_per_gpu)."] if on_gpu else [])],
         unavailable=missing)
 
 

@@ -389,6 +389,9 @@ def test_render_a_gpu():
         "count": 1, "ranks": 3, "ranks_per_gpu": [3], "devices": [
             {"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_bytes": 80 << 30, "bus_id": "00000000:65:00.0"}]}}
     assert "GPU 0: NVIDIA H100 80GB HBM3, 80GiB, bus 00000000:65:00.0, 3 of 3 ranks" in render_info(f)
+    # without a GPU, --ranks is answered too (the text was the same as without it)
+    none = {"host": "h", "probe_s": 1, "gpus": {"count": 0, "ranks": 4, "ranks_per_gpu": [], "reason": "no device"}}
+    assert "none (no device); --ranks 4: no GPU to share" in render_info(none)
 
 
 def test_render_cpus_with_hardware_threads():

@@ -96,7 +96,8 @@ def _gpus(g: Facts) -> list[str]:
         lines.append(f"GPU {d['index']}: {d['name']}, {_size(d.get('memory_bytes'))}, "
                      f"bus {d.get('bus_id') or '?'}{share}")
     if not lines:
-        lines.append(f"none ({g.get('reason') or 'none found'})")
+        ranks = f"; --ranks {g['ranks']}: no GPU to share" if g.get("ranks") else ""
+        lines.append(f"none ({g.get('reason') or 'none found'}){ranks}")
     mps = g.get("mps") or {}
     lines.append(f"MPS: {'running' if mps.get('running') else 'not running'} "
                  f"(pipes {mps.get('pipe_dir')}; control {mps.get('control') or 'not installed'})")

@@ -26,6 +26,11 @@ class UsageError(DdlcommError):
     """Bad input: a value that cannot be parsed or is out of range."""
 
 
+class EveryRankError(UsageError):
+    """Bad input that every rank of a job finds alike (the job's size against ``--ranks``):
+    the ranks end without aborting one another, and rank 0 alone says it."""
+
+
 class BackendUnavailable(DdlcommError):
     """A backend's library is missing or cannot start."""
 

@@ -20,7 +20,7 @@ from .. import kernels
 from ..comm import algorithms, tuning
 from ..comm.shm import same_node
 from ..dtypes import get_dtype
-from ..errors import RankFailure, UnsupportedError
+from ..errors import EveryRankError, UnsupportedError
 from ..kernels.device import copy_pass
 from ..launch.placement import format_cpulist, split_ranks, transport
 from ..measure import timing
@@ -175,8 +175,8 @@ def preflight(comms: dict, plan: BenchPlan, watchdog: Watchdog) -> list:
         with watchdog.guard(f"pre-flight on {name} (every rank answering)", min(plan.timeout_s, 60.0)):
             who = comm.allgather_object((comm.rank, socket.gethostname(), os.getpid()))
         if plan.ranks is not None and comm.size != plan.ranks:
-            raise RankFailure(f"the launcher started {comm.size} ranks but --ranks {plan.ranks} was asked",
-                              "start as many ranks as --ranks says, or leave --ranks out")
+            raise EveryRankError(f"the launcher started {comm.size} ranks but --ranks {plan.ranks} "
+                                 "was asked", "start as many ranks as --ranks says, or leave --ranks out")
     return who
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from ..errors import DdlcommError, RunLost
+from ..errors import DdlcommError, EveryRankError, RunLost
 from ..launch import processes, shmclean
 from ..machine import load
 from ..results import Store, sysinfo
@@ -299,10 +299,12 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
         with OnInterrupt(on_interrupt):
             return _run_body(comm, db_path, state, owner, watchdog, info, prepare, body)
     except Exception as exc:  # noqa: BLE001 - any failure must end every rank
-        message = fail_message(comm.rank, watchdog.current, exc)
-        print(f"ddlcomm: error: {message}", file=sys.stderr, flush=True)
+        alike = isinstance(exc, EveryRankError)        # every rank ends by itself; rank 0 says why
+        message = str(exc) if alike else fail_message(comm.rank, watchdog.current, exc)
+        if comm.rank == 0 or not alike:
+            print(f"ddlcomm: error: {message}", file=sys.stderr, flush=True)
         record("failed", message)
-        if comm.size > 1:
+        if comm.size > 1 and not alike:
             comm.abort(EXIT_RANK_FAILED)
         return RankResult(EXIT_RANK_FAILED if not isinstance(exc, DdlcommError) else EXIT_USAGE)
 

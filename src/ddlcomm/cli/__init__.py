@@ -14,7 +14,8 @@ from types import ModuleType
 from typing import Optional, Sequence
 
 from .. import __version__
-from ..errors import DdlcommError, UsageError
+from ..errors import DdlcommError, EveryRankError, UsageError
+from ..launch.env import detect
 from ..launch.mpirun import mark_started
 from . import bench, info, kernels, model, report, reproduce, results, train
 from .common import _Parser
@@ -60,7 +61,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise UsageError(f"unrecognized arguments: {' '.join(extra)}", f"see {command_of(args)} --help")
         return COMMANDS[args.command].run(args, argv)
     except DdlcommError as exc:
-        print(f"ddlcomm: error: {exc}", file=sys.stderr)
+        launched = detect()
+        if not isinstance(exc, EveryRankError) or launched is None or launched.rank == 0:
+            print(f"ddlcomm: error: {exc}", file=sys.stderr)     # (every rank found it: rank 0 says it)
         return exc.exit_code
     except KeyboardInterrupt:
         print("ddlcomm: interrupted", file=sys.stderr)

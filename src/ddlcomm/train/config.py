@@ -19,7 +19,7 @@ from typing import Optional
 from ..bench.plan import (MAX_RANKS_PER_CORE, check_device_algorithm, check_start, mem_available,
                           usable_cores)
 from ..comm import algorithms, registry
-from ..errors import UnsupportedError, UsageError
+from ..errors import EveryRankError, UnsupportedError, UsageError
 from ..workloads.models import total_parameters
 from ..units import (MAX_ITERS, MAX_SEED, counted, format_size, fusion_label, parse_list,
                      parse_positive_int, parse_seconds, parse_size)
@@ -313,8 +313,8 @@ def _ranks(o: TrainOptions, launcher_size: Optional[int]) -> list[int]:
     else:
         ranks = [launcher_size or (1 if o.batch_sweep else 2)]
     if launcher_size is not None and ranks != [launcher_size]:
-        raise UsageError(f"the launcher started {launcher_size} ranks but --ranks {o.ranks} was asked",
-                         "start as many ranks as --ranks says, or leave it out")
+        raise EveryRankError(f"the launcher started {launcher_size} ranks but --ranks {o.ranks} was asked",
+                             "start as many ranks as --ranks says, or leave it out")
     if len(ranks) > 1 and launcher_size is None and 1 not in ranks:
         ranks = [1] + ranks                      # the weak-scaling baseline: one worker alone
     if o.batch_sweep is not None and ranks != [1]:

@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 
 from ..bench.runs import exit_code, own, program, rank_run, run_info, settle, starting
 from ..comm import registry
-from ..errors import RankFailure, UsageError
+from ..errors import EveryRankError, UsageError
 from ..launch import mpirun, spawn
 from ..launch.env import detect
 from ..outputs import print_report
@@ -113,8 +113,8 @@ def rank_main(job: TrainJob, argv: Sequence[str], db_path: Path,
 
     def prepare(watchdog) -> None:
         if comm.size != job.ranks:
-            raise RankFailure(f"the launcher started {comm.size} ranks but --ranks {job.ranks} "
-                              "was asked", "start as many ranks as --ranks says, or leave it out")
+            raise EveryRankError(f"the launcher started {comm.size} ranks but --ranks {job.ranks} "
+                                 "was asked", "start as many ranks as --ranks says, or leave it out")
 
     def body(watchdog, store, run_id) -> int:
         for n, cfg in enumerate(job.configs, 1):

@@ -364,3 +364,12 @@ def test_a_run_without_points_lists_what_it_asked_for():
                         "n_points": 0}])
     row = out.splitlines()[2].split()
     assert "mpi,gloo" in row and "3" in row[row.index("mpi,gloo"):]
+
+
+def test_an_algorithms_pieces_are_ordered_by_size():
+    """shm@1MiB sat between shm@128KiB and shm@256KiB (ordered as text)."""
+    from ddlcomm.report.tables import points_table
+    names = ["shm@1MiB", "shm", "shm@256KiB", "library", "shm@128KiB"]
+    headers, rows = points_table([make_point("allreduce", "buffer", 1 << 20, algorithm=a) for a in names])
+    assert [r[headers.index("algorithm")] for r in rows] == [
+        "library", "shm", "shm@128KiB", "shm@256KiB", "shm@1MiB"]

@@ -14,11 +14,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Optional
 
+from ..errors import UsageError
 from ..machine import load
 from ..measure import noise
 from ..pages import huge_shares
 from ..results.versus import targets
-from ..units import counted, format_size
+from ..units import counted, format_size, parse_size
 
 Point = Mapping[str, Any]
 
@@ -183,9 +184,18 @@ def series_key(point: Point, varying: Sequence[str]) -> str:
     return " ".join(parts)
 
 
-def _sort_value(value: Any) -> tuple[int, Any]:
-    """Sort key that orders numbers numerically and never compares int with str."""
-    return (0, value) if isinstance(value, (int, float)) else (1, str(value))
+def _sort_value(value: Any) -> tuple:
+    """Sort key that orders numbers numerically, never compares int with str, and orders
+    an algorithm's pieces by size (``shm@128KiB`` before ``shm@1MiB``)."""
+    if isinstance(value, (int, float)):
+        return (0, value)
+    text = str(value)
+    base, at, rest = text.partition("@")
+    piece, plus, kernel = rest.partition("+")
+    try:
+        return (1, base, parse_size(piece) if at else -1, plus + kernel)
+    except UsageError:
+        return (1, text, -1, "")
 
 
 def group_by_collective(points: Iterable[Point]) -> dict[str, list[Point]]:
@@ -363,7 +373,8 @@ def phases_table(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
     varying = varying_dimensions(points)
     names = list(next(iter(dimension_value(timed[0], PHASES_KEY).values())))
     rows = []
-    for p in sorted(timed, key=lambda p: (p.get("bytes") or 0, series_key(p, varying))):
+    for p in sorted(timed, key=lambda p: (p.get("bytes") or 0,
+                                          [_sort_value(dimension_value(p, d)) for d in varying])):
         ranks = list(dimension_value(p, PHASES_KEY).values())
         mean = [sum(r.get(n, 0.0) for r in ranks) / len(ranks) for n in names]
         waiting = max(sum(v for n, v in r.items() if n.startswith("wait")) / (sum(r.values()) or 1)

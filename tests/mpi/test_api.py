@@ -41,3 +41,10 @@ def test_mpi_under_torchrun_is_refused(mpi, tmp_path):
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert res.returncode != 0
     assert "torchrun started 2 processes, but backend mpi sees 1" in res.stderr, res.stderr
+    # bench and train join the backend the same way (each process ran a 1-rank job of its own)
+    for command in (["bench", "--sizes", "4KiB", "--iters", "3"], ["train", "--iters", "1"]):
+        res = subprocess.run([mpi.python, "-m", "ddlcomm", *command, "--backend", "mpi", "--db",
+                              str(tmp_path / "t.db")], env=env, capture_output=True, text=True,
+                             timeout=120, cwd=tmp_path)
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert "ddlcomm: error: torchrun started 2 processes, but backend mpi sees 1" in res.stderr

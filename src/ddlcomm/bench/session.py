@@ -101,7 +101,7 @@ def rank_main(plan: BenchPlan, argv: Sequence[str], info: LaunchInfo, db_path: P
     """Run inside a launcher: measure, store (rank 0), and finish if we own the run."""
     order = registry.start_order(plan.backends)
     with starting(db_path):
-        comms = {name: registry.create(name, local_rank=info.local_rank) for name in order}
+        comms = {name: registry.join(name, info) for name in order}
     comm = comms[order[0]]
 
     def prepare(watchdog) -> None:

@@ -148,3 +148,21 @@ def create(name: str, /, **kwargs) -> Communicator:
         raise UsageError(f"backend {name}: {exc}",
                          f"it takes {', '.join(inspect.signature(cls).parameters) or 'no options'}") from None
     return cls(**kwargs)
+
+
+def join(name: str, launched, /, **kwargs) -> Communicator:
+    """:func:`create` in a process a launcher started (``launched``: its
+    :class:`ddlcomm.launch.env.LaunchInfo`, or None outside any), this rank's local rank
+    from it; refused where the backend's job is not the launcher's (MPI started alone in
+    each of torchrun's processes: every one rank 0 of 1)."""
+    if launched is not None and "local_rank" not in kwargs:
+        kwargs["local_rank"] = launched.local_rank
+    comm = create(name, **kwargs)
+    if launched is not None and comm.size != launched.size:
+        comm.close()
+        raise BackendUnavailable(f"{launched.launcher} started {launched.size} processes, but backend "
+                                 f"{name} sees {comm.size} rank(s) of its own in each",
+                                 "start MPI ranks with mpirun, mpiexec or srun, or use backend gloo "
+                                 "under torchrun" if launched.launcher == "torchrun" else
+                                 f"start {name}'s ranks with a launcher it joins")
+    return comm

@@ -108,7 +108,7 @@ def rank_main(job: TrainJob, argv: Sequence[str], db_path: Path,
     """Inside the ranks: run every configuration of ``job``; rank 0 stores the points."""
     info = detect()
     with starting(db_path):
-        comm = registry.create(job.backend, local_rank=info.local_rank if info else None)
+        comm = registry.join(job.backend, info)
         gloo = registry.create("gloo", local_rank=comm.local_rank) if job.needs_gloo else comm
 
     def prepare(watchdog) -> None:

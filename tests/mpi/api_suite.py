@@ -1,8 +1,8 @@
 """Rank-side check of the API's behaviour when one rank's call is refused or fails.
 
 Run under a launcher (``mpirun -n N python api_suite.py [--backend NAME]``), N >= 2.  Each
-case was found broken: a refusal only the root could make (its receive buffer) left the
-others in the collective, whose message its next call then matched (stale data, or a
+case was found broken: a refusal only the root could make (its receive buffer), or any
+rank's refusal of its own buffer, left the others in the collective, whose message its next call then matched (stale data, or a
 hang on gloo); an object a rank could not pickle, or objects the root could not fold,
 left the other ranks waiting; an int array's object average was truncated; closing one
 gloo communicator ended another; ``with`` did not take a communicator.
@@ -47,6 +47,32 @@ def run_cases(comm, backend: str) -> list[str]:
         got = comm.gather(mine, root=root)            # the next call: this call's data
         if r == root and not np.array_equal(got, np.repeat(np.arange(1, p + 1.0), 4)):
             check("gather after a refusal", f"got {got}")
+    # one rank's own buffer refused (no other rank can see it): it takes part with scratch
+    # memory, so the others are neither left waiting nor matched by its next call
+    ro = np.full(4, 2.0)
+    ro.setflags(write=False)
+    one = {
+        "allreduce, receive buffer of 3": lambda: comm.allreduce(np.ones(4), np.empty(3) if r == 1 else None),
+        "allreduce, read-only receive buffer": lambda: comm.allreduce(np.ones(4), ro if r == 1 else None),
+        "iallreduce, receive buffer of 3": lambda: comm.iallreduce(np.ones(4), np.empty(3) if r == 1 else None).wait(),
+        "allgather, receive buffer of 3": lambda: comm.allgather(np.ones(4), np.empty(3) if r == 1 else None),
+        "alltoall, receive buffer of 3": lambda: comm.alltoall(np.ones(2 * p), np.empty(3) if r == 1 else None),
+        "reduce_scatter, receive buffer of 3": lambda: comm.reduce_scatter(np.ones(2 * p), np.empty(3) if r == 1 else None),
+        "broadcast, read-only buffer off the root": lambda: comm.broadcast(ro if r == 1 else np.full(4, 7.0)),
+        "broadcast, strided buffer off the root": lambda: comm.broadcast(np.zeros(8)[::2] if r == 1 else np.full(4, 7.0)),
+        "gather, strided send buffer at the root": lambda: comm.gather(np.full(8, 5.0)[::2] if r == 0 else np.full(4, 5.0)),
+    }
+    for name, call in one.items():
+        if (r == 0) if name.startswith("gather") else (r == 1):
+            check(name, expect_refusal(call, ""))
+        else:
+            call()
+        after = comm.allreduce(np.full(3, 1.0 + r))
+        if not np.allclose(after, p * (p + 1) / 2):
+            check(f"{name}: the next all-reduce", f"got {after}")
+    got = comm.broadcast(ro if r == 0 else np.zeros(4))          # the root only reads it
+    if not (got == 2.0).all():
+        check("broadcast of a read-only buffer at the root", f"got {got}")
     lam = lambda: 1                                    # noqa: E731 - cannot be pickled
     check("broadcast_object of a lambda", expect_refusal(
         lambda: comm.broadcast_object(lam if r == 0 else None), "rank 0 could not pickle"))
@@ -54,6 +80,22 @@ def run_cases(comm, backend: str) -> list[str]:
         lambda: comm.gather_object(lam if r == p - 1 else r), f"rank {p - 1} could not pickle"))
     check("allreduce_object of dicts", expect_refusal(
         lambda: comm.allreduce_object({"a": r}), "could not sum"))
+    # what only rank 0 finds: an object it cannot unpickle (a class defined on one rank
+    # only), objects it cannot combine; reduce_object's root and reduce_scatter_object's
+    # ranks say so as DdlcommError (a bare TypeError before)
+    if r == p - 1:
+        globals()["OnlyHere"] = type("OnlyHere", (), {"__module__": __name__})
+    check("allreduce_object of an object rank 0 cannot unpickle", expect_refusal(
+        lambda: comm.allreduce_object(globals()["OnlyHere"]() if r == p - 1 else r),
+        f"rank {p - 1}'s object could not be unpickled at rank 0"))
+    if r == 0:
+        check("reduce_object of a str and ints", expect_refusal(
+            lambda: comm.reduce_object("x" if r == p - 1 else r), "reduce_object could not sum"))
+    else:
+        comm.reduce_object("x" if r == p - 1 else r)
+    check("reduce_scatter_object of a str and ints", expect_refusal(
+        lambda: comm.reduce_scatter_object(["x" if r == p - 1 else q for q in range(p)]),
+        "reduce_scatter_object could not sum"))
     avg = comm.allreduce_object(np.array([r + 1]), op="avg")
     if not np.allclose(avg, (p + 1) / 2):
         check("allreduce_object avg of int arrays", f"got {avg}")

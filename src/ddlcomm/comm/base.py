@@ -50,6 +50,11 @@ def check_writable(array: np.ndarray, what: str) -> None:
         raise UsageError(f"{what} is read-only", "pass a writable array (e.g. a.copy())")
 
 
+def _writable(buf: Any) -> bool:
+    """Whether ``buf`` may be written (tensors always are)."""
+    return not isinstance(buf, np.ndarray) or buf.flags.writeable
+
+
 def _done() -> None:
     return None
 
@@ -227,15 +232,28 @@ class Communicator(abc.ABC):
         return recvbuf
 
     @contextlib.contextmanager
-    def _rooted(self, call_anyway: Callable[[], None]):
-        """Around a check only the root can make (its receive buffer): where it refuses, the
-        root still takes part in the call (``call_anyway``, into scratch memory) before the
-        error rises, so the other ranks are not left in it, nor matched by its next call."""
+    def _taking_part(self, call_anyway: Callable[[], None]):
+        """Around a check of this rank's own buffers that the others cannot see (a receive
+        buffer of the wrong size, read-only, not contiguous): where it refuses, this rank
+        still takes part in the call (``call_anyway``, with scratch memory) before the error
+        rises, so the other ranks are neither left in it nor matched by its next call."""
         try:
             yield
-        except DdlcommError:
-            call_anyway()
-            raise
+        except DdlcommError as refused:
+            try:
+                call_anyway()
+            except Exception:  # noqa: BLE001 - the scratch call failed too: the refusal says why
+                pass
+            raise refused from None
+
+    def _recv_or_part(self, recvbuf: Optional[np.ndarray], sendbuf: np.ndarray, count: int,
+                      what: str, call: Callable[[np.ndarray], None]) -> np.ndarray:
+        """The checked receive buffer (a new one where None); where it is refused, ``call``
+        (the collective into a given receive buffer) runs into scratch memory first."""
+        if recvbuf is None:
+            return buffers.empty(count, sendbuf)
+        with self._taking_part(lambda: call(buffers.empty(count, sendbuf))):
+            return self._check_recv(recvbuf, sendbuf, count, what)
 
     def _block(self, count: int, what: str) -> int:
         if count % self.size:
@@ -294,24 +312,33 @@ class Communicator(abc.ABC):
         return self._irecv(buf, self.check_root(source), tag)
 
     def broadcast(self, buf: np.ndarray, root: int = 0) -> np.ndarray:
-        """Copy the root's ``buf`` into every rank's ``buf`` (in place)."""
-        self.check_buffer(buf)
-        check_writable(buf, "broadcast's buffer")
-        self._broadcast(buf, self.check_root(root))
+        """Copy the root's ``buf`` into every rank's ``buf`` (in place; the root's may be
+        read-only)."""
+        root = self.check_root(root)
+        if self.rank == root:
+            self.check_buffer(buf)
+            self._broadcast(buf if _writable(buf) else buffers.copy_of(buf), root)
+            return buf
+        with self._taking_part(lambda: self._broadcast(buffers.empty(buffers.count(buf), buf), root)):
+            self.check_buffer(buf)
+            check_writable(buf, "broadcast's buffer")
+        self._broadcast(buf, root)
         return buf
 
     def gather(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
                root: int = 0) -> Optional[np.ndarray]:
         """Concatenate every rank's ``sendbuf`` in rank order at the root."""
-        self.check_buffer(sendbuf)
         if self.rank != self.check_root(root):
+            self.check_buffer(sendbuf)
             self._gather(sendbuf, None, root)
             return None
+        with self._taking_part(lambda: self._gather(  # (a buffer at all, in another layout)
+                buffers.empty(buffers.count(sendbuf), sendbuf),
+                buffers.empty(buffers.count(sendbuf) * self.size, sendbuf), root)):
+            self.check_buffer(sendbuf)
         n = buffers.count(sendbuf) * self.size
-        if recvbuf is None:
-            recvbuf = buffers.empty(n, sendbuf)
-        with self._rooted(lambda: self._gather(sendbuf, buffers.empty(n, sendbuf), root)):
-            self._check_recv(recvbuf, sendbuf, n, "gather's receive buffer")
+        recvbuf = self._recv_or_part(recvbuf, sendbuf, n, "gather's receive buffer",
+                                     lambda scratch: self._gather(sendbuf, scratch, root))
         self._gather(sendbuf, recvbuf, root)
         return recvbuf
 
@@ -319,9 +346,8 @@ class Communicator(abc.ABC):
         """Concatenate every rank's ``sendbuf`` in rank order on every rank."""
         self.check_buffer(sendbuf)
         n = buffers.count(sendbuf) * self.size
-        if recvbuf is None:
-            recvbuf = buffers.empty(n, sendbuf)
-        self._check_recv(recvbuf, sendbuf, n, "allgather's receive buffer")
+        recvbuf = self._recv_or_part(recvbuf, sendbuf, n, "allgather's receive buffer",
+                                     lambda scratch: self._allgather(sendbuf, scratch))
         self._allgather(sendbuf, recvbuf)
         return recvbuf
 
@@ -334,11 +360,8 @@ class Communicator(abc.ABC):
         dtype = self.check_buffer(sendbuf)
         rop = self.check_op(op, dtype)
         if self.rank == self.check_root(root):
-            n = buffers.count(sendbuf)
-            if recvbuf is None:
-                recvbuf = buffers.empty(n, sendbuf)
-            with self._rooted(lambda: self._reduce(sendbuf, buffers.empty(n, sendbuf), rop, root)):
-                self._check_recv(recvbuf, sendbuf, n, "reduce's receive buffer")
+            recvbuf = self._recv_or_part(recvbuf, sendbuf, buffers.count(sendbuf), "reduce's receive buffer",
+                                         lambda scratch: self._reduce(sendbuf, scratch, rop, root))
         else:
             recvbuf = None
         self._reduce(sendbuf, recvbuf, rop, root)
@@ -348,12 +371,17 @@ class Communicator(abc.ABC):
 
     def _allreduce_args(self, what: str, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray],
                         op: str | ReduceOp) -> tuple[np.ndarray, ReduceOp]:
-        """(recvbuf, op) of an all-reduce, checked: recvbuf allocated when None."""
+        """(recvbuf, op) of an all-reduce, checked: recvbuf allocated when None (where it is
+        refused, this rank takes part with scratch memory first)."""
         rop = self.check_op(op, self.check_buffer(sendbuf))
-        if recvbuf is None:
-            return buffers.empty(buffers.count(sendbuf), sendbuf), rop
-        return self._check_recv(recvbuf, sendbuf, buffers.count(sendbuf),
-                                f"{what}'s receive buffer"), rop
+        if what == "iallreduce":
+            def part(scratch: np.ndarray) -> None:
+                self._iallreduce(sendbuf, scratch, rop)[0]()       # posted and waited for
+        else:
+            def part(scratch: np.ndarray) -> None:
+                self._allreduce(sendbuf, scratch, rop)
+        return self._recv_or_part(recvbuf, sendbuf, buffers.count(sendbuf),
+                                  f"{what}'s receive buffer", part), rop
 
     def allreduce(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
                   op: str | ReduceOp = "sum") -> np.ndarray:
@@ -390,9 +418,8 @@ class Communicator(abc.ABC):
         dtype = self.check_buffer(sendbuf)
         rop = self.check_op(op, dtype)
         block = self._block(buffers.count(sendbuf), "reduce_scatter")
-        if recvbuf is None:
-            recvbuf = buffers.empty(block, sendbuf)
-        self._check_recv(recvbuf, sendbuf, block, "reduce_scatter's receive buffer")
+        recvbuf = self._recv_or_part(recvbuf, sendbuf, block, "reduce_scatter's receive buffer",
+                                     lambda scratch: self._reduce_scatter(sendbuf, scratch, rop))
         self._reduce_scatter(sendbuf, recvbuf, rop)
         rop.finish(recvbuf, self.size)
         return recvbuf
@@ -402,9 +429,8 @@ class Communicator(abc.ABC):
         self.check_buffer(sendbuf)
         n = buffers.count(sendbuf)
         self._block(n, "alltoall")
-        if recvbuf is None:
-            recvbuf = buffers.empty(n, sendbuf)
-        self._check_recv(recvbuf, sendbuf, n, "alltoall's receive buffer")
+        recvbuf = self._recv_or_part(recvbuf, sendbuf, n, "alltoall's receive buffer",
+                                     lambda scratch: self._alltoall(sendbuf, scratch))
         self._alltoall(sendbuf, recvbuf)
         return recvbuf
 
@@ -434,6 +460,8 @@ class Communicator(abc.ABC):
                              f"{collective}'s receive buffer")
         else:
             recvbuf = None
+        if coll.in_send and self.rank != root:          # broadcast: the result lands in it
+            check_writable(sendbuf, f"{collective}'s buffer")
         call = self._bind(coll, sendbuf, recvbuf, rop, root)
         if rop is None or not rop.divide_by_ranks or recvbuf is None:
             return call

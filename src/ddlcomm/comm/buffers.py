@@ -67,3 +67,7 @@ def empty(count_: int, like: Any) -> Any:
         return np.empty(count_, like.dtype)
     return like.new_empty(count_)
 
+
+def copy_of(buf: Any) -> Any:
+    """A writable, contiguous copy of an array or a tensor."""
+    return np.array(buf) if isinstance(buf, np.ndarray) else buf.clone()

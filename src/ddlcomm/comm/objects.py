@@ -22,7 +22,7 @@ from typing import Any, Optional, Protocol, Sequence
 import numpy as np
 
 from ..dtypes import ReduceOp
-from ..errors import UsageError
+from ..errors import EveryRankError, UsageError
 
 
 
@@ -73,11 +73,12 @@ def _try_dumps(obj: Any) -> tuple[Optional[np.ndarray], str]:
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def _refuse(ranks: Sequence[int], why: str = "") -> UsageError:
-    """The error of a call in which ``ranks`` could not pickle their objects."""
+def _refuse(ranks: Sequence[int], why: str = "") -> EveryRankError:
+    """The error of a call in which ``ranks`` could not pickle their objects (every rank
+    raises it: they all learn it from the lengths)."""
     who = ", ".join(map(str, ranks))
-    return UsageError(f"rank {who} could not pickle its object{f' ({why})' if why else ''}",
-                      "the object calls take picklable objects")
+    return EveryRankError(f"rank {who} could not pickle its object{f' ({why})' if why else ''}",
+                          "the object calls take picklable objects")
 
 
 def _loads(data: np.ndarray) -> Any:
@@ -173,7 +174,18 @@ def _gather_payloads(comm: "Communicator", obj: Any, root: Optional[int]) -> Opt
             table[:, lo:hi] = recv_.reshape(comm.size, hi - lo)
     if not receives:
         return None
-    return [_loads(table[r, :lengths[r]]) for r in range(comm.size)]
+    return [_unpickled(table[r, :lengths[r]], r, comm.rank) for r in range(comm.size)]
+
+
+def _unpickled(data: np.ndarray, rank: int, here: int) -> Any:
+    """Rank ``rank``'s object from its bytes, or a UsageError saying why not (its class
+    defined on that rank only, say)."""
+    try:
+        return _loads(data)
+    except Exception as exc:          # noqa: BLE001 - unpickling raises many kinds
+        raise UsageError(f"rank {rank}'s object could not be unpickled at rank {here} "
+                         f"({type(exc).__name__}: {exc})",
+                         "send objects whose classes every rank can import") from None
 
 
 def gather(comm: "Communicator", obj: Any, root: int) -> Optional[list]:
@@ -202,7 +214,7 @@ def alltoall(comm: "Communicator", objs: Sequence[Any]) -> list:
         recv_ = np.empty(comm.size * (hi - lo), np.uint8)
         comm._alltoall(send_.reshape(-1), recv_)
         table[:, lo:hi] = recv_.reshape(comm.size, hi - lo)
-    return [_loads(table[r, :lengths[r, comm.rank]]) for r in range(comm.size)]
+    return [_unpickled(table[r, :lengths[r, comm.rank]], r, comm.rank) for r in range(comm.size)]
 
 
 def _fold(objs: Sequence[Any], op: ReduceOp) -> Any:
@@ -214,22 +226,32 @@ def _fold(objs: Sequence[Any], op: ReduceOp) -> Any:
     return out
 
 
+def _folded(objs: Sequence[Any], op: ReduceOp, what: str) -> Any:
+    """:func:`_fold`, or a UsageError where the objects cannot be combined by ``op``."""
+    try:
+        return _fold(objs, op)
+    except Exception as exc:         # noqa: BLE001 - any object's operator may raise
+        raise UsageError(f"{what} could not {op.name} the objects ({type(exc).__name__}: {exc})",
+                         "give objects that op combines (numbers, arrays of one shape)") from None
+
+
 def reduce(comm: "Communicator", obj: Any, op: ReduceOp, root: int) -> Any:
     objs = gather(comm, obj, root)
-    return _fold(objs, op) if objs is not None else None
+    return _folded(objs, op, "reduce_object") if objs is not None else None
 
 
 def allreduce(comm: "Communicator", obj: Any, op: ReduceOp) -> Any:
-    objs = gather(comm, obj, 0)
     result = None
-    if objs is not None:
-        try:
-            result = _fold(objs, op)
-        except Exception as exc:     # noqa: BLE001 - every rank raises it (broadcast)
-            result = _Failed(f"allreduce_object could not {op.name} the objects "
-                             f"({type(exc).__name__}: {exc})")
+    try:
+        objs = gather(comm, obj, 0)
+        if objs is not None:
+            result = _folded(objs, op, "allreduce_object")
+    except EveryRankError:           # an object not pickled: every rank knows
+        raise
+    except UsageError as exc:        # rank 0's alone (unpickling, combining): every rank raises it
+        result = _Failed(str(exc))
     return broadcast(comm, result, 0)
 
 
 def reduce_scatter(comm: "Communicator", objs: Sequence[Any], op: ReduceOp) -> Any:
-    return _fold(alltoall(comm, objs), op)
+    return _folded(alltoall(comm, objs), op, "reduce_scatter_object")

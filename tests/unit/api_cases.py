@@ -85,20 +85,20 @@ class Loopback(Communicator):
         pass
 
     def _gather(self, sendbuf, recvbuf, root):
-        recvbuf[...] = sendbuf
+        recvbuf.reshape(-1)[...] = sendbuf.reshape(-1)         # as a library: bytes in order
 
     def _allgather(self, sendbuf, recvbuf):
-        recvbuf[...] = sendbuf
+        self._gather(sendbuf, recvbuf, 0)
 
     def _alltoall(self, sendbuf, recvbuf):
-        recvbuf[...] = sendbuf
+        self._gather(sendbuf, recvbuf, 0)
 
     def _reduce(self, sendbuf, recvbuf, op, root):
         if recvbuf is not None and recvbuf is not sendbuf:
-            recvbuf[...] = sendbuf
+            self._gather(sendbuf, recvbuf, root)
 
     def _allreduce(self, sendbuf, recvbuf, op):
         self._reduce(sendbuf, recvbuf, op, 0)
 
     def _reduce_scatter(self, sendbuf, recvbuf, op):
-        recvbuf[...] = sendbuf
+        self._gather(sendbuf, recvbuf, 0)

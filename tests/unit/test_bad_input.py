@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -424,3 +425,12 @@ def test_counted_at_least_200_cases():
     if CASES["cli"] + CASES["api"] == 0:
         pytest.skip("run with the rest of this file")
     assert CASES["cli"] + CASES["api"] >= 200, CASES
+
+
+def test_a_result_ddlcomm_allocates_keeps_the_send_buffers_shape():
+    """allreduce(np.ones((2, 3))) returned shape (6,): results of as many elements as the send
+    buffer take its shape; gathered ones (p times as many) are flat."""
+    comm = api_cases.Loopback()
+    x = np.ones((2, 3), np.float32)
+    assert comm.allreduce(x).shape == comm.reduce(x).shape == comm.iallreduce(x).wait().shape == (2, 3)
+    assert comm.alltoall(x).shape == (2, 3) and comm.allgather(x).shape == (6,)

@@ -247,11 +247,13 @@ class Communicator(abc.ABC):
             raise refused from None
 
     def _recv_or_part(self, recvbuf: Optional[np.ndarray], sendbuf: np.ndarray, count: int,
-                      what: str, call: Callable[[np.ndarray], None]) -> np.ndarray:
-        """The checked receive buffer (a new one where None); where it is refused, ``call``
+                      what: str, call: Callable[[np.ndarray], None],
+                      shaped: bool = False) -> np.ndarray:
+        """The checked receive buffer (a new one where None: of the send buffer's shape where
+        ``shaped``, the result being one like it, else flat); where it is refused, ``call``
         (the collective into a given receive buffer) runs into scratch memory first."""
         if recvbuf is None:
-            return buffers.empty(count, sendbuf)
+            return buffers.empty_like(sendbuf) if shaped else buffers.empty(count, sendbuf)
         with self._taking_part(lambda: call(buffers.empty(count, sendbuf))):
             return self._check_recv(recvbuf, sendbuf, count, what)
 
@@ -361,7 +363,8 @@ class Communicator(abc.ABC):
         rop = self.check_op(op, dtype)
         if self.rank == self.check_root(root):
             recvbuf = self._recv_or_part(recvbuf, sendbuf, buffers.count(sendbuf), "reduce's receive buffer",
-                                         lambda scratch: self._reduce(sendbuf, scratch, rop, root))
+                                         lambda scratch: self._reduce(sendbuf, scratch, rop, root),
+                                         shaped=True)
         else:
             recvbuf = None
         self._reduce(sendbuf, recvbuf, rop, root)
@@ -381,7 +384,7 @@ class Communicator(abc.ABC):
             def part(scratch: np.ndarray) -> None:
                 self._allreduce(sendbuf, scratch, rop)
         return self._recv_or_part(recvbuf, sendbuf, buffers.count(sendbuf),
-                                  f"{what}'s receive buffer", part), rop
+                                  f"{what}'s receive buffer", part, shaped=True), rop
 
     def allreduce(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
                   op: str | ReduceOp = "sum") -> np.ndarray:
@@ -430,7 +433,7 @@ class Communicator(abc.ABC):
         n = buffers.count(sendbuf)
         self._block(n, "alltoall")
         recvbuf = self._recv_or_part(recvbuf, sendbuf, n, "alltoall's receive buffer",
-                                     lambda scratch: self._alltoall(sendbuf, scratch))
+                                     lambda scratch: self._alltoall(sendbuf, scratch), shaped=True)
         self._alltoall(sendbuf, recvbuf)
         return recvbuf
 

@@ -68,6 +68,11 @@ def empty(count_: int, like: Any) -> Any:
     return like.new_empty(count_)
 
 
+def empty_like(like: Any) -> Any:
+    """A new buffer of ``like``'s shape and dtype, where ``like`` lives."""
+    return np.empty(like.shape, like.dtype) if isinstance(like, np.ndarray) else like.new_empty(like.shape)
+
+
 def copy_of(buf: Any) -> Any:
     """A writable, contiguous copy of an array or a tensor."""
     return np.array(buf) if isinstance(buf, np.ndarray) else buf.clone()

@@ -98,6 +98,26 @@ class CollectiveRequest:
         return self.done
 
 
+#: What a closed communicator refuses: every call that would reach its backend.
+CALLS = ("barrier", "send", "recv", "recv_any", "sendrecv", "isend", "irecv", "broadcast", "gather",
+         "allgather", "reduce", "allreduce", "iallreduce", "reduce_scatter", "alltoall", "bind",
+         "send_object", "recv_object", "broadcast_object", "gather_object", "allgather_object",
+         "reduce_object", "allreduce_object", "reduce_scatter_object", "alltoall_object")
+
+
+@functools.lru_cache(maxsize=None)
+def _closed(cls: type) -> type:
+    """``cls`` once closed: every call of :data:`CALLS` refused in one line (on MPI they
+    raised AttributeError on None; on Gloo they ran on another communicator's group)."""
+    def refuse(self, *args, **kwargs):
+        raise UsageError(f"this {self.name} communicator is closed", "ddlcomm.init() a new one")
+
+    def again(self) -> None:
+        return None
+    return type(f"Closed{cls.__name__}", (cls,),
+                {"_refuses_calls": True, "close": again, **{name: refuse for name in CALLS}})
+
+
 class Communicator(abc.ABC):
     """A group of ranks that can run collectives together.
 
@@ -122,6 +142,13 @@ class Communicator(abc.ABC):
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         cls._dtype_table = {DTYPES[n].numpy: DTYPES[n] for n in cls.dtypes}
+        release = cls.__dict__.get("close")
+        if release is not None and not getattr(cls, "_refuses_calls", False):
+            @functools.wraps(release)
+            def close(self) -> None:
+                release(self)
+                Communicator.close(self)
+            cls.close = close
 
     # ------------------------------------------------------------ identity
     @property
@@ -139,7 +166,9 @@ class Communicator(abc.ABC):
         raise SystemExit(code)
 
     def close(self) -> None:
-        """Release the backend's resources; the communicator is unusable afterwards."""
+        """Release the backend's resources; the communicator refuses calls afterwards (a
+        backend's own ``close`` releases, then this one)."""
+        self.__class__ = _closed(type(self))
 
     def __enter__(self) -> "Communicator":
         return self

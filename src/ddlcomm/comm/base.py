@@ -9,7 +9,6 @@ it, chunked so that objects above 2 GiB work everywhere.
 from __future__ import annotations
 
 import abc
-import contextlib
 import functools
 from typing import Any, Callable, Optional, Protocol, Sequence
 
@@ -260,20 +259,18 @@ class Communicator(abc.ABC):
         check_writable(recvbuf, what)
         return recvbuf
 
-    @contextlib.contextmanager
-    def _taking_part(self, call_anyway: Callable[[], None]):
-        """Around a check of this rank's own buffers that the others cannot see (a receive
-        buffer of the wrong size, read-only, not contiguous): where it refuses, this rank
-        still takes part in the call (``call_anyway``, with scratch memory) before the error
-        rises, so the other ranks are neither left in it nor matched by its next call."""
+    @staticmethod
+    def _take_part(refused: DdlcommError, call_anyway: Callable[[], None]) -> DdlcommError:
+        """Where a check of this rank's own buffers that the others cannot see refused (a
+        receive buffer of the wrong size, read-only, not contiguous): this rank still takes
+        part in the call (``call_anyway``, with scratch memory), so the other ranks are
+        neither left in it nor matched by its next call; returns the refusal to raise.  (A
+        ``try`` costs nothing where the check passes: these are every call's checks.)"""
         try:
-            yield
-        except DdlcommError as refused:
-            try:
-                call_anyway()
-            except Exception:  # noqa: BLE001 - the scratch call failed too: the refusal says why
-                pass
-            raise refused from None
+            call_anyway()
+        except Exception:  # noqa: BLE001 - the scratch call failed too: the refusal says why
+            pass
+        return refused
 
     def _recv_or_part(self, recvbuf: Optional[np.ndarray], sendbuf: np.ndarray, count: int,
                       what: str, call: Callable[[np.ndarray], None],
@@ -283,8 +280,10 @@ class Communicator(abc.ABC):
         (the collective into a given receive buffer) runs into scratch memory first."""
         if recvbuf is None:
             return buffers.empty_like(sendbuf) if shaped else buffers.empty(count, sendbuf)
-        with self._taking_part(lambda: call(buffers.empty(count, sendbuf))):
+        try:
             return self._check_recv(recvbuf, sendbuf, count, what)
+        except DdlcommError as refused:
+            raise self._take_part(refused, lambda: call(buffers.empty(count, sendbuf))) from None
 
     def _block(self, count: int, what: str) -> int:
         if count % self.size:
@@ -350,9 +349,12 @@ class Communicator(abc.ABC):
             self.check_buffer(buf)
             self._broadcast(buf if _writable(buf) else buffers.copy_of(buf), root)
             return buf
-        with self._taking_part(lambda: self._broadcast(buffers.empty(buffers.count(buf), buf), root)):
+        try:
             self.check_buffer(buf)
             check_writable(buf, "broadcast's buffer")
+        except DdlcommError as refused:
+            raise self._take_part(refused, lambda: self._broadcast(
+                buffers.empty(buffers.count(buf), buf), root)) from None
         self._broadcast(buf, root)
         return buf
 
@@ -363,10 +365,12 @@ class Communicator(abc.ABC):
             self.check_buffer(sendbuf)
             self._gather(sendbuf, None, root)
             return None
-        with self._taking_part(lambda: self._gather(  # (a buffer at all, in another layout)
-                buffers.empty(buffers.count(sendbuf), sendbuf),
-                buffers.empty(buffers.count(sendbuf) * self.size, sendbuf), root)):
+        try:
             self.check_buffer(sendbuf)
+        except DdlcommError as refused:         # (a buffer at all, in another layout)
+            raise self._take_part(refused, lambda: self._gather(
+                buffers.empty(buffers.count(sendbuf), sendbuf),
+                buffers.empty(buffers.count(sendbuf) * self.size, sendbuf), root)) from None
         n = buffers.count(sendbuf) * self.size
         recvbuf = self._recv_or_part(recvbuf, sendbuf, n, "gather's receive buffer",
                                      lambda scratch: self._gather(sendbuf, scratch, root))

@@ -442,9 +442,7 @@ def render_runs(runs: Iterable[Mapping[str, Any]]) -> str:
                "passed", "failed", "collectives", "command"]
     rows = []
     for r in runs:
-        colls = r.get("collectives")
-        if isinstance(colls, (list, tuple)):
-            colls = ",".join(map(str, colls))
+        colls = _listed(r.get("collectives"))
         status = "stale" if r.get("stale") else str(r.get("status") or "-")
         asked = r.get("config") or {}             # a run without points: what it asked for
         rows.append([str(r.get("id", "-")), format_when(r.get("started_at")), status,

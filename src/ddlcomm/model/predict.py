@@ -114,8 +114,6 @@ def comm_from_fit(fit, arch: str, algorithm: str, want: Mapping[str, Optional[st
                 own = fit.params_for("broadcast", "library", nbytes, **want)[1]
                 setting = None if ranks_per_node is None else replace(own, ranks_per_node=ranks_per_node)
                 return costs.ps_time(fit, algorithm, workers + 1, nbytes, setting, **want)
-            params, own = fit.params_for("allreduce", algorithm, nbytes, **want)
-            return costs.time("allreduce", algorithm, workers, nbytes, params,
-                              replace(own, ranks_per_node=ranks_per_node))
+            return costs.allreduce_time(fit, algorithm, workers, nbytes, ranks_per_node, **want)
         return comm
     return comm_at

@@ -333,6 +333,8 @@ BAD_DTYPES = st.sampled_from(["complex64", "bool", "object", "U3", "int16", "uin
 BAD_ROOTS = st.one_of(st.integers(1, 10 ** 6), st.integers(-10 ** 6, -1),
                       st.sampled_from(["0", 0.0, 0.5, None, True, [0], "root"]))
 BAD_OPS = st.one_of(NAME, st.sampled_from([1, None, ["sum"], {"op": 1}, 2.5]))
+#: Tags MPI and Gloo answered with their own errors (MPI_ERR_TAG, OverflowError, ...).
+BAD_TAGS = st.one_of(st.integers(-10 ** 6, -1), st.sampled_from([1 << 40, "1", 1.5, None, True]))
 ROOTED = ["broadcast", "gather", "reduce"]
 WITH_RECV = ["gather", "allgather", "reduce", "allreduce", "reduce_scatter", "alltoall"]
 ALL_BUFFER = ROOTED + ["allgather", "allreduce", "iallreduce", "reduce_scatter", "alltoall"]
@@ -351,6 +353,8 @@ API = st.one_of(
     st.builds(lambda c: (c, [buf(mode="noncontig")], {}), st.sampled_from(ALL_BUFFER)),
     st.builds(lambda c, r: (c, [buf()], {"root": r}), st.sampled_from(ROOTED), BAD_ROOTS),
     st.builds(lambda c, r: (c, [buf(), r], {}), st.sampled_from(["send", "isend", "irecv"]), BAD_ROOTS),
+    st.builds(lambda c, t: (c, [buf(), 0], {"tag": t}),
+              st.sampled_from(["send", "recv", "isend", "irecv"]), BAD_TAGS),
     st.builds(lambda c, o: (c, [buf()], {"op": o}),
               st.sampled_from(["reduce", "allreduce", "iallreduce", "reduce_scatter"]), BAD_OPS),
     st.builds(lambda c, d: (c, [buf(d)], {"op": "avg"}),

@@ -34,12 +34,13 @@ def rank_number(value: Any) -> int:
     return value.__index__()
 
 
-def rank_of(root: Any, size: int, what: str) -> int:
-    """``root`` as a rank of a ``what`` of ``size`` ranks (UsageError otherwise)."""
+def rank_of(root: Any, size: int, what: str, role: str = "root") -> int:
+    """``root`` as a rank of a ``what`` of ``size`` ranks (UsageError otherwise, naming the
+    rank's ``role``: root, dest, source)."""
     if root.__class__ is not int:
         root = rank_number(root)
     if not 0 <= root < size:
-        raise UsageError(f"root {root} is not a rank of this {what} (size {size})")
+        raise UsageError(f"{role} {root} is not a rank of this {what} (size {size})")
     return root
 
 
@@ -135,6 +136,8 @@ class Communicator(abc.ABC):
     #: Where the buffers it is handed may live: ``"host"`` (NumPy arrays, any host
     #: memory kind, pinned included) and/or ``"device"`` (CUDA torch tensors).
     memories: tuple[str, ...] = (buffers.HOST,)
+    #: The largest message tag the backend takes (MPI: its TAG_UB).
+    max_tag: int = 2 ** 31 - 1
     #: Why this backend refuses device buffers, and how to move them instead.
     device_refusal: str = "it moves host memory only (use --path host-staged)"
 
@@ -235,9 +238,18 @@ class Communicator(abc.ABC):
         if reason is not None:
             raise UnsupportedError(f"backend {self.name} cannot run {collective}: {reason}")
 
-    def check_root(self, root: int) -> int:
+    def check_root(self, root: int, role: str = "root") -> int:
         """``root`` if it is a rank of this communicator (UsageError otherwise)."""
-        return rank_of(root, self.size, "communicator")
+        return rank_of(root, self.size, "communicator", role)
+
+    def check_tag(self, tag: Any) -> int:
+        """``tag`` if it is a whole number from 0 to the backend's :attr:`max_tag` (MPI and
+        Gloo answered a negative or huge one with their own errors)."""
+        if tag.__class__ is not int and (isinstance(tag, bool) or not hasattr(tag, "__index__")):
+            raise UsageError(f"a tag must be a whole number, got {tag!r}")
+        if not 0 <= tag <= self.max_tag:
+            raise UsageError(f"tag {tag} is outside 0..{self.max_tag}, the tags backend {self.name} takes")
+        return int(tag)
 
     def _check_recv(self, recvbuf: Optional[np.ndarray], sendbuf: np.ndarray, count: int,
                     what: str) -> np.ndarray:
@@ -298,12 +310,12 @@ class Communicator(abc.ABC):
     def send(self, buf: np.ndarray, dest: int, tag: int = 0) -> None:
         """Send ``buf`` to rank ``dest`` (blocking)."""
         self.check_buffer(buf)
-        self._send(buf, self.check_root(dest), tag)
+        self._send(buf, self.check_root(dest, "dest"), self.check_tag(tag))
 
     def recv(self, buf: np.ndarray, source: int, tag: int = 0) -> np.ndarray:
         """Receive into ``buf`` from rank ``source`` (blocking); returns ``buf``."""
         self.check_buffer(buf)
-        self._recv(buf, self.check_root(source), tag)
+        self._recv(buf, self.check_root(source, "source"), self.check_tag(tag))
         return buf
 
     def recv_any(self, buf: np.ndarray, tag: int = 0) -> int:
@@ -312,7 +324,7 @@ class Communicator(abc.ABC):
         Blocks without spinning a core where the backend allows it.
         """
         self.check_buffer(buf)
-        return self._recv_any(buf, tag)
+        return self._recv_any(buf, self.check_tag(tag))
 
     def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
                  tag: int = 0) -> np.ndarray:
@@ -324,7 +336,8 @@ class Communicator(abc.ABC):
         """
         self.check_buffer(sendbuf)
         self.check_buffer(recvbuf)
-        self._sendrecv(sendbuf, self.check_root(dest), recvbuf, self.check_root(source), tag)
+        self._sendrecv(sendbuf, self.check_root(dest, "dest"), recvbuf, self.check_root(source, "source"),
+                       self.check_tag(tag))
         return recvbuf
 
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> "Request":
@@ -334,12 +347,12 @@ class Communicator(abc.ABC):
         between two ranks with one tag arrive in the order they were sent.
         """
         self.check_buffer(buf)
-        return self._isend(buf, self.check_root(dest), tag)
+        return self._isend(buf, self.check_root(dest, "dest"), self.check_tag(tag))
 
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> "Request":
         """Start receiving into ``buf`` from ``source``; ``buf`` is filled once ``wait()`` returns."""
         self.check_buffer(buf)
-        return self._irecv(buf, self.check_root(source), tag)
+        return self._irecv(buf, self.check_root(source, "source"), self.check_tag(tag))
 
     def broadcast(self, buf: np.ndarray, root: int = 0) -> np.ndarray:
         """Copy the root's ``buf`` into every rank's ``buf`` (in place; the root's may be
@@ -517,11 +530,11 @@ class Communicator(abc.ABC):
     # ------------------------------------------------------------ object form
     def send_object(self, obj: Any, dest: int, tag: int = 0) -> None:
         """Send any picklable object to ``dest``."""
-        objects.send(self, obj, self.check_root(dest), tag)
+        objects.send(self, obj, self.check_root(dest, "dest"), self.check_tag(tag))
 
     def recv_object(self, source: int, tag: int = 0) -> Any:
         """Receive an object sent with :meth:`send_object`."""
-        return objects.recv(self, self.check_root(source), tag)
+        return objects.recv(self, self.check_root(source, "source"), self.check_tag(tag))
 
     def broadcast_object(self, obj: Any, root: int = 0) -> Any:
         """Every rank returns the root's ``obj`` (others may pass None)."""

@@ -64,6 +64,7 @@ class MPICommunicator(Communicator):
         self._comm = MPI.COMM_WORLD.Dup()
         self.rank = self._comm.Get_rank()
         self.size = self._comm.Get_size()
+        self.max_tag = int(self._comm.Get_attr(MPI.TAG_UB))
         if local_rank is None:
             node = self._comm.Split_type(MPI.COMM_TYPE_SHARED)
             local_rank = node.Get_rank()

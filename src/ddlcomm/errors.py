@@ -28,7 +28,8 @@ class UsageError(DdlcommError):
 
 class EveryRankError(UsageError):
     """Bad input that every rank of a job finds alike (the job's size against ``--ranks``):
-    the ranks end without aborting one another, and rank 0 alone says it."""
+    the ranks end without aborting one another, and rank 0 alone says it (where they
+    share a communicator, none ends before rank 0 has said it)."""
 
 
 class BackendUnavailable(DdlcommError):

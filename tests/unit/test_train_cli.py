@@ -67,8 +67,11 @@ def test_batch_sweep_on_one_worker():
 def test_under_a_launcher_the_size_is_the_launchers():
     (job,) = jobs(size=3)
     assert job.ranks == 3
-    with pytest.raises(UsageError, match="launcher started 3"):
-        jobs("--ranks", "2", size=3)
+    # another count is refused by the ranks together, once joined (rank 0 says it)
+    (job,) = jobs("--ranks", "2", size=3)
+    assert job.ranks == 2
+    with pytest.raises(UsageError, match="one count, the launcher's"):
+        jobs("--ranks", "2,3", size=3)
 
 
 def test_job_round_trips_through_json():

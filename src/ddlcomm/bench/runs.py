@@ -304,6 +304,11 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
         if comm.rank == 0 or not alike:
             print(f"ddlcomm: error: {message}", file=sys.stderr, flush=True)
         record("failed", message)
+        if comm.size > 1 and alike:
+            # no rank exits before rank 0 has said why: a launcher (prterun) ends the
+            # others as the first rank exits with an error, rank 0 among them
+            with watchdog.guard("every rank ending together after the refusal", 30.0):
+                comm.barrier()
         if comm.size > 1 and not alike:
             comm.abort(EXIT_RANK_FAILED)
         return RankResult(EXIT_RANK_FAILED if not isinstance(exc, DdlcommError) else EXIT_USAGE)

@@ -19,7 +19,7 @@ from typing import Optional
 from ..bench.plan import (MAX_RANKS_PER_CORE, check_device_algorithm, check_start, mem_available,
                           usable_cores)
 from ..comm import algorithms, registry
-from ..errors import EveryRankError, UnsupportedError, UsageError
+from ..errors import UnsupportedError, UsageError
 from ..workloads.models import total_parameters
 from ..units import (MAX_ITERS, MAX_SEED, counted, format_size, fusion_label, parse_list,
                      parse_positive_int, parse_seconds, parse_size)
@@ -312,9 +312,10 @@ def _ranks(o: TrainOptions, launcher_size: Optional[int]) -> list[int]:
         ranks = sorted({parse_positive_int(r, "--ranks") for r in parse_list(o.ranks, "--ranks")})
     else:
         ranks = [launcher_size or (1 if o.batch_sweep else 2)]
-    if launcher_size is not None and ranks != [launcher_size]:
-        raise EveryRankError(f"the launcher started {launcher_size} ranks but --ranks {o.ranks} was asked",
-                             "start as many ranks as --ranks says, or leave it out")
+    if launcher_size is not None and len(ranks) > 1:
+        raise UsageError(f"under a launcher --ranks is one count, the launcher's ({launcher_size})",
+                         "start as many ranks as --ranks says, or leave it out")
+    # (one count other than the launcher's: the ranks refuse it together, once joined)
     if len(ranks) > 1 and launcher_size is None and 1 not in ranks:
         ranks = [1] + ranks                      # the weak-scaling baseline: one worker alone
     if o.batch_sweep is not None and ranks != [1]:

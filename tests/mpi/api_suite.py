@@ -70,6 +70,27 @@ def run_cases(comm, backend: str) -> list[str]:
         after = comm.allreduce(np.full(3, 1.0 + r))
         if not np.allclose(after, p * (p + 1) / 2):
             check(f"{name}: the next all-reduce", f"got {after}")
+    # rank 1's send buffer refused for its layout: it takes part from a contiguous copy, so
+    # the others' results are whole
+    strided = np.ones(2 * 2 * p)[::2]                  # 2p ones, not contiguous
+    sent = {
+        "allreduce": (lambda b: comm.allreduce(b), np.full(2 * p, float(p))),
+        "iallreduce": (lambda b: comm.iallreduce(b).wait(), np.full(2 * p, float(p))),
+        "allgather": (lambda b: comm.allgather(b), np.ones(2 * p * p)),
+        "alltoall": (lambda b: comm.alltoall(b), np.ones(2 * p)),
+        "reduce_scatter": (lambda b: comm.reduce_scatter(b), np.full(2, float(p))),
+        "reduce to rank 0": (lambda b: comm.reduce(b, root=0), np.full(2 * p, float(p))),
+        "gather at rank 0": (lambda b: comm.gather(b, root=0), np.ones(2 * p * p)),
+        "broadcast from rank 1": (lambda b: comm.broadcast(b if r == 1 else np.zeros(2 * p), root=1),
+                                  np.ones(2 * p)),
+    }
+    for name, (call, want) in sent.items():
+        if r == 1:
+            check(f"{name}, strided send buffer on rank 1", expect_refusal(lambda: call(strided), "contiguous"))
+            continue
+        got = call(np.ones(2 * p))
+        if got is not None and not np.array_equal(got, want):
+            check(f"{name}, strided send buffer on rank 1: the others' result", f"got {got}")
     got = comm.broadcast(ro if r == 0 else np.zeros(4))          # the root only reads it
     if not (got == 2.0).all():
         check("broadcast of a read-only buffer at the root", f"got {got}")

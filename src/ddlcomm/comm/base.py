@@ -261,8 +261,7 @@ class Communicator(abc.ABC):
             have, want = buffers.numpy_dtype(recvbuf), buffers.numpy_dtype(sendbuf)
             if have != want:
                 raise UsageError(f"{what} is {have}, not {want} as the send buffer")
-            if recvbuf.__class__ is np.ndarray and sendbuf.__class__ is np.ndarray \
-                    and np.may_share_memory(recvbuf, sendbuf):
+            if buffers.overlap(recvbuf, sendbuf):
                 raise UsageError(f"{what} overlaps the send buffer",
                                  "pass the send buffer itself as recvbuf to work in place")
         got = recvbuf.size if recvbuf.__class__ is np.ndarray else buffers.count(recvbuf)
@@ -285,17 +284,26 @@ class Communicator(abc.ABC):
         return refused
 
     def _recv_or_part(self, recvbuf: Optional[np.ndarray], sendbuf: np.ndarray, count: int,
-                      what: str, call: Callable[[np.ndarray], None],
+                      what: str, call: Callable[[np.ndarray, np.ndarray], None],
                       shaped: bool = False) -> np.ndarray:
         """The checked receive buffer (a new one where None: of the send buffer's shape where
         ``shaped``, the result being one like it, else flat); where it is refused, ``call``
-        (the collective into a given receive buffer) runs into scratch memory first."""
+        (the collective from a send buffer into a receive buffer) runs into scratch memory
+        first."""
         if recvbuf is None:
             return buffers.empty_like(sendbuf) if shaped else buffers.empty(count, sendbuf)
         try:
             return self._check_recv(recvbuf, sendbuf, count, what)
         except DdlcommError as refused:
-            raise self._take_part(refused, lambda: call(buffers.empty(count, sendbuf))) from None
+            raise self._take_part(refused, lambda: call(sendbuf, buffers.empty(count, sendbuf))) from None
+
+    def _send_anyway(self, refused: DdlcommError, sendbuf: np.ndarray,
+                     call: Callable[[np.ndarray], None]) -> DdlcommError:
+        """Where this rank's own send buffer is refused for its layout (not contiguous, a
+        tensor that requires grad): ``call`` (the collective from a given send buffer) runs
+        from a contiguous copy of it first; returns the refusal to raise.  (Called from an
+        ``except``, so that the checks that pass build no closure.)"""
+        return self._take_part(refused, lambda: call(buffers.contiguous(sendbuf)))
 
     def _block(self, count: int, what: str) -> int:
         if count % self.size:
@@ -359,7 +367,10 @@ class Communicator(abc.ABC):
         read-only)."""
         root = self.check_root(root)
         if self.rank == root:
-            self.check_buffer(buf)
+            try:
+                self.check_buffer(buf)
+            except DdlcommError as refused:
+                raise self._send_anyway(refused, buf, lambda copy: self._broadcast(copy, root)) from None
             self._broadcast(buf if _writable(buf) else buffers.copy_of(buf), root)
             return buf
         try:
@@ -374,28 +385,34 @@ class Communicator(abc.ABC):
     def gather(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
                root: int = 0) -> Optional[np.ndarray]:
         """Concatenate every rank's ``sendbuf`` in rank order at the root."""
+        n = buffers.count(sendbuf) * self.size if buffers.is_buffer(sendbuf) else 0
         if self.rank != self.check_root(root):
-            self.check_buffer(sendbuf)
+            try:
+                self.check_buffer(sendbuf)
+            except DdlcommError as refused:
+                raise self._send_anyway(refused, sendbuf, lambda copy: self._gather(copy, None, root)) from None
             self._gather(sendbuf, None, root)
             return None
         try:
             self.check_buffer(sendbuf)
-        except DdlcommError as refused:         # (a buffer at all, in another layout)
-            raise self._take_part(refused, lambda: self._gather(
-                buffers.empty(buffers.count(sendbuf), sendbuf),
-                buffers.empty(buffers.count(sendbuf) * self.size, sendbuf), root)) from None
-        n = buffers.count(sendbuf) * self.size
+        except DdlcommError as refused:
+            raise self._send_anyway(refused, sendbuf, lambda copy: self._gather(
+                copy, buffers.empty(n, copy), root)) from None
         recvbuf = self._recv_or_part(recvbuf, sendbuf, n, "gather's receive buffer",
-                                     lambda scratch: self._gather(sendbuf, scratch, root))
+                                     lambda send, scratch: self._gather(send, scratch, root))
         self._gather(sendbuf, recvbuf, root)
         return recvbuf
 
     def allgather(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None) -> np.ndarray:
         """Concatenate every rank's ``sendbuf`` in rank order on every rank."""
-        self.check_buffer(sendbuf)
-        n = buffers.count(sendbuf) * self.size
+        n = buffers.count(sendbuf) * self.size if buffers.is_buffer(sendbuf) else 0
+        try:
+            self.check_buffer(sendbuf)
+        except DdlcommError as refused:
+            raise self._send_anyway(refused, sendbuf, lambda copy: self._allgather(
+                copy, buffers.empty(n, copy))) from None
         recvbuf = self._recv_or_part(recvbuf, sendbuf, n, "allgather's receive buffer",
-                                     lambda scratch: self._allgather(sendbuf, scratch))
+                                     self._allgather)
         self._allgather(sendbuf, recvbuf)
         return recvbuf
 
@@ -405,11 +422,16 @@ class Communicator(abc.ABC):
 
         Pass ``recvbuf is sendbuf`` at the root to reduce in place.
         """
-        dtype = self.check_buffer(sendbuf)
+        root = self.check_root(root)
+        try:
+            dtype = self.check_buffer(sendbuf)
+        except DdlcommError as refused:
+            raise self._send_anyway(refused, sendbuf, lambda copy: self._reduce(
+                copy, buffers.empty_like(copy) if self.rank == root else None, get_op(op), root)) from None
         rop = self.check_op(op, dtype)
-        if self.rank == self.check_root(root):
+        if self.rank == root:
             recvbuf = self._recv_or_part(recvbuf, sendbuf, buffers.count(sendbuf), "reduce's receive buffer",
-                                         lambda scratch: self._reduce(sendbuf, scratch, rop, root),
+                                         lambda send, scratch: self._reduce(send, scratch, rop, root),
                                          shaped=True)
         else:
             recvbuf = None
@@ -422,15 +444,19 @@ class Communicator(abc.ABC):
                         op: str | ReduceOp) -> tuple[np.ndarray, ReduceOp]:
         """(recvbuf, op) of an all-reduce, checked: recvbuf allocated when None (where it is
         refused, this rank takes part with scratch memory first)."""
-        rop = self.check_op(op, self.check_buffer(sendbuf))
         if what == "iallreduce":
-            def part(scratch: np.ndarray) -> None:
-                self._iallreduce(sendbuf, scratch, rop)[0]()       # posted and waited for
+            def part(send: np.ndarray, scratch: np.ndarray) -> None:
+                self._iallreduce(send, scratch, get_op(op))[0]()       # posted and waited for
         else:
-            def part(scratch: np.ndarray) -> None:
-                self._allreduce(sendbuf, scratch, rop)
-        return self._recv_or_part(recvbuf, sendbuf, buffers.count(sendbuf),
-                                  f"{what}'s receive buffer", part, shaped=True), rop
+            def part(send: np.ndarray, scratch: np.ndarray) -> None:
+                self._allreduce(send, scratch, get_op(op))
+        try:
+            dtype = self.check_buffer(sendbuf)
+        except DdlcommError as refused:
+            raise self._send_anyway(refused, sendbuf, lambda copy: part(copy, buffers.empty_like(copy))) from None
+        rop = self.check_op(op, dtype)
+        return self._recv_or_part(recvbuf, sendbuf, buffers.count(sendbuf), f"{what}'s receive buffer",
+                                  part, shaped=True), rop
 
     def allreduce(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
                   op: str | ReduceOp = "sum") -> np.ndarray:
@@ -464,22 +490,30 @@ class Communicator(abc.ABC):
     def reduce_scatter(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
                        op: str | ReduceOp = "sum") -> np.ndarray:
         """Reduce ``sendbuf`` (p equal blocks); rank i gets the reduced block i."""
-        dtype = self.check_buffer(sendbuf)
+        try:
+            dtype = self.check_buffer(sendbuf)
+        except DdlcommError as refused:
+            raise self._send_anyway(refused, sendbuf, lambda copy: self._reduce_scatter(
+                copy, buffers.empty(buffers.count(copy) // self.size, copy), get_op(op))) from None
         rop = self.check_op(op, dtype)
         block = self._block(buffers.count(sendbuf), "reduce_scatter")
         recvbuf = self._recv_or_part(recvbuf, sendbuf, block, "reduce_scatter's receive buffer",
-                                     lambda scratch: self._reduce_scatter(sendbuf, scratch, rop))
+                                     lambda send, scratch: self._reduce_scatter(send, scratch, rop))
         self._reduce_scatter(sendbuf, recvbuf, rop)
         rop.finish(recvbuf, self.size)
         return recvbuf
 
     def alltoall(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None) -> np.ndarray:
         """Send block j of ``sendbuf`` to rank j; block i of ``recvbuf`` comes from rank i."""
-        self.check_buffer(sendbuf)
+        try:
+            self.check_buffer(sendbuf)
+        except DdlcommError as refused:
+            raise self._send_anyway(refused, sendbuf, lambda copy: self._alltoall(
+                copy, buffers.empty_like(copy))) from None
         n = buffers.count(sendbuf)
         self._block(n, "alltoall")
         recvbuf = self._recv_or_part(recvbuf, sendbuf, n, "alltoall's receive buffer",
-                                     lambda scratch: self._alltoall(sendbuf, scratch), shaped=True)
+                                     self._alltoall, shaped=True)
         self._alltoall(sendbuf, recvbuf)
         return recvbuf
 

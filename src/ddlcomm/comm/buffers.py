@@ -19,6 +19,11 @@ from ..errors import UnsupportedError, UsageError
 HOST, DEVICE = "host", "device"
 
 
+def is_buffer(buf: Any) -> bool:
+    """Whether ``buf`` is a NumPy array or looks like a torch tensor."""
+    return isinstance(buf, np.ndarray) or is_tensor(buf)
+
+
 def is_tensor(buf: Any) -> bool:
     """Whether ``buf`` looks like a torch tensor."""
     return hasattr(buf, "data_ptr") and hasattr(buf, "numel") and hasattr(buf, "is_cuda")
@@ -57,7 +62,29 @@ def check_tensor(tensor: Any) -> DType:
     dtype = tensor_dtype(tensor)
     if not tensor.is_contiguous():
         raise UsageError("tensor buffers must be contiguous", "pass tensor.contiguous()")
+    if getattr(tensor, "requires_grad", False):
+        raise UsageError("tensor buffers must not require grad (autograd does not see a "
+                         "collective's writes)", "pass tensor.detach(): it shares the memory")
     return dtype
+
+
+def overlap(a: Any, b: Any) -> bool:
+    """Whether two contiguous buffers (arrays or tensors, on the same device) share bytes."""
+    if a.__class__ is np.ndarray and b.__class__ is np.ndarray:      # the host path, cheaply
+        return bool(np.may_share_memory(a, b))
+    if memory_of(a) != memory_of(b) or (is_tensor(a) and is_tensor(b) and a.device != b.device):
+        return False
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    return a0 < b1 and b0 < a1
+
+
+def _span(buf: Any) -> tuple[int, int]:
+    """The addresses a contiguous array or tensor occupies: [start, end)."""
+    if isinstance(buf, np.ndarray):
+        start = buf.__array_interface__["data"][0]
+        return start, start + buf.nbytes
+    start = buf.data_ptr()
+    return start, start + buf.numel() * buf.element_size()
 
 
 def empty(count_: int, like: Any) -> Any:
@@ -71,6 +98,16 @@ def empty(count_: int, like: Any) -> Any:
 def empty_like(like: Any) -> Any:
     """A new buffer of ``like``'s shape and dtype, where ``like`` lives."""
     return np.empty(like.shape, like.dtype) if isinstance(like, np.ndarray) else like.new_empty(like.shape)
+
+
+def contiguous(buf: Any) -> Any:
+    """A contiguous array or tensor of ``buf``'s elements (a detached one for a tensor);
+    UsageError for anything else."""
+    if isinstance(buf, np.ndarray):
+        return np.ascontiguousarray(buf)
+    if is_tensor(buf):
+        return buf.detach().contiguous()
+    raise UsageError(f"buffers must be NumPy arrays or torch tensors, got {type(buf).__name__}")
 
 
 def copy_of(buf: Any) -> Any:

@@ -122,7 +122,20 @@ class ReduceOp:
         """Fold two Python objects (used by object-form reductions)."""
         if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
             return self.ufunc(a, b)
+        if _is_tensor(a) or _is_tensor(b):           # torch's elementwise op of the same name
+            return _torch_combine(self.ufunc.__name__, a, b)
         return _PY_COMBINE[self.ufunc.__name__](a, b)
+
+
+def _is_tensor(obj: object) -> bool:
+    """Whether ``obj`` looks like a torch tensor (duck typing: this module needs no torch)."""
+    return hasattr(obj, "is_cuda") and hasattr(obj, "numel")
+
+
+def _torch_combine(name: str, a: object, b: object) -> object:
+    """Tensors folded elementwise (Python's min/max ask a tensor's truth, an error)."""
+    import torch        # lazy: only here when a tensor came
+    return getattr(torch, name)(torch.as_tensor(a), torch.as_tensor(b))
 
 
 _PY_COMBINE: dict[str, Callable[[object, object], object]] = {

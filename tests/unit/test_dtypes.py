@@ -97,6 +97,17 @@ def test_combine_arrays(op, want):
     np.testing.assert_array_equal(OPS[op].combine(a, [3, 4]), want)   # one side an array
 
 
+@pytest.mark.parametrize("op, want", [
+    ("sum", [4, 9]), ("prod", [3, 20]), ("min", [1, 4]), ("max", [3, 5]),
+])
+def test_combine_tensors_elementwise(op, want):
+    """Python's min/max of two tensors asked a tensor's truth: an error, not a fold."""
+    torch = pytest.importorskip("torch")
+    a, b = torch.tensor([1, 5]), torch.tensor([3, 4])
+    assert OPS[op].combine(a, b).tolist() == want
+    assert OPS[op].combine(a, 2).tolist() == OPS[op].combine(a, torch.tensor([2, 2])).tolist()
+
+
 def test_finish_divides_only_for_avg():
     out = np.array([6.0, 9.0])
     assert OPS["avg"].finish(out, 3).tolist() == [2.0, 3.0]

@@ -50,6 +50,18 @@ def test_build_takes_the_fastest_at_each_size_and_merges_bands():
     assert "auto" not in two["sizes"][3]["us"] and "ring" not in two["sizes"][4]["us"]
 
 
+def test_only_runs_that_measured_several_algorithms_compare():
+    """A run of the library alone (an interrupted one, say) is no comparison: its fast
+    figure does not beat the algorithms another run measured side by side."""
+    points = [point("library", KiB, 8000.0, run_id=1), point("rhd", KiB, 14.0, run_id=1),
+              point("library", KiB, 1.2, run_id=2),
+              point("library", MiB, 90.0, run_id=3, op="max"), point("ring", MiB, 50.0, run_id=4)]
+    with pytest.raises(UsageError, match="side by side"):
+        tuning.build(points[2:])
+    (table,) = tuning.build(points)["tables"]
+    assert table["bands"] == [[0, "rhd"]] and table["sizes"][0]["us"] == {"library": 8000.0, "rhd": 14.0}
+
+
 def test_build_ranks_by_the_metric_asked():
     """By default the median call decides: one slow call in a run does not (p50 against avg)."""
     points = [point("library", MiB, 100.0, t_avg_us=100.0), point("ring", MiB, 90.0, t_avg_us=140.0)]

@@ -174,3 +174,12 @@ def test_a_collective_without_a_floor_gets_no_floor_column():
     text = render_versus(versus(pts, "broadcast"), GOALS)
     assert "(best)" not in text and "lib / best" in text
     assert "x_add (best)" in render_versus(versus(two_runs()), GOALS)
+
+
+def test_runs_of_another_op_make_a_table_apart():
+    """A max run's ratios are not pooled with a sum run's under one header."""
+    pts = [point(1, "library", MIB, 100, op="sum"), point(1, "ring", MIB, 50, op="sum"),
+           point(2, "library", MIB, 100, op="max"), point(2, "ring", MIB, 200, op="max")]
+    tables = versus(pts)
+    assert [t.memory for t in tables] == ["numpy", "numpy, op max"]
+    assert [t.rows[0].speedup.median for t in tables] == [2.0, 0.5]

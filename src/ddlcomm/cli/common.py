@@ -59,15 +59,20 @@ def _db(args: argparse.Namespace) -> Path:
 
 def db_path(args: argparse.Namespace) -> Path:
     """The database a run writes, checked writable before the run starts."""
-    return out_file(args.db, "--db") if args.db else writable_file(default_db_path(), "--db")
+    # by its real path: SQLite keeps its journal beside the name a database is opened by
+    return out_file(args.db, "--db", real=True) if args.db else writable_file(default_db_path(), "--db")
 
 
-def out_file(text: str, flag: str) -> Path:
+def out_file(text: str, flag: str, real: bool = False) -> Path:
     """A file the command will write, from ``flag``'s ``text``, checked writable up front;
-    ``DIR/`` (a folder that does not exist yet) is refused, not written as a file ``DIR``."""
+    ``DIR/`` (a folder that does not exist yet) is refused, not written as a file ``DIR``.
+    A link is written through (``/dev/stdout``), or resolved to its target where ``real``."""
+    if not text.strip():
+        raise UsageError(f"{flag} needs a file name, got an empty one")
     if text.endswith(("/", os.sep)):
         raise UsageError(f"{flag} {text} names a folder, not a file", f"give {flag} a file name")
-    return writable_file(Path(text).expanduser().resolve(), flag)
+    path = Path(text).expanduser()
+    return writable_file(path.resolve() if real else path.parent.resolve() / path.name, flag)
 
 
 def existing_db(args: argparse.Namespace) -> Path:
@@ -95,9 +100,12 @@ def report_dir(args: argparse.Namespace, db: Path) -> Optional[Path]:
 
 def out_dir(text: Optional[str], default: Optional[Path]) -> Optional[Path]:
     """An ``--out DIR`` option, or ``default``; checked writable up front."""
+    if text is not None and not text.strip():
+        raise UsageError("--out needs a folder, got an empty one")
     path = Path(text).expanduser().resolve() if text else default
     return writable_dir(path, "--out") if path is not None else None
 
 
 def run_id(text: str) -> int:
-    return parse_positive_int(text, "run id")
+    """A run's id: SQLite's integers end at 2^63 - 1."""
+    return parse_positive_int(text, "run id", maximum=2**63 - 1)

@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
     p.add_argument("run", nargs="?", help="run id (or --all)")
     p.add_argument("--all", action="store_true", help="every run's points")
     p.add_argument("--format", choices=["csv", "json"], default="json", help="default json")
-    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout (`-`: stdout)")
     common.add_db(p)
     p = rsub.add_parser("compare", help="two runs side by side, ratio per size (B/A)")
     p.add_argument("run_a", help="the run id of the baseline (`ddlcomm results list`)")
@@ -98,7 +98,7 @@ def export_points(store: Store, args: argparse.Namespace) -> None:
         raise UsageError("results export takes a run id or --all, not both")
     if not args.all and args.run is None:
         raise UsageError("results export needs a run id or --all", "see `ddlcomm results list`")
-    output = common.out_file(args.output, "-o") if args.output else None
+    output = common.out_file(args.output, "-o") if args.output not in (None, "-") else None
     points = store.points(None if args.all else common.run_id(args.run))
     if not args.all:
         store.run(common.run_id(args.run))

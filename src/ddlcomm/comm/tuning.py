@@ -54,11 +54,12 @@ def build(points: Iterable[Mapping[str, Any]], metric: str = "t_p50_us",
           source: Optional[dict] = None) -> dict:
     """The table's file content from stored points (``results.export.point_record``
     form): every checked buffer point of a concrete algorithm (not ``auto``);
-    at each (library, collective, ranks, bytes) measured with two or more
-    algorithms, the fastest by ``metric`` (each algorithm by its fastest run);
+    at each (library, collective, ranks, bytes) that one run measured with two or
+    more algorithms (of one op), the fastest by ``metric`` (each algorithm by its
+    fastest such run: a run of one algorithm alone is no comparison);
     consecutive sizes with the same winner make one band.
     Each size keeps every algorithm's time (µs), so the margins can be read."""
-    fastest: dict[tuple, dict[str, float]] = defaultdict(dict)
+    side_by_side: dict[tuple, dict[str, float]] = defaultdict(dict)
     for p in points:
         alg, t = p.get("algorithm") or "library", p.get(metric)
         if alg.split("+")[0] == "auto" or p.get("form") != "buffer" or p.get("check") == "failed" \
@@ -66,12 +67,17 @@ def build(points: Iterable[Mapping[str, Any]], metric: str = "t_p50_us",
             continue
         key = (str(p.get("library") or p.get("backend")), p["collective"], int(p["ranks"]),
                int(p["bytes"]))
-        fastest[key][alg] = min(t, fastest[key].get(alg, float("inf")))
+        times = side_by_side[key, p.get("run_id"), p.get("op")]
+        times[alg] = min(t, times.get(alg, float("inf")))
+    fastest: dict[tuple, dict[str, float]] = defaultdict(dict)
+    for (key, _run, _op), times in side_by_side.items():
+        if len(times) >= 2:
+            for alg, t in times.items():
+                fastest[key][alg] = min(t, fastest[key].get(alg, float("inf")))
     entries: dict[tuple, list[dict]] = defaultdict(list)
     for (library, collective, ranks, nbytes), times in sorted(fastest.items()):
-        if len(times) >= 2:
-            entries[library, collective, ranks].append(
-                {"bytes": nbytes, "best": min(times, key=times.get), "us": times})
+        entries[library, collective, ranks].append(
+            {"bytes": nbytes, "best": min(times, key=times.get), "us": times})
     if not entries:
         raise UsageError("no size was measured with two or more algorithms side by side",
                          "run `ddlcomm bench --algorithm library,ring,rhd,shm ...` first")

@@ -2,7 +2,8 @@
 
 A run of ``ddlcomm bench --algorithm library,ring,rhd,shm,auto`` times each
 algorithm at each size in the same run.  :func:`versus` turns the points of
-such runs into one table per (library, memory, dtype, ranks): for each size, every
+such runs into one table per (library, memory, dtype, ranks; a reduction op other
+than sum, a table apart): for each size, every
 algorithm's median time (the median over the runs of each point's p50) and
 ratios taken within each run, then summarised over the runs (median, lowest,
 highest):
@@ -104,6 +105,8 @@ def versus(points: Iterable[Point], collective: str = "allreduce",
             memory += f", the library {path}"
         if p.get("kind_cache") == "off":                # Awan's cache-off runs: a table apart
             memory += ", kind cache off"
+        if p.get("op") not in (None, "sum"):            # another op's runs: a table apart
+            memory += f", op {p['op']}"
         key = (str(p.get("library")), memory, str(p.get("dtype")), int(p["ranks"]))
         by[key][p.get("run_id")][int(p["bytes"])][str(p.get("algorithm") or "library")] = p
     tables = []

@@ -92,3 +92,11 @@ def test_the_command(tmp_path, capsys):
         assert main(["results", "merge", *argv, "--db", str(dest)]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("ddlcomm: error:") and message in err and "\n" not in err
+
+
+def test_a_refused_one_machine_merge_makes_no_database(tmp_path, capsys):
+    a, b, dest = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "new.db"
+    fill(a, 1)
+    fill(b, 1, cpu="Xeon", cores=64)
+    assert main(["results", "merge", "--one-machine", str(a), str(b), "--db", str(dest)]) == 2
+    assert "2 machines" in capsys.readouterr().err and not dest.exists()

@@ -73,6 +73,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     db = common.db_path(args) if action == "merge" else common.existing_db(args)
     if action == "merge":
         args.sources = merge_sources(args.sources, db)      # before the database is made
+        if args.one_machine:
+            merge.check_one_machine([*([db] if db.exists() else []), *args.sources])
     with Store(db, readonly=action != "merge") as store:
         ACTIONS[action](store, args)
     return 0

@@ -32,20 +32,27 @@ def machine_of(run: dict) -> tuple:
     return run.get("cpu_model"), run.get("cores")
 
 
+def check_one_machine(paths: Sequence[Path]) -> None:
+    """UsageError unless every run of the databases at ``paths`` comes from one machine
+    (read only: a refused merge writes nothing, not even the database it would make)."""
+    machines = {}
+    for path in paths:
+        with Store(path, readonly=True) as store:
+            machines.update({machine_of(r): path for r in store.runs()})
+    if len(machines) > 1:
+        seen = "; ".join(f"{model} with {cores} cores ({path})"
+                         for (model, cores), path in machines.items())
+        raise UsageError(f"the runs come from {len(machines)} machines: {seen}",
+                         "merge each machine's runs into a database of its own, or drop "
+                         "--one-machine")
+
+
 def merge(dest: Store, sources: Sequence[Path], one_machine: bool = False) -> list[Merged]:
     """Copy every run of ``sources`` (in order) into ``dest``; what each gave."""
+    if one_machine:
+        check_one_machine([dest.path, *sources])
     stores = [Store(path) for path in sources]
     try:
-        if one_machine:
-            machines = {machine_of(r): path
-                        for path, store in zip([dest.path, *sources], [dest, *stores])
-                        for r in store.runs()}
-            if len(machines) > 1:
-                seen = "; ".join(f"{model} with {cores} cores ({path})"
-                                 for (model, cores), path in machines.items())
-                raise UsageError(f"the runs come from {len(machines)} machines: {seen}",
-                                 "merge each machine's runs into a database of its own, or drop "
-                                 "--one-machine")
         out = []
         for path, store in zip(sources, stores):
             done = Merged(str(path))

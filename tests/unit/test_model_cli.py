@@ -94,7 +94,8 @@ def test_calibrate_predict_report(capsys, db, tmp_path):
                      "--max-ranks", "64", "--bytes", "1MiB")
     assert rc == 0
     page = (tmp_path / "rep" / "index.html").read_text()
-    assert "<svg" in page and "Predicted all-reduce" in page
+    assert "<svg" in page and "Predicted all-reduce and PS step time" in page
+    assert "allreduce, every size:" in page or "allreduce, sizes" in page   # captions name their set
     assert len(list((tmp_path / "rep").glob("*.png"))) == 4     # 3 fits + 1 prediction
 
 
@@ -402,3 +403,12 @@ def test_a_library_is_named_as_its_wheel_too(capsys, db, tmp_path):
         assert rc == 0 and json.loads(out)[0]["ran_as"]
     fail(capsys, "predict", "--fit", str(fit), "--library", "mpich", "--ranks", "2", "--bytes", "1MiB",
          match="no fitted parameters match library=mpich")
+
+
+def test_the_model_report_says_why_a_prediction_is_missing():
+    from ddlcomm.report.model import _not_predicted, _predicted
+    assert _predicted(["allreduce (library)", "allreduce (ring)"]) == "all-reduce"
+    assert _predicted(["allreduce (ring)", "PS step (library)"]) == "all-reduce and PS step"
+    (why,) = _not_predicted(["allreduce (library)"])
+    assert why.startswith("No PS step predicted") and "broadcast then a gather" in why
+    assert _not_predicted(["allreduce (ring)", "PS step (library)"]) == []

@@ -344,7 +344,7 @@ def scaling_figure(rows: Sequence[Mapping[str, Any]], nbytes: int) -> Any:
     ax.set_xlabel("ranks")
     ax.set_ylabel(f"predicted time ({unit})")
     ax.grid(True, alpha=0.3)
-    ax.set_title(f"predicted all-reduce and PS step, {format_size(nbytes)} per rank\n"
+    ax.set_title(f"predicted {_predicted(whats)}, {format_size(nbytes)} per rank\n"
                  "(fitted parameters, one node's cores per node)", fontsize="medium")
     handles = [Line2D([], [], linestyle="", markersize=5, label=label, **plots.nth_style(i))
                for i, label in enumerate(sets)]
@@ -352,6 +352,23 @@ def scaling_figure(rows: Sequence[Mapping[str, Any]], nbytes: int) -> Any:
     fig.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize="x-small",
                frameon=False)
     return fig
+
+
+def _predicted(whats: Sequence[str]) -> str:
+    """What the scaling figures predict, in words: "all-reduce and PS step"."""
+    names = list(dict.fromkeys("PS step" if w.startswith("PS") else "all-reduce" for w in whats))
+    return " and ".join(names)
+
+
+def _not_predicted(whats: Sequence[str]) -> list[str]:
+    """Why a scaling line is missing: the fit lacks a collective it is priced from."""
+    lines = []
+    if not any(w.startswith("allreduce") for w in whats):
+        lines.append("No all-reduce predicted: no parameter set of the fit has allreduce points.")
+    if not any(w.startswith("PS") for w in whats):
+        lines.append("No PS step predicted: it is priced as a broadcast then a gather, and no "
+                     "parameter set of the fit has both (fit runs of both collectives to see it).")
+    return lines
 
 
 # ------------------------------------------------------------------ page
@@ -371,14 +388,17 @@ def write_model_report(fit, out_dir: Path, max_ranks: int = 1024,
         for g in groups:
             p = g.params
             values = ", ".join(_valued(name, getattr(p, name)) for name in costs.PARAMETERS)
-            lines.append(f"sizes {g.key.get('regime')}: {values}; "
+            regime = g.key.get("regime") or "*"
+            lines.append(f"{_group_label(g.key)}, "
+                         f"{'every size' if regime == '*' else 'sizes ' + regime}: {values}; "
                          f"{g.points} points fitted, median "
                          f"|error| {_pct(g.median_rel_err)}, max {_pct(g.max_rel_err)}")
         caption = "<br>".join(escape(line) for line in lines)
         sections.append(f"<figure>{_inline_svg(paths['svg'])}<figcaption>{caption}"
                         f"</figcaption></figure>")
     rows = scaling_rows(fit, max_ranks, sizes)
-    scaling = []
+    whats = list(dict.fromkeys(r["what"] for r in rows))
+    scaling = [f"<p>{escape(line)}</p>" for line in _not_predicted(whats)]
     for n in sizes:
         if any(r["bytes"] == n for r in rows):
             paths = plots.save(scaling_figure(rows, n), out / f"predicted-{_safe_name(format_size(n))}")
@@ -393,7 +413,7 @@ def write_model_report(fit, out_dir: Path, max_ranks: int = 1024,
             f"<h2>Fitted parameters</h2><pre>{table}</pre>"
             f"<details><summary>fit settings</summary><pre>{meta}</pre></details>"
             f"<h2>Measured vs modelled, per size</h2><div class=\"plots\">{''.join(sections)}</div>"
-            f"<h2>Predicted all-reduce and PS step time to {max_ranks} ranks</h2>"
+            f"<h2>Predicted {_predicted(whats) + ' ' if whats else ''}time to {max_ranks} ranks</h2>"
             f"<div class=\"plots\">{''.join(scaling)}</div>"
             f"<h2>Residuals</h2><pre>{escape(render_residuals(fit.residuals))}</pre>"
             f"</body></html>\n")

@@ -608,12 +608,13 @@ def _spread_ratio(spread) -> str:
         return "-"
     text = format_ratio(spread.median)
     return text if spread.n < 2 or spread.low == spread.high else \
-        f"{text} ({spread.low:.2f}-{spread.high:.2f})"
+        f"{text} ({format_ratio(spread.low)[:-1]}-{format_ratio(spread.high)[:-1]})"
 
 
 def _ratio_at(found: Optional[tuple[float, int]]) -> str:
     """A target's (ratio, size) as ``1.23x at 16MiB``; where no size qualified, says so."""
-    return "- (no size measured there)" if found is None else f"{found[0]:.2f}x at {format_size(found[1])}"
+    return "- (no size measured there)" if found is None else \
+        f"{format_ratio(found[0])} at {format_size(found[1])}"
 
 
 def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: bool = False) -> str:

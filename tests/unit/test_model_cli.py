@@ -159,7 +159,12 @@ def test_calibrate_errors(capsys, db):
     fail(capsys, "calibrate", "--db", str(db), "--holdout", "nodes=4", match="--holdout")
     fail(capsys, "calibrate", "--db", str(db), "--holdout", "ranks=2,3,4",
          match="every matching point is held out")
-    fail(capsys, "calibrate", "--db", str(db), "--library", "MPICH", match="no stored points")
+    fail(capsys, "calibrate", "--db", str(db), "--library", "MPICH",
+         match="no stored point has --library MPICH (the databases hold Open MPI)")
+    for option, value in (("--backend", "foo"), ("--form", "both"), ("--dtype", "float99"),
+                          ("--collective", "allreduce,foo"), ("--run", "1,99")):
+        fail(capsys, "calibrate", "--db", str(db), option, value,
+             match=f"no stored point has {option} {value.split(',')[-1]}")
     fail(capsys, "calibrate", "--db", str(db), "--run", "x", match="--run")
 
 

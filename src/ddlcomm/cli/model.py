@@ -18,7 +18,8 @@ from ..dtypes import get_dtype
 from ..errors import UsageError
 from ..machine.cpus import last_level_cache
 from ..model import ssgd
-from ..model.calibrate import METRICS, calibrate, load, parse_holdout, select_points, with_cores
+from ..model.calibrate import (METRICS, calibrate, library_of, load, parse_holdout, placement_of,
+                               select_points, with_cores)
 from ..model.costs import Params
 from ..model.node import bandwidth_of
 from ..model.predict import caveats, check_request, comm_from_fit, predict
@@ -323,16 +324,42 @@ def _load_points(args) -> list[dict]:
             runs = store.runs()
             recs = [point_record(p) for p in store.points()]
         points.extend(with_cores(recs, runs, str(path)))
-    points = select_points(points, runs=runs_wanted, collectives=colls, dtype=args.dtype,
-                           **_selection(args))
+    asked = {"runs": runs_wanted, "collectives": colls, "dtype": args.dtype, **_selection(args)}
+    _refuse_what_matches_nothing(points, asked)
+    points = select_points(points, **asked)
     if not points:
-        raise UsageError("no stored points match", "check --db, --run, --backend, --library, "
-                                                   "--placement, --form, --dtype and --collective")
+        raise UsageError("no stored points match all of these filters at once",
+                         "check --db, --run, --backend, --library, --placement, --form, "
+                         "--dtype and --collective")
     dtypes = sorted({str(p["dtype"]) for p in points if p.get("dtype")})
     if len(dtypes) > 1:             # the fit and the table price bytes, whatever they hold
         raise UsageError(f"the points are of several dtypes ({', '.join(dtypes)}), whose "
                          "reductions cost differently per byte", "choose one with --dtype")
     return points
+
+
+#: select_points' filters -> (the option, what each point holds for it)
+FILTERS = {"runs": ("--run", lambda p: p.get("run_id")),
+           "collectives": ("--collective", lambda p: p.get("collective")),
+           "dtype": ("--dtype", lambda p: p.get("dtype")),
+           "backend": ("--backend", lambda p: p.get("backend")),
+           "library": ("--library", library_of),
+           "placement": ("--placement", placement_of),
+           "form": ("--form", lambda p: p.get("form"))}
+
+
+def _refuse_what_matches_nothing(points: list[dict], asked: dict) -> None:
+    """One line for a filter that no stored point matches on its own, with the values the
+    points hold (a misspelt --backend said as such, not as "no points match")."""
+    for name, value in asked.items():
+        for one in sorted(value) if isinstance(value, set) else [value] if value else []:
+            if select_points(points, **{name: {one} if isinstance(value, set) else one}):
+                continue
+            option, of = FILTERS[name]
+            held = sorted({of(p) for p in points if of(p) is not None})
+            shown = ", ".join(map(str, held[:12])) + (", ..." if len(held) > 12 else "")
+            raise UsageError(f"no stored point has {option} {one}",
+                             f"the databases hold {shown}" if held else "the databases hold no points")
 
 
 def cmd_calibrate(args) -> int:

@@ -4,13 +4,15 @@ Sizes use binary units: ``B``, ``KiB``, ``MiB``, ``GiB``, ``TiB`` (``K``,
 ``KB``, ``M``... are accepted as the same binary units, as OSU and nccl-tests
 users type them).  A sweep is ``LO:HI`` with an optional growth factor
 ``xF`` (default ``x2``), or a comma-separated list of sizes.  Also: checked
-number options and comma lists of names.
+number options and comma lists of names, and command lines and stored text
+as a terminal should show them.
 """
 from __future__ import annotations
 
 import math
 import re
-from typing import Optional
+import shlex
+from typing import Iterable, Optional
 
 from .errors import UsageError
 
@@ -143,3 +145,29 @@ def parse_list(text: str, flag: str) -> list[str]:
 def fusion_label(fusion: int) -> str:
     """A fusion threshold as labels show it: its size, or ``unfused`` (0: a message per tensor)."""
     return format_size(fusion) if fusion else "unfused"
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _escaped(match: re.Match) -> str:
+    char = match.group()
+    return _ESCAPES.get(char, f"\\x{ord(char):02x}")
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters written as escapes (``\\n``, ``\\x1b``): a
+    stored string (a tag, a host name) shown on a terminal stays on its line, uncoloured."""
+    return _CONTROL.sub(_escaped, text)
+
+
+def shell_join(args: Iterable[object]) -> str:
+    """A command line as bash reads it back: shlex's quoting, and ``$'...'`` for an
+    argument with control characters (a newline, an escape), so that it is never
+    printed raw."""
+    def quote(arg: str) -> str:
+        if not _CONTROL.search(arg):
+            return shlex.quote(arg)
+        return "$'" + printable(arg.replace("\\", "\\\\").replace("'", "\\'")) + "'"
+    return " ".join(quote(str(a)) for a in args)

@@ -1,11 +1,14 @@
-"""Tests of size parsing and formatting (ddlcomm.units)."""
+"""Tests of size parsing and formatting, and of command lines and text shown (ddlcomm.units)."""
 from __future__ import annotations
+
+import re
+import subprocess
 
 import pytest
 
 from ddlcomm.errors import UsageError
 from ddlcomm.units import (MAX_SECONDS, format_size, fusion_label, parse_positive_int, parse_seconds, parse_size,
-                           parse_sizes)
+                           parse_sizes, printable, shell_join)
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
@@ -146,3 +149,15 @@ def test_counted():
 def test_a_fusion_of_zero_is_named_unfused():
     """--fusion 0 (a message per tensor) was labelled "allreduce 0B" in tables and plots."""
     assert fusion_label(0) == "unfused" and fusion_label(25 << 20) == "25MiB"
+
+
+@pytest.mark.parametrize("arg", ["plain", "a b", "it's", "a \x1b[31mRED\x1b[0m\nsecond", "back\\slash\n", "\x7f'\\"])
+def test_a_command_line_reads_back_through_bash_and_prints_no_control_character(arg):
+    line = shell_join(["ddlcomm", "--tag", arg])
+    assert not re.search(r"[\x00-\x1f\x7f]", line)
+    out = subprocess.run(["bash", "-c", f"printf '%s\\0' {line}"], capture_output=True, check=True).stdout
+    assert out.split(b"\0")[:-1] == [b"ddlcomm", b"--tag", arg.encode()]
+
+
+def test_printable_escapes_control_characters():
+    assert printable("a\x1b[0m\nb\tc") == "a\\x1b[0m\\nb\\tc" and printable("ü ✓") == "ü ✓"

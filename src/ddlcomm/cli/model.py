@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shlex
 import sys
 from pathlib import Path
 from typing import Callable, Optional
@@ -28,7 +27,7 @@ from ..outputs import writable_dir, write_text
 from ..report import model as view
 from ..results import Store, default_db_path
 from ..results.export import point_record
-from ..units import parse_positive_int, parse_size, parse_sizes
+from ..units import parse_positive_int, parse_size, parse_sizes, shell_join
 from .common import _Parser, out_file
 
 #: Largest rank or worker count accepted (the formulas are O(log p); this bounds typos).
@@ -384,7 +383,7 @@ def cmd_calibrate(args) -> int:
     fit = calibrate(points, metric=args.metric, combine=args.combine, shared=args.shared,
                     split=split, holdout=holdout, summary_bytes=summary_bytes, cache=cache,
                     bandwidth=bandwidth, meta={"databases": [str(p) for p in _db_paths(args)],
-                          "command": shlex.join(["ddlcomm", "model", *sys.argv[2:]])})
+                          "command": shell_join(["ddlcomm", "model", *sys.argv[2:]])})
     if out is not None:
         fit.save(out)
     if args.json:
@@ -538,7 +537,7 @@ def cmd_tune(args) -> int:
     out = out_file(args.out, "--out")
     table = tuning.build(_load_points(args), metric=METRICS[args.metric], source={
         "databases": [str(p) for p in _db_paths(args)],
-        "command": shlex.join(["ddlcomm", "model", *sys.argv[2:]])})
+        "command": shell_join(["ddlcomm", "model", *sys.argv[2:]])})
     write_text(out, json.dumps(table, indent=1) + "\n")
     print(json.dumps(table, indent=1) if args.json else view.render_tuning(table))
     print(f"tuning table: {out} (use: ddlcomm bench --algorithm auto --tuning {out})",

@@ -19,7 +19,7 @@ from ..machine import load
 from ..measure import noise
 from ..pages import huge_shares
 from ..results.versus import targets
-from ..units import counted, format_size, parse_size
+from ..units import counted, format_size, parse_size, printable
 
 Point = Mapping[str, Any]
 
@@ -451,7 +451,7 @@ def render_runs(runs: Iterable[Mapping[str, Any]]) -> str:
                      r.get("point_ranks") or _listed(asked.get("ranks")) or "-",
                      *[str(r.get(k, "-")) if r.get(k) is not None else "-"
                        for k in ("n_points", "n_passed", "n_failed")],
-                     _truncate(colls, 40) or "-", _truncate(r.get("command"), 60) or "-"])
+                     _truncate(colls, 40) or "-", _truncate(printable(r.get("command") or ""), 60) or "-"])
     if not rows:
         return "(no runs)"
     right = [True, False, False, False, False, False, False, True, True, True, False, False]
@@ -494,7 +494,8 @@ def render_run(run: Mapping[str, Any]) -> str:
         fields.append(("config", ", ".join(f"{k}={v}" for k, v in config.items())
                        if isinstance(config, Mapping) else config))
     width = max(len(k) for k, _ in fields)
-    return "\n".join(f"{k + ':':<{width + 1}} {'-' if v is None or v == '' else v}" for k, v in fields)
+    return "\n".join(f"{k + ':':<{width + 1}} {'-' if v is None or v == '' else printable(str(v))}"
+                     for k, v in fields)
 
 
 # --------------------------------------------------------------------------- compare

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import sqlite3
 import urllib.parse
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import StoreError
+from ..units import shell_join
 from ..launch.processes import owner_gone, this_process
 from .export import strict
 
@@ -385,7 +385,7 @@ class Store:
         cols = {}
         for name, value in fields.items():
             if name == "command" and isinstance(value, (list, tuple)):
-                value = shlex.join(str(v) for v in value)
+                value = shell_join(value)
             cols[name] = _to_column("run", name, RUN_FIELDS[name], value)
         return cols
 

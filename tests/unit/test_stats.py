@@ -94,3 +94,16 @@ def test_one_slow_probe_call_does_not_decide_the_iterations():
     made = []                                # iterations given: the probe is 2 warm-up calls
     _, iterations, warmup = timing.calibrate(_OneRank(), _timed(0.05, 2e-6, made), 0.2, 7, 0)
     assert made == [(2, 0), (7, 0)] and (iterations, warmup) == (7, 2)
+
+
+def test_a_record_of_no_transfer_has_no_bandwidth():
+    """A training phase is a time, not a transfer: stored without a bandwidth (not 0 GB/s)."""
+    from types import SimpleNamespace
+    from ddlcomm.measure.records import make_record
+    comm = SimpleNamespace(name="mpi", library="Open MPI", library_version="5", size=2)
+    common = dict(collective="train", form="buffer", dtype="float32", op="avg", nbytes=64, count=16,
+                  root=0, in_place=True, iterations=2, warmup=0, times=np.full((2, 2), 1e-3),
+                  busbw_factor=1.0, check="passed")
+    rec = make_record(comm, algbw_bytes=None, **common)
+    assert rec["algbw_GBps"] is None and rec["busbw_GBps"] is None
+    assert make_record(comm, algbw_bytes=64, **common)["algbw_GBps"] == pytest.approx(64e-6)

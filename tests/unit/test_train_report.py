@@ -88,7 +88,8 @@ def test_summary_and_page(tmp_path):
     assert report.is_train_run(stored)
     page = report.write_train_report(run, stored, tmp_path / "out")
     html = page.read_text()
-    assert "<svg" in html and "Weak scaling" in html
+    assert "<svg" in html and "Weak scaling" in html and 'href="points.csv"' in html
+    assert len((tmp_path / "out" / "points.csv").read_text().splitlines()) == len(stored) + 1
     for name in ("phases", "predicted", "scaling", "batch", "layers"):
         assert (tmp_path / "out" / f"{name}.png").exists(), name
 

@@ -12,11 +12,13 @@ from . import stats
 
 def make_record(comm, *, collective: str, form: str, dtype: str, op: Optional[str],
                 nbytes: int, count: int, root: int, in_place: bool, iterations: int,
-                warmup: int, times: np.ndarray, algbw_bytes: int, busbw_factor: float,
+                warmup: int, times: np.ndarray, algbw_bytes: Optional[int], busbw_factor: float,
                 check: str, algorithm: str = "library", extra: Optional[dict] = None) -> dict:
-    """The record of one point from its (ranks x iterations) matrix of times in seconds."""
+    """The record of one point from its (ranks x iterations) matrix of times in seconds
+    (``algbw_bytes`` None: a time that is no transfer, stored without a bandwidth)."""
     summary = stats.summarize(times)
-    algbw, busbw = stats.bandwidth(algbw_bytes, summary["t_avg_us"], busbw_factor)
+    algbw, busbw = (None, None) if algbw_bytes is None else \
+        stats.bandwidth(algbw_bytes, summary["t_avg_us"], busbw_factor)
     return {
         "backend": comm.name, "library": comm.library, "library_version": comm.library_version,
         "collective": collective, "form": form, "algorithm": algorithm,

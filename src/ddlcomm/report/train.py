@@ -14,9 +14,10 @@ from html import escape
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from ..results import export
 from ..units import fusion_label
 from . import plots
-from .html import _CSS, _inline_svg, _meta_table, _warnings
+from .html import _CSS, CSV_NAME, _inline_svg, _meta_table, _warnings
 from .tables import format_table
 
 Point = Mapping[str, Any]
@@ -310,10 +311,13 @@ def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def write_train_report(run: Optional[Mapping[str, Any]], points: Sequence[Point], out_dir: str | Path,
                        title: Optional[str] = None, notes: Sequence[str] = (),
                        links: Sequence[tuple[str, str]] = ()) -> Path:
-    """Write ``out_dir/index.html`` (and PNG/SVG figures beside it); return its path.
-    ``links``: (text, relative address) of pages that belong with it, above its notes."""
+    """Write ``out_dir/index.html`` (and PNG/SVG figures and the points' CSV beside it);
+    return its path.  ``links``: (text, relative address) of pages that belong with it,
+    above its notes."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    (out / CSV_NAME).write_text(export.to_csv(points), encoding="utf-8")
+    links = [*links, ("the points (CSV)", CSV_NAME)]
     title = title or f"ddlcomm training run {run.get('id') if run else ''}".strip()
     parts = [f"<h1>{escape(title)}</h1>"]
     if run:

@@ -351,6 +351,6 @@ class ConfigRecords:
         return make_record(
             self.comm, collective="train", form="buffer", dtype=self.params.dtype, op="avg",
             nbytes=self.params.nbytes, count=self.params.count, root=0, in_place=True,
-            iterations=cfg.iters, warmup=cfg.warmup, times=times, algbw_bytes=0, busbw_factor=1.0,
+            iterations=cfg.iters, warmup=cfg.warmup, times=times, algbw_bytes=None, busbw_factor=1.0,
             check=self.check, algorithm=cfg.algorithm,
             extra={**base_extra(cfg, self.workers, phase), **self.facts, **more})

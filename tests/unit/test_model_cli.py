@@ -166,6 +166,7 @@ def test_calibrate_errors(capsys, db):
         fail(capsys, "calibrate", "--db", str(db), option, value,
              match=f"no stored point has {option} {value.split(',')[-1]}")
     fail(capsys, "calibrate", "--db", str(db), "--run", "x", match="--run")
+    fail(capsys, "calibrate", "--db", str(db.parent), match="is a folder, not a database file")
 
 
 def test_predict_check_request_names_the_models():

@@ -96,7 +96,7 @@ def test_render_runs_and_run(points):
                                collectives=["broadcast", "gather"], point_ranks="2,3",
                                point_backends="mpi,gloo")])
     head, _, row = listed.splitlines()
-    assert head.split()[:7] == ["id", "started", "status", "host", "library", "backends", "ranks"]
+    assert head.split()[:7] == ["id", "started", "status", "host", "mpi", "backends", "ranks"]
     assert " mpi,gloo  2,3 " in row
     assert "2025-11-21 05:50:00" in row and "Open MPI 5.0.11" in row and "broadcast,gather" in row
     assert row.endswith("...") and len(row.split("ddlcomm bench")[1]) <= 60

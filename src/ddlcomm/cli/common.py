@@ -77,7 +77,13 @@ def out_file(text: str, flag: str, real: bool = False) -> Path:
 
 def existing_db(args: argparse.Namespace) -> Path:
     """The database to read; UsageError if there is none yet."""
-    db = _db(args)
+    return existing(_db(args))
+
+
+def existing(db: Path) -> Path:
+    """``db`` if it is a file there is (UsageError: none yet, or a folder)."""
+    if db.is_dir():
+        raise UsageError(f"--db {db} is a folder, not a database file", "name the .db file in it")
     if not db.exists():
         raise UsageError(f"no results database at {db}", "run `ddlcomm bench` first or pass --db")
     return db

@@ -433,12 +433,13 @@ def mpi_of(run: Mapping[str, Any]) -> str:
 def render_runs(runs: Iterable[Mapping[str, Any]]) -> str:
     """Table of runs for ``ddlcomm results list``.
 
-    Besides the run fields, each run may carry the summary keys ``n_points``,
+    ``mpi`` is the MPI the run started under (as ``results show`` says it), whatever
+    its backends.  Besides the run fields, each run may carry the summary keys ``n_points``,
     ``n_passed``, ``n_failed`` (ints) and ``collectives`` (list or string);
     missing ones show ``-``.  A ``stale`` run (running, but its owner died) shows
     as ``stale``.
     """
-    headers = ["id", "started", "status", "host", "library", "backends", "ranks", "points",
+    headers = ["id", "started", "status", "host", "mpi", "backends", "ranks", "points",
                "passed", "failed", "collectives", "command"]
     rows = []
     for r in runs:

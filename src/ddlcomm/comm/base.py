@@ -385,7 +385,6 @@ class Communicator(abc.ABC):
     def gather(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
                root: int = 0) -> Optional[np.ndarray]:
         """Concatenate every rank's ``sendbuf`` in rank order at the root."""
-        n = buffers.count(sendbuf) * self.size if buffers.is_buffer(sendbuf) else 0
         if self.rank != self.check_root(root):
             try:
                 self.check_buffer(sendbuf)
@@ -397,7 +396,8 @@ class Communicator(abc.ABC):
             self.check_buffer(sendbuf)
         except DdlcommError as refused:
             raise self._send_anyway(refused, sendbuf, lambda copy: self._gather(
-                copy, buffers.empty(n, copy), root)) from None
+                copy, buffers.empty(buffers.count(copy) * self.size, copy), root)) from None
+        n = buffers.count(sendbuf) * self.size
         recvbuf = self._recv_or_part(recvbuf, sendbuf, n, "gather's receive buffer",
                                      lambda send, scratch: self._gather(send, scratch, root))
         self._gather(sendbuf, recvbuf, root)
@@ -405,12 +405,12 @@ class Communicator(abc.ABC):
 
     def allgather(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None) -> np.ndarray:
         """Concatenate every rank's ``sendbuf`` in rank order on every rank."""
-        n = buffers.count(sendbuf) * self.size if buffers.is_buffer(sendbuf) else 0
         try:
             self.check_buffer(sendbuf)
         except DdlcommError as refused:
             raise self._send_anyway(refused, sendbuf, lambda copy: self._allgather(
-                copy, buffers.empty(n, copy))) from None
+                copy, buffers.empty(buffers.count(copy) * self.size, copy))) from None
+        n = buffers.count(sendbuf) * self.size
         recvbuf = self._recv_or_part(recvbuf, sendbuf, n, "allgather's receive buffer",
                                      self._allgather)
         self._allgather(sendbuf, recvbuf)

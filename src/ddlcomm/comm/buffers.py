@@ -19,11 +19,6 @@ from ..errors import UnsupportedError, UsageError
 HOST, DEVICE = "host", "device"
 
 
-def is_buffer(buf: Any) -> bool:
-    """Whether ``buf`` is a NumPy array or looks like a torch tensor."""
-    return isinstance(buf, np.ndarray) or is_tensor(buf)
-
-
 def is_tensor(buf: Any) -> bool:
     """Whether ``buf`` looks like a torch tensor."""
     return hasattr(buf, "data_ptr") and hasattr(buf, "numel") and hasattr(buf, "is_cuda")

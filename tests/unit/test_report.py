@@ -194,7 +194,8 @@ def test_run_report_warns_of_a_run_that_did_not_end(points, tmp_path):
     run = dict(RUN, status="interrupted", error="interrupted (SIGTERM) during allreduce 512KiB")
     page = write_run_report(run, points, tmp_path / "r").read_text()
     assert "the run is <b>interrupted</b>: interrupted (SIGTERM) during allreduce 512KiB" in page
-    page = write_run_report(dict(RUN, status="running", stale=True), points, tmp_path / "s").read_text()
+    page = write_run_report(dict(RUN, status="running", stale="its owner died"), points,
+                            tmp_path / "s").read_text()
     assert "the run is <b>stale (its owner died while it ran)</b>" in page
     assert "<th>status</th><td>stale</td>" in page.replace("\n", "")        # the facts say so too
     page = write_run_report(dict(RUN, status="running"), points, tmp_path / "t").read_text()

@@ -134,9 +134,9 @@ def test_bad_values_refused(store):
 
 def test_schema_version_stored_and_newer_refused(db_path):
     with Store(db_path) as s:
-        assert s.schema_version() == store_mod.SCHEMA_VERSION == 4
+        assert s.schema_version() == store_mod.SCHEMA_VERSION == 5
     con = sqlite3.connect(db_path)
-    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("4",)
+    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("5",)
     with con:
         con.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
     con.close()
@@ -158,7 +158,7 @@ def test_migration_adds_column(db_path, monkeypatch):
 
 def test_schema_1_database_gains_machine_facts(db_path, monkeypatch):
     """A database written at version 1 opens, migrates, and its old runs read machine={},
-    no owner (so never stale)."""
+    no owner: a run still 'running' months later reads stale by its silence alone."""
     with monkeypatch.context() as m:
         m.setattr(store_mod, "MIGRATIONS", store_mod.MIGRATIONS[:1])
         with Store(db_path) as s:
@@ -167,8 +167,8 @@ def test_schema_1_database_gains_machine_facts(db_path, monkeypatch):
         old = con.execute("INSERT INTO runs (started_at, status, host) "
                           "VALUES ('2026-01-01T00:00:00+00:00', 'running', 'before')").lastrowid
     with Store(db_path) as s:
-        assert s.schema_version() == 4
-        assert s.run(old)["machine"] == {} and not s.run(old)["stale"]
+        assert s.schema_version() == store_mod.SCHEMA_VERSION
+        assert s.run(old)["machine"] == {} and s.run(old)["stale"].startswith("nothing heard from it")
         new = s.create_run({"machine": {"gpus": {"count": 0}, "mpi": {"cuda_aware": False}}})
         assert s.run(new)["machine"]["mpi"]["cuda_aware"] is False
 
@@ -180,11 +180,13 @@ def test_schema_3_database_gains_load(db_path, monkeypatch):
         m.setattr(store_mod, "MIGRATIONS", store_mod.MIGRATIONS[:3])
         with Store(db_path) as s:
             assert s.schema_version() == 3
-            old = s.create_run({"host": "before"})
+    with sqlite3.connect(db_path) as con:            # a run as ddlcomm wrote it then
+        old = con.execute("INSERT INTO runs (started_at, status, host) "
+                          "VALUES ('2026-01-01T00:00:00+00:00', 'passed', 'before')").lastrowid
     cols = [r[1] for r in sqlite3.connect(db_path).execute("PRAGMA table_info(runs)")]
     assert "load" not in cols
     with Store(db_path) as s:
-        assert s.schema_version() == 4
+        assert s.schema_version() == store_mod.SCHEMA_VERSION
         assert s.run(old)["load"] == {} and s.run(old)["host"] == "before"
         record = {"ranks": 3, "usable_cores": 2, "loadavg_before": [0.5, 0.4, 0.3],
                   "others_cores": None}
@@ -236,7 +238,7 @@ def test_a_run_whose_owner_died_is_stale(store):
     store.finish_run(finished, "passed")
     elsewhere = store.create_run({"owner": {**dead, "host": "another-host"}})
     stale = {r["id"]: r["stale"] for r in store.runs()}
-    assert stale == {live: False, gone: True, finished: False, elsewhere: False}
+    assert stale == {live: "", gone: "its owner died", finished: "", elsewhere: ""}
     assert store.run(live)["owner"]["pid"] == __import__("os").getpid()
 
 
@@ -372,3 +374,24 @@ def test_a_runs_command_line_is_stored_as_a_shell_would_take_it(store, monkeypat
     argv = ["bench", "--tag", "a b; rm -rf x", "--collective", ""]
     run_id = store.create_run(runs.run_info(argv, {}))
     assert store.run(run_id)["command"] == "ddlcomm bench --tag 'a b; rm -rf x' --collective ''"
+
+
+def test_a_run_silent_past_its_limit_is_stale_from_any_host(store):
+    """A node lost or ranks killed outright leave no word: the owner elsewhere cannot be
+    asked, but a run silent for longer than its steps may take cannot be running."""
+    from datetime import datetime, timedelta, timezone
+    from ddlcomm.results.store import silent_limit, stale_why
+    elsewhere = {"host": "another-host", "pid": 1, "start": "1"}
+    rid = store.create_run({"owner": elsewhere, "config": {"timeout_s": 120.0}})
+    run = store.run(rid)
+    assert run["stale"] == "" and silent_limit(run) == 540.0
+    seen = datetime.fromisoformat(run["seen_at"])
+    assert stale_why(run, seen + timedelta(seconds=539)) == ""
+    assert stale_why(run, seen + timedelta(minutes=10)) == \
+        "nothing heard from it for 10 min: its owner died or its node was lost"
+    store.add_point(rid, make_point(4))                 # a point is a word from it
+    assert store.run(rid)["seen_at"] >= run["seen_at"]
+    assert silent_limit({"config": {}}) == store_mod.SILENT_S
+    old = store.create_run({"owner": elsewhere, "started_at": "2026-01-01T00:00:00+00:00"})
+    assert store.run(old)["stale"].startswith("nothing heard from it for")
+    assert stale_why(store.run(old), datetime(2026, 1, 1, 0, 30, tzinfo=timezone.utc)) == ""

@@ -95,7 +95,7 @@ def _warnings(run: Mapping[str, Any], points: Sequence[Point], noise: bool = Tru
     (``noise``), that a noise marker flagged points."""
     items = []
     failed = sum(p.get("check") == "failed" for p in points)
-    status = "stale (its owner died while it ran)" if run.get("stale") else run.get("status")
+    status = f"stale ({run['stale']} while it ran)" if run.get("stale") else run.get("status")
     # a run failed by its checks alone ran to its end: the failed points say it below
     if run.get("stale") or status in ENDINGS and not (status == "failed" and failed):
         items.append(f"the run is <b>{escape(str(status))}</b>"

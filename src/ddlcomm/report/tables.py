@@ -436,8 +436,8 @@ def render_runs(runs: Iterable[Mapping[str, Any]]) -> str:
     ``mpi`` is the MPI the run started under (as ``results show`` says it), whatever
     its backends.  Besides the run fields, each run may carry the summary keys ``n_points``,
     ``n_passed``, ``n_failed`` (ints) and ``collectives`` (list or string);
-    missing ones show ``-``.  A ``stale`` run (running, but its owner died) shows
-    as ``stale``.
+    missing ones show ``-``.  A ``stale`` run (running, but it cannot be any more:
+    :func:`ddlcomm.results.store.stale_why`) shows as ``stale``.
     """
     headers = ["id", "started", "status", "host", "mpi", "backends", "ranks", "points",
                "passed", "failed", "collectives", "command"]
@@ -476,7 +476,7 @@ def render_run(run: Mapping[str, Any]) -> str:
     with its load and a ``warning`` line per :func:`run_warnings`."""
     fields = [
         ("run", run.get("id")),
-        ("status", "stale (running, but its owner died)" if run.get("stale") else run.get("status")),
+        ("status", f"stale (running, but {run['stale']})" if run.get("stale") else run.get("status")),
         ("started", format_when(run.get("started_at"))), ("ended", format_when(run.get("ended_at"))),
         ("host", run.get("host")), ("cpu", run.get("cpu_model")), ("cores", run.get("cores")),
         ("os", run.get("os")), ("python", run.get("python")), ("mpi", mpi_of(run)),

@@ -65,6 +65,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
     ("ALTER TABLE runs ADD COLUMN owner TEXT",),
     # 4: how busy the machine was around the run (machine/load.py's record).
     ("ALTER TABLE runs ADD COLUMN load TEXT",),
+    # 5: the last word from a running run (made, a point, an update), to tell a stale run
+    # from any host: one silent for longer than its steps may take cannot be running.
+    ("ALTER TABLE runs ADD COLUMN seen_at TEXT",),
 ]
 
 #: Version of the schema this code writes (the number of migrations).
@@ -76,7 +79,7 @@ RUN_FIELDS: dict[str, str] = {
     "host": "str", "cpu_model": "str", "cores": "int", "os": "str", "python": "str",
     "mpi_library": "str", "mpi_version": "str", "ddlcomm_version": "str",
     "git_commit": "str", "command": "str", "config": "json", "machine": "json",
-    "owner": "json", "load": "json",
+    "owner": "json", "load": "json", "seen_at": "str",
 }
 
 #: Point fields and their kinds (``str``, ``int``, ``float``, ``bool``, ``json``).
@@ -116,6 +119,34 @@ def default_db_path() -> Path:
     xdg = os.environ.get("XDG_DATA_HOME", "")
     base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".local" / "share"
     return base / "ddlcomm" / "ddlcomm.db"
+
+
+#: How long a run whose steps have no stored limit may go without a word (seconds).
+SILENT_S = 3600.0
+
+
+def silent_limit(run: dict[str, Any]) -> float:
+    """How long ``run`` may go without a word while it lives: twice its steps' limit (the
+    watchdog ends a step past ``timeout_s``) and 5 minutes for starting and reporting."""
+    timeout = (run.get("config") or {}).get("timeout_s") if isinstance(run.get("config"), dict) else None
+    return 2 * float(timeout) + 300 if isinstance(timeout, (int, float)) and timeout > 0 else SILENT_S
+
+
+def stale_why(run: dict[str, Any], now: datetime | None = None) -> str:
+    """Why a ``running`` run cannot be running any more, or '' where it may be: its owner
+    died on this host, or (from any host) nothing was heard from it for longer than it
+    may be silent (:func:`silent_limit`; a node lost, ranks killed outright)."""
+    if owner_gone(run.get("owner")):
+        return "its owner died"
+    seen = run.get("seen_at") or run.get("started_at")
+    try:
+        quiet = ((now or datetime.now(timezone.utc)) - datetime.fromisoformat(seen)).total_seconds()
+    except (TypeError, ValueError):
+        return ""
+    if quiet <= silent_limit(run):
+        return ""
+    took = f"{quiet / 3600:.1f} h" if quiet >= 5400 else f"{quiet / 60:.0f} min"
+    return f"nothing heard from it for {took}: its owner died or its node was lost"
 
 
 def utc_now() -> str:
@@ -400,6 +431,7 @@ class Store:
         info.setdefault("started_at", utc_now())
         info.setdefault("status", "running")
         info.setdefault("owner", this_process())
+        info.setdefault("seen_at", info["started_at"])
         if info["status"] is None or info["started_at"] is None:
             raise StoreError("a run needs a started_at and a status")
         cols = self._run_columns(info)
@@ -419,7 +451,7 @@ class Store:
             return
         if fields.get("status", "") is None or fields.get("started_at", "") is None:
             raise StoreError("a run's started_at and status cannot be cleared")
-        cols = self._run_columns(fields)
+        cols = self._run_columns({"seen_at": utc_now(), **fields})
         sets = ", ".join(f"{name} = ?" for name in cols)
         with self._write() as db:
             cur = db.execute(f"UPDATE runs SET {sets} WHERE id = ?", (*cols.values(), run_id))
@@ -482,15 +514,16 @@ class Store:
             d["point_ranks"] = ",".join(sorted(filter(None, (row["rank_counts"] or "").split(",")),
                                                key=int))
             d["point_backends"] = row["backend_names"] or ""
-            d["stale"] = d["status"] == "running" and owner_gone(d["owner"])
+            d["stale"] = stale_why(d) if d["status"] == "running" else ""
             out.append(d)
         return out
 
     def runs(self) -> list[dict[str, Any]]:
         """Every run, newest first, each with ``n_points``, ``n_passed``,
         ``n_failed``, ``n_skipped``, ``collectives`` (comma-separated, in the
-        order first measured), ``point_ranks`` and ``point_backends`` (comma-separated) and ``stale`` (still ``running``, but the process
-        that owns it has died on this host)."""
+        order first measured), ``point_ranks`` and ``point_backends`` (comma-separated) and
+        ``stale``: why a ``running`` run cannot be running any more (:func:`stale_why`;
+        '' where it may be)."""
         return self._run_dicts()
 
     def run(self, run_id: int) -> dict[str, Any]:
@@ -509,7 +542,7 @@ class Store:
         """
         cols = self._point_columns(point)
         with self._write() as db:
-            if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+            if db.execute("UPDATE runs SET seen_at = ? WHERE id = ?", (utc_now(), run_id)).rowcount == 0:
                 raise self._no_run(run_id)
             return self._insert_point(db, run_id, cols)
 

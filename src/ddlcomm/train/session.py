@@ -50,6 +50,7 @@ def main(options: TrainOptions, argv: Sequence[str], db_path: Path, report_dir: 
         raise UsageError("ddlcomm train needs PyTorch", "pip install 'ddlcomm[torch]'")
     config = {"backend": options.backend, "ranks": [j.ranks for j in jobs],
               "configs": sorted({c.label() for j in jobs for c in j.configs}),
+              "timeout_s": jobs[0].timeout_s,
               "extra": {"tag": tag} if tag else {}}
     if info is not None:
         return rank_main(jobs[0], argv, db_path, report_dir, config)

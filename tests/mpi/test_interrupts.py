@@ -191,3 +191,8 @@ def test_a_database_removed_during_the_run_is_saved_not_replaced(mpi, tmp_path):
     assert proc.returncode == 3, err
     assert f"rank 0 saved the database it wrote to {saved}" in err
     assert not folder.exists() and _points(saved) >= 3
+    from ddlcomm.results import Store
+    with Store(saved, readonly=True) as copy:              # ended in the copy, not stale
+        run = copy.run(1)
+    assert run["status"] == "passed" and "was removed or replaced" in run["error"], run
+    assert not run["stale"] and run["ended_at"]

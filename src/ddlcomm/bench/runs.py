@@ -314,15 +314,24 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
         return RankResult(EXIT_RANK_FAILED if not isinstance(exc, DdlcommError) else EXIT_USAGE)
 
 
-def _keep(store: Store, db_path: Path, run_id: int) -> None:
+def _keep(store: Store, db_path: Path, run_id: int, failed: int) -> None:
     """Rank 0, at the end: where the database file was removed or replaced while the run
     wrote it, save what the store still holds open to :func:`rescue_path` (the owner says
-    where)."""
+    where), the run ended in it as its checks say (no owner can end it there: it would
+    read stale); then close the store, and remove SQLite's files left beside a removed one."""
     if store.moved():
         to = rescue_path(db_path, run_id)
         store.save_copy(to)
+        with Store(to) as copy:
+            copy.finish_run(run_id, "failed" if failed else "passed",
+                            f"{db_path} was removed or replaced while the run wrote it: this "
+                            "copy was saved from the file rank 0 had open")
         print(f"ddlcomm: warning: {db_path} was removed or replaced during the run: its "
               f"database is saved to {to}", file=sys.stderr, flush=True)
+    store.close()
+    if not db_path.exists():
+        for leftover in (Path(f"{db_path}-wal"), Path(f"{db_path}-shm")):
+            leftover.unlink(missing_ok=True)
 
 
 def _run_body(comm, db_path: Path, state: dict, owner: bool, watchdog: Watchdog,
@@ -343,8 +352,7 @@ def _run_body(comm, db_path: Path, state: dict, owner: bool, watchdog: Watchdog,
     before = load.snapshot() if owner and store is not None else None
     failed = body(watchdog, store, state["run_id"])
     if store is not None:
-        _keep(store, db_path, state["run_id"])
-        store.close()
+        _keep(store, db_path, state["run_id"], failed)
     comm.barrier()
     if before is not None:
         # ranks of a launcher we did not start: their CPU time and count per host are not ours to read

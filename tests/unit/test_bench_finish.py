@@ -37,8 +37,17 @@ def test_the_owners_exit_code_keeps_to_the_readme_table():
     """A launcher's 1 (ranks killed by a SIGINT that missed the owner) read as 'a point
     failed its check' with every point passed."""
     from ddlcomm.bench.runs import exit_code
-    assert [exit_code(rc, 0) for rc in (0, 1, 2, 3, 130, 137, 255)] == [0, 3, 2, 3, 130, 3, 3]
-    assert exit_code(0, 2) == 1 and exit_code(1, 2) == 3
+    ended = {"status": "passed"}
+    assert [exit_code(rc, 0, ended) for rc in (0, 1, 2, 3, 130, 137, 255)] == [0, 3, 2, 3, 130, 3, 3]
+    assert exit_code(0, 2, ended) == 1 and exit_code(1, 2, ended) == 3
+
+
+def test_a_run_whose_end_was_not_stored_exits_3():
+    """The database turned read-only as the run ended: every point passed, but the record
+    reads 'running', and the command exited 0."""
+    from ddlcomm.bench.runs import exit_code
+    assert exit_code(0, 0, {"status": "running"}) == 3
+    assert exit_code(0, 1, {"status": "running"}) == 3
 
 
 def test_the_owner_says_what_a_rank_recorded_not_a_guess(tmp_path, capsys):
@@ -85,7 +94,7 @@ def test_a_full_disk_at_the_end_still_says_the_run_and_exits_3(tmp_path, capsys)
     with Full(db) as store:
         points, failed, row = settle(store, run, 3, lambda points: " during gather (buffer, 4B)")
     err = capsys.readouterr().err
-    assert len(points) == 2 and row["status"] == "running" and exit_code(3, failed) == 3
+    assert len(points) == 2 and row["status"] == "running" and exit_code(3, failed, row) == 3
     assert f"warning: run {run}'s end was not stored: cannot write database" in err
     assert "ddlcomm: error: ranks ended with exit code 3 during gather (buffer, 4B)" in err
 

@@ -200,13 +200,17 @@ def _mark(store: Store, run_id: int, rc: int, failed: int, why: str) -> Optional
     return store.run(run_id)["error"]
 
 
-def exit_code(rc: int, failed: int) -> int:
-    """The owner's exit code (README's table) from the launcher's ``rc`` and the points that
-    failed their check: the ranks' own code where it is one of the table's (bad input, a
-    rank failed, interrupted); 3 for any other end of the ranks or the launcher (a signal,
-    a launcher's 1, which would read as a failed check); else 1 where a point failed."""
+def exit_code(rc: int, failed: int, run: dict) -> int:
+    """The owner's exit code (README's table) from the launcher's ``rc``, the points that
+    failed their check and the run as stored: the ranks' own code where it is one of the
+    table's (bad input, a rank failed, interrupted); 3 for any other end of the ranks or
+    the launcher (a signal, a launcher's 1, which would read as a failed check), and where
+    the run's end could not be stored (it reads ``running``: a record no script may take
+    for whole); else 1 where a point failed."""
     if rc:
         return rc if rc in (EXIT_USAGE, EXIT_RANK_FAILED, EXIT_INTERRUPTED) else EXIT_RANK_FAILED
+    if run.get("status") == "running":
+        return EXIT_RANK_FAILED
     return EXIT_CHECK_FAILED if failed else 0
 
 

@@ -83,7 +83,7 @@ def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path],
     if report_dir is not None and points:
         print_report(partial(html.write_run_report, run, points), report_dir / f"run-{run_id}",
                      run_id)
-    return exit_code(rc, failed)
+    return exit_code(rc, failed, run)
 
 
 def _where_it_ended(plan: BenchPlan, points: list) -> str:

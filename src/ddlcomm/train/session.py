@@ -101,7 +101,7 @@ def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path], scal
     if report_dir is not None and points:
         print_report(partial(train_report.write_train_report, run, points),
                      report_dir / f"run-{run_id}", run_id)
-    return exit_code(rc, failed)
+    return exit_code(rc, failed, run)
 
 
 def rank_main(job: TrainJob, argv: Sequence[str], db_path: Path,

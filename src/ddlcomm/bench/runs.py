@@ -293,7 +293,10 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
     def on_interrupt(signame: str) -> None:
         current, last = watchdog.current, watchdog.last
         where = f" during {current}" if current else f" after {last}" if last else ""
-        message = f"interrupted ({signame}){where}"
+        # under a launcher of yours, its SIGTERM may end the job for a rank that died
+        cause = ", from the launcher: an interrupt, a job's limit or another rank's end" \
+            if owner and signame == "SIGTERM" else ""
+        message = f"interrupted ({signame}{cause}){where}"
         os.write(2, f"ddlcomm: rank {comm.rank}: {message}\n".encode())   # no lock: any thread
         record("interrupted", message)
         os._exit(EXIT_INTERRUPTED)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from ddlcomm.launch import shmclean
+
 pytestmark = pytest.mark.mpi
 #: A sweep long enough to be stopped in the middle.
 LONG = ["bench", "--sizes", "4B:64MiB", "--no-report", "--budget", "0.05"]
@@ -93,11 +95,15 @@ def test_interrupt_under_the_users_launcher(mpi, tmp_path, sig):
     db = tmp_path / "i.db"
     cmd = mpi.launcher.command(2, [mpi.python, "-m", "ddlcomm", *LONG, "--db", db])
     env = mpi.launcher.environment(mpi.env(), mpi.launcher.oversubscribed(2))
+    segments = shmclean.names()
     _stop_after_points(cmd, env, db, sig)
     status, error = _run_row(db)
     assert status == "interrupted", error
     assert error.startswith("interrupted (SIG") and (" during " in error or " after " in error)
     assert _points(db) >= 3                      # the finished points stay
+    # no owner cleans up after your own launcher: the ranks remove what they mapped (MPICH
+    # left its 2 MiB mpich_shm_* segment each time)
+    assert not [n for n in shmclean.names() - segments if n.startswith(("mpich_shm", "sm_segment"))]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT],
@@ -105,7 +111,6 @@ def test_interrupt_under_the_users_launcher(mpi, tmp_path, sig):
 def test_sigterm_or_sighup_to_ddlcomms_own_launch(mpi, tmp_path, sig):
     """SIGHUP (the terminal or ssh session closed) left an MPICH run 'running' for ever; the
     ranks of a SIGTERM were told SIGINT; Open MPI's of a Ctrl-C, SIGTERM (prterun's)."""
-    from ddlcomm.launch import shmclean
     db, segments = tmp_path / "o.db", shmclean.names()
     rc = _stop_after_points([mpi.ddlcomm, *LONG, "--db", db], mpi.env(), db, sig)
     assert rc == 130

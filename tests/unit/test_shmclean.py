@@ -24,3 +24,22 @@ def test_only_new_unused_mpi_segments_are_removed(tmp_path):
         mapped.close()
     assert shmclean.remove_left(shmclean.names(tmp_path), tmp_path) == (0, 0)
     assert shmclean.names(tmp_path / "none") == set()
+
+
+def test_a_rank_unlinks_the_segments_it_maps(tmp_path):
+    """What this process maps and an MPI would name goes; what it does not map, or another
+    name, stays (the mapping itself stays valid)."""
+    names = ("mpich_shm_1_0", "sm_segment.x", "mine.dat", "mpich_shm_2_0")
+    files = {n: open(tmp_path / n, "w+b") for n in names}
+    try:
+        for f in files.values():
+            f.truncate(4096)
+        maps = [mmap.mmap(files[n].fileno(), 4096) for n in names[:3]]    # not the last
+        assert shmclean.unlink_mine(tmp_path) == 2
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.dat", "mpich_shm_2_0"]
+        maps[0][0] = 1                                                     # still mapped
+        for m in maps:
+            m.close()
+    finally:
+        for f in files.values():
+            f.close()

@@ -288,6 +288,7 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
         message = f"rank {comm.rank}: {what} did not finish within {limit:g} s"
         print(f"ddlcomm: error: {message}", file=sys.stderr, flush=True)
         record("failed", message)
+        shmclean.unlink_mine()
         os._exit(EXIT_RANK_FAILED)
 
     def on_interrupt(signame: str) -> None:
@@ -299,6 +300,7 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
         message = f"interrupted ({signame}{cause}){where}"
         os.write(2, f"ddlcomm: rank {comm.rank}: {message}\n".encode())   # no lock: any thread
         record("interrupted", message)
+        shmclean.unlink_mine()
         os._exit(EXIT_INTERRUPTED)
 
     watchdog = Watchdog(timeout_s, on_timeout)
@@ -317,6 +319,7 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
             with watchdog.guard("every rank ending together after the refusal", 30.0):
                 comm.barrier()
         if comm.size > 1 and not alike:
+            shmclean.unlink_mine()
             comm.abort(EXIT_RANK_FAILED)
         return RankResult(EXIT_RANK_FAILED if not isinstance(exc, DdlcommError) else EXIT_USAGE)
 

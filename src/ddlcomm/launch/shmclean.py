@@ -5,7 +5,10 @@ that ends a run early with ``os._exit`` (a timeout, a failure, Ctrl-C), never ge
 there, and Open MPI's 16 MiB ``sm_segment`` files or MPICH's ``mpich_shm`` ones stay
 until reboot (this 2-core VM had 548 MiB of them after a day of tests).  The owner of
 a run takes the names before it starts the ranks; after an abnormal end it removes
-the segments of those libraries made since that no process maps or holds open.
+the segments of those libraries made since that no process maps or holds open.  A
+rank that ends its run early removes the names of the segments it maps itself
+(:func:`unlink_mine`): under a launcher of yours there is no owner to do it, and a
+rank that was killed outright leaves it to the others, which its launcher then ends.
 """
 from __future__ import annotations
 
@@ -62,3 +65,23 @@ def remove_left(before: set[str], folder: Path = SHM) -> tuple[int, int]:
         except OSError:
             pass
     return count, size
+
+
+def unlink_mine(folder: Path = SHM) -> int:
+    """Remove the names of the segments of :data:`PATTERNS` this process maps (the job is
+    ending: the ranks that still map one keep it until they exit); how many."""
+    prefix, count = f"{folder}/", 0
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return 0
+    mine = {line[line.find(prefix) + len(prefix):].split(" ")[0]
+            for line in maps.splitlines() if prefix in line}
+    for name in mine:
+        if any(fnmatch.fnmatch(name, p) for p in PATTERNS):
+            try:
+                (folder / name).unlink()
+                count += 1
+            except OSError:
+                pass                  # another rank was first
+    return count

@@ -70,6 +70,7 @@ def cases(*pairs):
     ("--warmup -1", ["--warmup"]),
     ("--budget soon", ["--budget"]),
     ("--timeout 0", ["--timeout"]),
+    ("--budget 3 --timeout 1", ["--timeout 1 s is not more than --budget 3 s"]),
     ("--root 2", ["--root 2", "2 ranks"]),
     ("--form nope", ["--form", "nope"]),
     ("--in-place --collective gather", ["--in-place", "gather"]),

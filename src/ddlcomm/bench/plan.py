@@ -459,6 +459,9 @@ def check(plan: BenchPlan) -> None:
     """What the pieces refuse: ranks, workloads, memory, the C reference, containers, algorithms."""
     if plan.ranks is not None and plan.root >= plan.ranks:
         raise UsageError(f"--root {plan.root} is not one of the {plan.ranks} ranks")
+    if plan.iters is None and plan.budget_s >= plan.timeout_s:
+        raise UsageError(f"--timeout {plan.timeout_s:g} s is not more than --budget {plan.budget_s:g} s: "
+                         "every point would time out", "raise --timeout, or lower --budget")
     if plan.workloads:
         workloads.check_request(plan)
     elif plan.paths != ["host"]:

@@ -60,7 +60,15 @@ def _db(args: argparse.Namespace) -> Path:
 def db_path(args: argparse.Namespace) -> Path:
     """The database a run writes, checked writable before the run starts."""
     # by its real path: SQLite keeps its journal beside the name a database is opened by
-    return out_file(args.db, "--db", real=True) if args.db else writable_file(default_db_path(), "--db")
+    return out_file(args.db, "--db", real=True) if args.db else writable_file(default_db_path(), db_flag(None))
+
+
+def db_flag(given: Optional[str]) -> str:
+    """What named the database, for its errors: ``--db``, else ``$DDLCOMM_DB`` or the
+    default path."""
+    if given:
+        return "--db"
+    return "DDLCOMM_DB" if os.environ.get("DDLCOMM_DB") else "the default database"
 
 
 def out_file(text: str, flag: str, real: bool = False) -> Path:
@@ -77,13 +85,13 @@ def out_file(text: str, flag: str, real: bool = False) -> Path:
 
 def existing_db(args: argparse.Namespace) -> Path:
     """The database to read; UsageError if there is none yet."""
-    return existing(_db(args))
+    return existing(_db(args), db_flag(args.db))
 
 
-def existing(db: Path) -> Path:
+def existing(db: Path, flag: str = "--db") -> Path:
     """``db`` if it is a file there is (UsageError: none yet, or a folder)."""
     if db.is_dir():
-        raise UsageError(f"--db {db} is a folder, not a database file", "name the .db file in it")
+        raise UsageError(f"{flag} {db} is a folder, not a database file", "name the .db file in it")
     if not db.exists():
         raise UsageError(f"no results database at {db}", "run `ddlcomm bench` first or pass --db")
     return db

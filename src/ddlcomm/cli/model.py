@@ -28,7 +28,7 @@ from ..report import model as view
 from ..results import Store, default_db_path
 from ..results.export import point_record
 from ..units import parse_positive_int, parse_size, parse_sizes, shell_join
-from .common import _Parser, existing, out_file
+from .common import _Parser, db_flag, existing, out_file
 
 #: Largest rank or worker count accepted (the formulas are O(log p); this bounds typos).
 MAX_RANKS = 1 << 40
@@ -306,7 +306,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
 def _db_paths(args) -> list[Path]:
     paths = [Path(p).expanduser().resolve() for p in (args.db or [])] or [default_db_path()]
-    return [existing(path) for path in paths]
+    return [existing(path, db_flag(args.db)) for path in paths]
 
 
 def _load_points(args) -> list[dict]:

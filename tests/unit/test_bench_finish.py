@@ -118,3 +118,18 @@ def test_the_run_names_the_signal_the_owner_was_sent(tmp_path):
             store.update_run(run, error=error)
             _name_owners_signal(store, run, "SIGINT")
             assert store.run(run)["error"] == want
+
+
+def test_a_ranks_error_is_one_line_without_a_libraries_source_location():
+    """torch's Gloo errors came whole into the run's error: a C++ source path first, a
+    backtrace after."""
+    from ddlcomm.bench.runs import fail_message
+    from ddlcomm.errors import UsageError
+    gloo = RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] "
+                        "Read error [127.0.0.1]:41234: Connection reset by peer\n"
+                        "Exception raised from recv at ../gloo/pair.cc:537 (most recent call first):\n"
+                        "frame #0: c10::Error::Error(...)")
+    assert fail_message(1, "allreduce (buffer, 4B)", gloo) == \
+        "rank 1 during allreduce (buffer, 4B): RuntimeError: Read error [127.0.0.1]:41234: Connection reset by peer"
+    assert fail_message(0, None, UsageError("bad", "hint")) == "rank 0: bad (hint)"
+    assert fail_message(0, None, ValueError("[x] not a path")) == "rank 0: ValueError: [x] not a path"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sys
 from dataclasses import dataclass
@@ -223,9 +224,20 @@ def _failed_not_interrupted(store: Store, run_id: int, interrupted: bool, why: s
                          error=f"{why}; the launcher then stopped the other ranks ({run['error']})")
 
 
+#: A C++ library's source location before its message: ``[/path/gloo/.../pair.cc:537] ``.
+_SOURCE_AT = re.compile(r"^\[[^\]\s]*\.(?:cc|cpp|cxx|c|h|hpp):\d+\]\s*")
+
+
 def fail_message(rank: int, what: Optional[str], exc: BaseException) -> str:
+    """One line: the rank, where it was, and its error; another library's error by its
+    first line, without a C++ source location before it (torch's Gloo errors carry both,
+    and a C++ backtrace after)."""
     where = f" during {what}" if what else ""
-    text = str(exc) if isinstance(exc, DdlcommError) else f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, DdlcommError):
+        text = str(exc)
+    else:
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        text = f"{type(exc).__name__}: {_SOURCE_AT.sub('', first)}"
     return f"rank {rank}{where}: {text}"
 
 

@@ -41,6 +41,21 @@ def test_files_read_ahead_in_batches_across_files(tmp_path):
     assert float(got[0][0].max()) == pytest.approx(5 / 255)     # uint8 scaled to [0, 1]
 
 
+@pytest.mark.parametrize("change", ["overwrite", "remove"])
+def test_a_file_that_changes_while_training_reads_it_is_named(tmp_path, change):
+    """NumPy's advice on a file overwritten mid-run (allow_pickle=...) or a bare
+    FileNotFoundError reached the run's error."""
+    files = data_files(write(tmp_path / "d"))
+    for f in files:
+        f.write_bytes(b"garbage" * 64) if change == "overwrite" else f.unlink()
+    data = FolderData(files, batch=4, rank=0, size=1, prefetch=2)
+    try:
+        with pytest.raises(UsageError, match=f"--data file {files[0]} changed while training read it"):
+            data.next()
+    finally:
+        data.close()
+
+
 def test_each_rank_reads_its_share(tmp_path):
     files = data_files(write(tmp_path / "d", n_files=4))
     data = FolderData(files, batch=10, rank=1, size=2)

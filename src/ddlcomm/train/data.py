@@ -129,6 +129,21 @@ def label_range(files: list[Path]) -> tuple[int, int]:
     return min(lows, default=0), max(highs, default=0)
 
 
+def _read(f: Path) -> tuple[np.ndarray, np.ndarray]:
+    """A data file's arrays x and y, read during training (UsageError naming the file where
+    it changed since the checks before the start: removed, cut short, overwritten)."""
+    try:
+        with np.load(f) as z:
+            if "x" not in z or "y" not in z:
+                raise UsageError(f"--data file {f} lacks array x or y")
+            return z["x"], z["y"]
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else \
+            "not a readable .npz" if isinstance(exc, ValueError) else str(exc)
+        raise UsageError(f"--data file {f} changed while training read it ({why})",
+                         "leave the data files in place while a run trains on them") from None
+
+
 class FolderData:
     """Batches from ``.npz`` files, read ahead by one thread into a queue of ``prefetch`` batches."""
 
@@ -149,10 +164,7 @@ class FolderData:
         while True:                                     # epochs, until stopped
             seen = 0
             for f in files:
-                with np.load(f) as z:
-                    if "x" not in z or "y" not in z:
-                        raise UsageError(f"{f} lacks array x or y")
-                    x, y = z["x"], z["y"]
+                x, y = _read(f)
                 if x.ndim != 4 or x.shape[1] != 3 or len(y) != len(x):
                     raise UsageError(f"{f}: x must be (N, 3, H, W) and y (N,), got {x.shape}, {y.shape}")
                 seen += len(x)

@@ -374,3 +374,17 @@ def test_an_algorithms_pieces_are_ordered_by_size():
     headers, rows = points_table([make_point("allreduce", "buffer", 1 << 20, algorithm=a) for a in names])
     assert [r[headers.index("algorithm")] for r in rows] == [
         "library", "shm", "shm@128KiB", "shm@256KiB", "shm@1MiB"]
+
+
+def test_a_log_axis_under_a_decade_is_labelled_in_plain_numbers():
+    """matplotlib labelled the minor ticks of a narrow log range as 3×10^0."""
+    from ddlcomm.report import plots
+    plt = plots._pyplot()
+    for values, minor in (([2.1, 2.5, 3.4], True), ([2, 500, 30000], False)):
+        fig, ax = plt.subplots()
+        ax.plot([1, 2, 3], values)
+        plots.log_y(ax)
+        fig.canvas.draw()
+        labels = [t.get_text() for t in ax.get_yticklabels(minor=True) if t.get_text()]
+        assert ("3" in labels and not any("10^" in t for t in labels)) if minor else labels == []
+        plt.close(fig)

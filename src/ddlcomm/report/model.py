@@ -274,7 +274,7 @@ def fit_figure(fit, group) -> Any:
                     color=color, linestyle=ls, markerfacecolor="none" if held else color)
     if not rs:
         raise ValueError("no points of this group")
-    ax.set_yscale("log")
+    plots.log_y(ax)
     ax.set_ylabel("time per call (µs)")
     ax.grid(True, alpha=0.3)
     ax.set_title(f"{_group_label(group.key)}: measured vs model", fontsize="medium")
@@ -340,7 +340,7 @@ def scaling_figure(rows: Sequence[Mapping[str, Any]], nbytes: int) -> Any:
     ax.set_xscale("log", base=2)
     ranks = sorted({r["ranks"] for r in chosen})     # each one predicted (--max-ranks 3 too)
     ax.set_xticks(ranks, [str(p) for p in ranks], minor=False)
-    ax.set_yscale("log")
+    plots.log_y(ax)
     ax.set_xlabel("ranks")
     ax.set_ylabel(f"predicted time ({unit})")
     ax.grid(True, alpha=0.3)

@@ -108,6 +108,21 @@ def _style(styles: Optional[Mapping[str, Mapping[str, str]]], label: str) -> dic
     return {"marker": "o", **(styles or {}).get(label, {})}
 
 
+def log_y(ax: Any) -> None:
+    """A log time or bandwidth axis; a range under a decade is labelled on its minor ticks,
+    in plain numbers (matplotlib wrote them as ``3×10^0``)."""
+    from matplotlib.ticker import FuncFormatter
+    ax.set_yscale("log")
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if _labelled(ax, v) else ""))
+
+
+def _labelled(ax: Any, value: float) -> bool:
+    """Whether a minor tick gets a label: only where the axis spans less than a decade
+    (else the decades' labels say it, and minor ones would crowd them)."""
+    lo, hi = sorted(ax.get_ylim())
+    return lo > 0 and hi / lo < 10 and value > 0
+
+
 def _size_axis(ax: Any, points: Sequence[Point]) -> None:
     """log2 x axis with a labelled tick at every power of two (4B, 8B, ... 1KiB, ...); where
     the sizes are not powers of two (a model's gradients) or few, a tick at each size."""
@@ -202,7 +217,7 @@ def latency_figure(points: Sequence[Point], collective: str,
             ax.vlines(x, p50, p99, color=line.get_color(), alpha=0.3, linewidth=8)
         failed |= _mark_failed(ax, ps, "t_p50_us", line.get_color())
     _size_axis(ax, chosen)
-    ax.set_yscale("log")
+    log_y(ax)
     ax.set_ylabel("median time per call, p50 (µs)")
     band = Patch(color="gray", alpha=0.3, label="p50..p99 over iterations")
     return _finish(fig, ax, _title(chosen, "latency"), [band, *([_failed_handle()] if failed else [])])
@@ -247,7 +262,7 @@ def bandwidth_figure(points: Sequence[Point], collective: str,
     apart = [p for p in peaks if p > 0]
     log = len(apart) > 1 and max(apart) > LOG_BANDWIDTH_SPREAD * min(apart)
     if log:             # series orders of magnitude apart: on a linear axis the slow ones lie on 0
-        ax.set_yscale("log")
+        log_y(ax)
     else:
         ax.set_ylim(bottom=0)
     ax.set_ylabel(f"{'' if dashed else 'bus '}bandwidth: bytes / mean time (GB/s"

@@ -62,7 +62,7 @@ def _figure(points: Sequence[Point], title: str, panel_of: Key, x_of: Key, line_
         ax.set_xticks(ticks)
         if x_bytes:
             ax.set_xticklabels([format_size(int(t)) for t in ticks], rotation=45, fontsize=7)
-        ax.set_yscale("log")
+        plots.log_y(ax)
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel(f"avg time per call ({unit})")
     handles, labels = axes[0][0].get_legend_handles_labels()

@@ -121,7 +121,7 @@ def rank_main(job: TrainJob, argv: Sequence[str], db_path: Path,
         for n, cfg in enumerate(job.configs, 1):
             progress(comm.rank, f"[{n}/{len(job.configs)}] {counted(comm.size, 'rank')} "
                                 f"{comm.name}: {cfg.label()}")
-            with watchdog.guard(f"training {cfg.label()}"):
+            with watchdog.guard(f"training {cfg.label()} on {counted(comm.size, 'rank')}"):
                 records = run_ddp(comm, gloo, cfg) if cfg.peer == "ddp" else run_config(comm, cfg)
             for rec in records:               # rank 0's (the others return none)
                 store.add_point(run_id, rec)

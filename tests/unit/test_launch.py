@@ -312,3 +312,13 @@ def test_the_ranks_read_none_of_the_callers_input(tmp_path):
     assert rest.returncode == 0, rest.stderr
     assert rest.stdout == "a\nb\n"                                  # still the caller's
     assert read.read_text() == "" and (tmp_path / "read0").read_text() == ""
+
+
+def test_hydras_signal_codes_read_as_the_shells():
+    """MPICH's mpiexec gave a rank killed by SIGKILL as exit code 9: the run said
+    'ranks ended with exit code 9', no signal named."""
+    from ddlcomm.bench.runs import ended_with
+    hydra, prte = MPILauncher("mpiexec", "hydra"), MPILauncher("mpirun", "openmpi")
+    assert [hydra.exit_code(rc) for rc in (0, 1, 2, 3, 9, 15, 130)] == [0, 1, 2, 3, 137, 143, 130]
+    assert prte.exit_code(9) == 9
+    assert ended_with(hydra.exit_code(9)) == "ranks ended with exit code 137 (SIGKILL)"

@@ -40,7 +40,7 @@ def _start_with_mpirun(plan: BenchPlan, argv: Sequence[str], env: dict) -> int:
     with _containers(plan) as cset:
         cmd, extra = commands.mpirun_command(launcher, cset, plan.ranks or 2, program(argv),
                                              plan.bind)
-        return mpirun.run(cmd, launcher.environment({**extra, **env}))
+        return launcher.exit_code(mpirun.run(cmd, launcher.environment({**extra, **env})))
 
 
 def _start_with_spawn(plan: BenchPlan, argv: Sequence[str], env: dict) -> int:

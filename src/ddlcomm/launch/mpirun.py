@@ -87,6 +87,12 @@ class MPILauncher:
                 env.setdefault(key, value)
         return env
 
+    def exit_code(self, rc: int) -> int:
+        """The launcher's exit code in the shell's convention, 128 + N for a rank killed by
+        signal N: Hydra gives such a rank's end as N itself (9 for SIGKILL), which ddlcomm's
+        ranks never exit with (0-3, 130), so the run can name the signal."""
+        return 128 + rc if self.family == "hydra" and 3 < rc < 65 else rc
+
     @staticmethod
     def oversubscribed(nranks: int, cores: Optional[int] = None) -> bool:
         """More ranks than the cores of this host (default: ``os.cpu_count()``)."""

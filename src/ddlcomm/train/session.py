@@ -64,7 +64,8 @@ def start(job: TrainJob, argv: Sequence[str], env: dict) -> int:
     env = dict(env, **{JOB_ENV: job.to_json()})
     if launcher == "mpirun":
         found = mpirun.find()
-        return mpirun.run(found.command(job.ranks, program(argv)), found.environment(env, found.oversubscribed(job.ranks)))
+        return found.exit_code(mpirun.run(found.command(job.ranks, program(argv)),
+                                          found.environment(env, found.oversubscribed(job.ranks))))
     return spawn.run(job.ranks, program(argv), env)
 
 

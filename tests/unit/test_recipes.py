@@ -160,7 +160,7 @@ def test_session_tag_and_points(tmp_path):
     recipe = get_recipe("woo2020")
     assert session_tag(recipe, None).startswith("woo2020:")
     assert session_tag(recipe, "woo2020:abc") == "woo2020:abc"
-    with pytest.raises(UsageError, match="is not a woo2020 session"):
+    with pytest.raises(UsageError, match="is not a session of woo2020"):
         session_tag(recipe, "choi2021:abc")
     db = tmp_path / "d.db"
     Store(db).close()
@@ -380,7 +380,7 @@ def test_ctrl_c_or_sigterm_starts_no_more_steps(tmp_path, monkeypatch, sig):
     from ddlcomm.recipes import base
     ran = []
 
-    def step(cmd, out, timeout_s):            # the running step gets the signal too: exit 130
+    def step(cmd, out, timeout_s, running):   # the running step gets the signal too: exit 130
         ran.append(cmd)
         os.kill(os.getpid(), getattr(signal, sig))
         return 130
@@ -390,6 +390,40 @@ def test_ctrl_c_or_sigterm_starts_no_more_steps(tmp_path, monkeypatch, sig):
     results = base.run_steps(steps, tmp_path / "d.db", "woo2020:x", tmp_path / "log")
     assert len(ran) == 1 and [rc for _, rc, _ in results] == [130, base.NOT_RUN, base.NOT_RUN]
     assert signal.getsignal(signal.SIGINT) is before                   # handlers given back
+
+
+def test_a_sigterm_to_the_recipe_alone_ends_the_running_step(tmp_path, monkeypatch):
+    """`kill -TERM` of `ddlcomm reproduce` let the run going finish (it was stored passed),
+    where README says it ends, marked interrupted."""
+    import signal
+    from ddlcomm.recipes import base
+    sent = []
+
+    class Step:                              # the step's process, as run_steps sees it
+        def send_signal(self, signum):
+            sent.append(signum)
+
+    def step(cmd, out, timeout_s, running):
+        running.append(Step())
+        os.kill(os.getpid(), signal.SIGTERM)    # to the recipe's process alone
+        running.clear()
+        return 130
+    monkeypatch.setattr(base, "_run_step", step)
+    results = base.run_steps([base.Step(n, ()) for n in "ab"], tmp_path / "d.db", "woo2020:x",
+                             tmp_path / "log")
+    assert sent == [signal.SIGTERM] and [rc for _, rc, _ in results] == [130, base.NOT_RUN]
+
+
+def test_a_session_that_stored_no_point_still_writes_its_report(tmp_path, monkeypatch, capsys):
+    """Past its deadline (or a Ctrl-C in its first run) a session said 'no results database
+    at ...' and exited 2 with no report."""
+    from ddlcomm.recipes import base
+    monkeypatch.setenv(base.DEADLINE_ENV, "0")
+    assert base.reproduce(get_recipe("shi2018"), tmp_path / "d.db") == 1
+    out = capsys.readouterr()
+    assert "no run of the session started" in out.err and "0 of 3 runs completed" in out.out
+    (page,) = (tmp_path / "reports").glob("shi2018-*/index.html")
+    assert "not run (deadline, SIGTERM or Ctrl-C)" in page.read_text()
 
 
 def test_oversubscribed_rank_counts_are_shaded_on_recipe_figures(tmp_path):

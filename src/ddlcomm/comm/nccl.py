@@ -46,7 +46,7 @@ def check_here() -> None:
     ok, why = cuda_available()
     if not ok:
         raise BackendUnavailable(f"backend nccl needs a CUDA GPU: {why}",
-                                 "run on a machine with an NVIDIA GPU, or use --backend gloo or mpi")
+                                 "run on a machine with an NVIDIA GPU, or use the gloo or mpi backend")
     torchdist._import_torch("nccl")
 
 

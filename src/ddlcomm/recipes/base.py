@@ -26,11 +26,11 @@ from typing import Callable, Optional, Sequence
 from tqdm import tqdm
 
 from ..bench.runs import EXIT_INTERRUPTED
-from ..errors import RankFailure, UsageError
-from ..launch.processes import die_with_parent, end
+from ..errors import UsageError
+from ..launch.processes import die_with_parent, end, owner_gone, this_process
 from ..results import Store
 from ..results.export import point_record
-from ..report.recipe import session_section
+from ..report.recipe import session_section, write_recipe_report
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,10 @@ def environment_python(env: Optional[str]) -> str:
 #: what is left): a caller with a hard limit (scripts/gpu-check) sets it, so that the
 #: report of what ran is still written.
 DEADLINE_ENV = "DDLCOMM_RECIPE_DEADLINE_S"
+#: Why a step the session had not finished is listed, until the session says more ...
+ENDED_BEFORE = "not completed (the session ended before it did)"
+#: ... and what a report rewritten while the session still runs says of it instead.
+NOT_YET = "not completed yet (the session is still running)"
 #: The exit code recorded for a step not started (deadline, SIGTERM) ...
 NOT_RUN = -1
 #: ... and for one ended at its time limit (timeout(1)'s).
@@ -93,17 +97,21 @@ def _sooner(*limits: Optional[float]) -> Optional[float]:
     return min((x for x in limits if x is not None), default=None)
 
 
-def _run_step(cmd: list[str], out, timeout_s: Optional[float]) -> int:
+def _run_step(cmd: list[str], out, timeout_s: Optional[float], running: list) -> int:
     """One step's exit code; past ``timeout_s`` (:data:`TIMED_OUT`; None: no limit) it is ended by
     SIGTERM, which the owner forwards to its ranks (the run is marked interrupted, not
-    left running), as it is when the recipe itself is killed outright."""
+    left running), as it is when the recipe itself is killed outright.  ``running`` holds
+    its process while it runs (for :func:`run_steps` to pass a signal on)."""
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent(),
                             env=dict(os.environ, DDLCOMM_PROGRESS="plain"))
+    running.append(proc)
     try:
         return proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         end(proc, grace_s=30.0)
         return TIMED_OUT
+    finally:
+        running.remove(proc)
 
 
 def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
@@ -122,11 +130,19 @@ def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
     t_start = time.monotonic()
     deadline = deadline_s(os.environ)
     # A SIGTERM or Ctrl-C while the steps run: start no more, and write the report of what
-    # ran (a launcher's or `timeout`'s SIGTERM, and a terminal's SIGINT, reach the running
-    # step's processes too: they end it, marked interrupted).
+    # ran.  The running step ends, marked interrupted: a terminal's SIGINT reaches its
+    # processes too (the process group); a SIGTERM or SIGHUP sent to this process alone is
+    # passed on to it (one sent to the group as well comes twice, which the owner takes).
     stopped: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: stopped.append(signum))
-                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    running: list = []
+
+    def stop(signum, frame) -> None:
+        stopped.append(signum)
+        if signum != signal.SIGINT:
+            for proc in running:
+                proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         with open(log, "a") as out, tqdm(total=len(steps), unit="run", file=sys.stderr) as bar:
             for step in steps:
@@ -141,11 +157,11 @@ def run_steps(steps: Sequence[Step], db: Path, tag: str, log: Path,
                 out.write(f"\n$ {' '.join(cmd)}\n")
                 out.flush()
                 start = time.monotonic()
-                rc = _run_step(cmd, out, _sooner(timeout_s, left))
+                rc = _run_step(cmd, out, _sooner(timeout_s, left), running)
                 results.append((step, rc, time.monotonic() - start))
                 on_step(results)
                 if rc != 0:
-                    tqdm.write(f"ddlcomm: step failed (exit {rc}): {step.label}; see {log}",
+                    tqdm.write(f"ddlcomm: step {_why_incomplete(rc)}: {step.label}; see {log}",
                                file=sys.stderr)
                 bar.update(1)
     finally:
@@ -173,22 +189,19 @@ def new_tag(recipe: str) -> str:
     return f"{recipe}:{uuid.uuid4().hex[:8]}"
 
 
-def require_ok(results) -> None:
-    """RankFailure where no step completed: every one failed, or none ran."""
-    failed = [s.label for s, rc, _ in results if rc != 0]
-    if failed and len(failed) == len(results):
-        if all(rc == NOT_RUN for _, rc, _ in results):
-            raise RankFailure("no step of the recipe ran: the deadline "
-                              f"(${DEADLINE_ENV}) or a SIGTERM came first",
-                              f"unset {DEADLINE_ENV} or give it more seconds")
-        raise RankFailure("every step of the recipe failed", "see the log it names")
+def why_no_points(results) -> str:
+    """Why a session that ran stored no point: none of its steps ran, or none completed."""
+    if results and all(rc == NOT_RUN for _, rc, _ in results):
+        return (f"no run of the session started: the deadline (${DEADLINE_ENV}), a SIGTERM or "
+                "a Ctrl-C came first")
+    return "no run of the session stored a point (see its log and the runs that did not complete)"
 
 
 def session_tag(recipe: Recipe, report_only: Optional[str]) -> str:
     """The session's tag: a new one, or the earlier session's (checked to be this recipe's)."""
     tag = report_only or new_tag(recipe.name)
     if not tag.startswith(recipe.name + ":"):
-        raise UsageError(f"tag {tag!r} is not a {recipe.name} session")
+        raise UsageError(f"tag {tag!r} is not a session of {recipe.name}")
     return tag
 
 
@@ -226,6 +239,18 @@ def cores_of(points: Sequence[dict]) -> int:
 UNAVAILABLE_FILE = "unavailable.json"
 #: ... and of the runs that did not complete (label, why), for a report rewritten later.
 INCOMPLETE_FILE = "incomplete.json"
+#: The process running the session, in its own folder while it runs its steps.
+RUNNING_FILE = "running.json"
+
+
+def session_running(home: Path) -> bool:
+    """Whether the session whose folder is ``home`` is still running its steps (its
+    process left :data:`RUNNING_FILE` and has not died on this host)."""
+    try:
+        owner = json.loads((home / RUNNING_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return not owner_gone(owner)
 
 
 def session_unavailable(recipe: Recipe, out: Path, report_only: Optional[str],
@@ -251,8 +276,7 @@ def session_incomplete(out: Path, results, report_only: Optional[str],
     if report_only is None:
         done = {id(s) for s, _, _ in results}
         found = [(s.label, _why_incomplete(rc)) for s, rc, _ in results if rc != 0]
-        found += [(s.label, "not completed (the session ended before it did)") for s in steps
-                  if id(s) not in done]
+        found += [(s.label, ENDED_BEFORE) for s in steps if id(s) not in done]
         for folder in dict.fromkeys(f for f in (out, home) if f is not None):
             folder.mkdir(parents=True, exist_ok=True)
             (folder / INCOMPLETE_FILE).write_text(json.dumps(found, indent=1))
@@ -275,33 +299,71 @@ def reproduce(recipe: Recipe, db: Path, *, full: bool = False, report_only: Opti
     ``timeout_s``: seconds a run may take (default :func:`limits`)."""
     tag = session_tag(recipe, report_only)
     deadline_s(os.environ)                   # refused before anything starts
-    if report_only is not None:
-        if not db.exists():
-            raise UsageError(f"no results database at {db}", "pass the --db the session used")
-        points = session_points(db, tag)
     home = db.parent / "reports" / tag.replace(":", "-")      # the session's own folder
+    points = _earlier_points(db, tag, home) if report_only is not None else []
     out = out or home
     out.mkdir(parents=True, exist_ok=True)
     results = []
     unavailable = session_unavailable(recipe, out, report_only, home)
     if report_only is None:
-        steps = recipe.steps(full)
-        log = out / "runs.log"
-        print(f"{recipe.title}: {len(steps)} runs, tag {tag}, log {log}", flush=True)
-        for variant, reason in unavailable:
-            print(f"  not available here: {variant}: {reason}")
-        run_limit, extra = limits(full, timeout_s)
-        session_incomplete(out, [], None, home, steps)      # all listed until they run
-        results = run_steps(steps, db, tag, log, run_limit, extra,
-                            on_step=lambda done: session_incomplete(out, done, None, home, steps))
+        results = _run_session(recipe, db, tag, out, home, full, timeout_s, unavailable)
         try:
-            points = session_points(db, tag)
-        except UsageError:
-            require_ok(results)     # no point: say why, where every step failed or none ran
-            raise
-    page = recipe.report(recipe, points, out, unavailable)
+            points = session_points(db, tag) if db.exists() else []
+        except UsageError:          # none stored: the report still lists what did not complete
+            points = []
+    if points:
+        page = recipe.report(recipe, points, out, unavailable)
+    else:
+        why = why_no_points(results)
+        print(f"ddlcomm: {why}", file=sys.stderr, flush=True)
+        page = write_recipe_report(recipe.title, [], out, figure_of=str, panel_of=str, x_of=str,
+                                   line_of=str, x_label="", panel_order=(), notes=[why + "."],
+                                   unavailable=unavailable)
     incomplete = session_incomplete(out, results, report_only, home)
-    _append(page, _incomplete_html(incomplete) + session_section(tag, db, session_runs(db, tag)))
+    if report_only is not None and session_running(home):
+        print(f"the session {tag} is still running: this report shows what it has measured so far")
+        incomplete = [(label, NOT_YET if why == ENDED_BEFORE else why) for label, why in incomplete]
+    _append(page, _incomplete_html(incomplete)
+            + session_section(tag, db, session_runs(db, tag) if db.exists() else []))
+    return _summary(db, page, points, results, incomplete)
+
+
+def _earlier_points(db: Path, tag: str, home: Path) -> list[dict]:
+    """The points of an earlier session, for its report rewritten: none where it stored
+    none but left its lists (UsageError where there is no such session)."""
+    if not db.exists():
+        raise UsageError(f"no results database at {db}", "pass the --db the session used")
+    try:
+        return session_points(db, tag)
+    except UsageError:
+        if not (home / INCOMPLETE_FILE).exists():     # no session of that tag at all
+            raise
+        return []
+
+
+def _run_session(recipe: Recipe, db: Path, tag: str, out: Path, home: Path, full: bool,
+                 timeout_s: Optional[float], unavailable) -> list[tuple[Step, int, float]]:
+    """Run the session's steps, saying what it will do; its lists kept in ``out`` and
+    ``home`` after each step, and :data:`RUNNING_FILE` there while they run."""
+    steps = recipe.steps(full)
+    log = out / "runs.log"
+    print(f"{recipe.title}: {len(steps)} runs, tag {tag}, log {log}", flush=True)
+    for variant, reason in unavailable:
+        print(f"  not available here: {variant}: {reason}")
+    run_limit, extra = limits(full, timeout_s)
+    session_incomplete(out, [], None, home, steps)      # all listed until they run
+    home.mkdir(parents=True, exist_ok=True)
+    (home / RUNNING_FILE).write_text(json.dumps(this_process()))
+    try:
+        return run_steps(steps, db, tag, log, run_limit, extra,
+                         on_step=lambda done: session_incomplete(out, done, None, home, steps))
+    finally:
+        (home / RUNNING_FILE).unlink(missing_ok=True)
+
+
+def _summary(db: Path, page: Path, points: list, results: list, incomplete: list) -> int:
+    """Print what the session gave; its exit code (1 where a run did not complete or a
+    point failed its check)."""
     checks_failed = sum(p["check"] == "failed" for p in points)
     if results:
         print(f"{len(results) - len(incomplete)} of {len(results)} runs completed", end=", ")

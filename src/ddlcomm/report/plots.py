@@ -111,7 +111,7 @@ def _style(styles: Optional[Mapping[str, Mapping[str, str]]], label: str) -> dic
 def log_y(ax: Any) -> None:
     """A log time or bandwidth axis; a range under a decade is labelled on its minor ticks,
     in plain numbers (matplotlib wrote them as ``3×10^0``)."""
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter     # matplotlib is slow to import: when drawn
     ax.set_yscale("log")
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if _labelled(ax, v) else ""))
 

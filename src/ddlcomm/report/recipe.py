@@ -105,7 +105,8 @@ def write_recipe_report(title: str, points: Sequence[Point], out_dir: str | Path
         f"<td class=num>{format_us(p['t_avg_us'])}</td><td class=num>{format_us(p['t_p50_us'])}</td>"
         f"<td class=num>{format_us(p['t_p99_us'])}</td><td>{format_check(p['check'])}</td>"
         f"<td class=num>{p.get('run_id', '')}</td></tr>" for p in rows)
-    body.append(f"<h2>All points</h2><table><tr>{head}</tr>{trs}</table>")
+    if rows:
+        body.append(f"<h2>All points</h2><table><tr>{head}</tr>{trs}</table>")
     page = out / "index.html"
     page.write_text(f"<!doctype html><html><head><meta charset=utf-8><title>{escape(title)}"
                     f"</title><style>{_CSS}</style></head><body>{''.join(body)}</body></html>",

@@ -206,6 +206,36 @@ def test_rendezvous_through_environment(gloo, tmp_path):
         assert line.endswith(" sum 3"), line
 
 
+REINIT = """\
+import ddlcomm, numpy as np
+sums = []
+for _ in range(3):                     # the closed communicator's hint: ddlcomm.init() a new one
+    comm = ddlcomm.init("gloo")
+    sums.append(int(comm.allreduce(np.ones(1, np.int64))[0]))
+    comm.close()
+print(f"rank {comm.rank} sums {sums}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["rank 0's store", "torchrun"])
+def test_a_closed_communicator_is_followed_by_a_new_one(gloo, tmp_path, how):
+    """Under torchrun a second ddlcomm.init after close hung one rank (the first join's keys
+    in torchrun's store); each join now has keys of its own."""
+    script = tmp_path / "reinit.py"
+    script.write_text(REINIT)
+    if how == "torchrun":
+        from conftest import run
+        res = run([gloo.python, "-m", "torch.distributed.run", "--nproc-per-node", "2", script],
+                  clean_env(gloo.env()), 120)
+        assert res.returncode == 0, res.stdout + res.stderr
+        outs = res.stdout
+    else:
+        ranks, _ = spawn(2, [gloo.python, script], clean_env(gloo.env()), tmp_path, timeout=120)
+        assert all(r.code == 0 for r in ranks), _dump(ranks)
+        outs = "".join(r.out for r in ranks)
+    assert outs.count("sums [2, 2, 2]") == 2, outs
+
+
 FAILING = """\
 import ddlcomm
 comm = ddlcomm.init("gloo")

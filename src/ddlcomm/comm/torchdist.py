@@ -35,6 +35,7 @@ mpirun, through a TCP store whose address travels by MPI.
 """
 from __future__ import annotations
 
+import atexit
 import datetime
 import functools
 import importlib.util
@@ -138,7 +139,7 @@ def init_process_group(info: LaunchInfo, timeout_s: float = DEFAULT_TIMEOUT_S,
                              world_size=info.size,
                              timeout=datetime.timedelta(seconds=timeout_s), **options)
     if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
-        join(init_method="env://")
+        join(store=_env_store(info, datetime.timedelta(seconds=timeout_s)))
         return f"env://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
     slurm = slurm_rendezvous() if _srun_tasks(info) else None
     if slurm is not None:
@@ -154,6 +155,21 @@ def init_process_group(info: LaunchInfo, timeout_s: float = DEFAULT_TIMEOUT_S,
         "no MASTER_ADDR/MASTER_PORT)",
         "set MASTER_ADDR and MASTER_PORT, or start the ranks under torchrun or mpirun "
         "(with mpi4py installed)")
+
+
+#: How many times this process joined through ``env://`` (every rank counts alike).
+_JOINS = {"env": 0}
+
+
+def _env_store(info: LaunchInfo, timeout: datetime.timedelta):
+    """``env://``'s store, as torch opens it (rank 0 hosts it, or torchrun's agent does),
+    under a prefix of its own for each join in this process: a second ``ddlcomm.init``
+    after ``close`` met the first one's keys and hung (torch's own ``env://`` fails so)."""
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), info.size,
+                          info.rank == 0 and not agent, timeout=timeout)
+    _JOINS["env"] += 1
+    return dist.PrefixStore(f"ddlcomm/{_JOINS['env']}", store)
 
 
 def _srun_tasks(info: LaunchInfo) -> bool:
@@ -257,6 +273,17 @@ _BINDERS: dict[str, Callable[..., Callable[[], object]]] = {
 _OURS: dict = {"made": False, "users": 0}
 
 
+def _destroy_ours() -> None:
+    """At a clean exit, the group ddlcomm made and no close destroyed: left to the
+    interpreter's teardown, torch's threads sometimes ended the process with SIGABRT
+    ("terminate called without an active exception", 1 run in 5 under torchrun) after
+    its work was done.  Not after an uncaught exception (``sys.last_value``): a peer may
+    still wait in a call, and destroying the group then waits for it."""
+    if _OURS["made"] and dist.is_initialized() and getattr(sys, "last_value", None) is None:
+        _OURS["made"] = False
+        dist.destroy_process_group()
+
+
 class TorchDistCommunicator(Communicator):
     """Communicator over torch.distributed's default process group; a subclass names the
     torch.distributed backend (``backend``) and may choose a device before the ranks meet."""
@@ -296,6 +323,7 @@ class TorchDistCommunicator(Communicator):
             options = self._before_init(info)
             self.rendezvous = init_process_group(info, timeout_s, self.backend, **options)
             _OURS["made"] = True
+            atexit.register(_destroy_ours)
         #: whether the group is ddlcomm's (made by this communicator or another), counted
         self._ours = _OURS["made"]
         _OURS["users"] += self._ours

@@ -88,6 +88,7 @@ def test_kernel_bench_reports_the_reference_first():
     (["--op", "avg"], "no reduction kernel for op 'avg'"),
     (["--dtype", "float8"], "float8"),
     (["--size", "12XB"], "12XB"),
+    (["--size", "2", "--dtype", "float16"], "not whole float32 elements, the reference"),
 ])
 def test_kernels_command_refuses_bad_input(capsys, args, message):
     from ddlcomm.cli import main

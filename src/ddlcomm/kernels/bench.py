@@ -31,6 +31,11 @@ def check_request(dtypes: Sequence[str], nbytes: int, available: int) -> None:
         raise UsageError(f"--size must be above 0 bytes, got {nbytes}", "e.g. --size 256MiB")
     for name in dtypes:
         check_whole(nbytes, get_dtype(name), "--size")
+    ref = get_dtype(REFERENCE[0])
+    if nbytes % ref.itemsize:               # the ratios compare the same bytes
+        raise UsageError(f"--size {format_size(nbytes)} is not whole {ref.name} elements, the "
+                         f"reference every kernel is compared with",
+                         f"give multiples of {ref.itemsize} B")
     need = 2 * nbytes * len({*dtypes, REFERENCE[0]})
     if need > available:
         raise UsageError(f"--size {format_size(nbytes)} needs about {format_size(need)} of memory "

@@ -131,6 +131,8 @@ def test_awan2019_report_has_both_halves(tmp_path):
     assert '<a href="latency/index.html">The all-reduce latency half</a>' in page.read_text()
     latency = (tmp_path / "latency" / "index.html").read_text()
     assert "MPICH" in latency and "<svg" in latency and "1MiB" in latency
+    assert 'href="points.csv"' in latency                 # every recipe page links its points
+    assert len((tmp_path / "latency" / "points.csv").read_text().splitlines()) == len(points) + 1
 
 
 def test_unknown_recipe():

@@ -12,9 +12,10 @@ from html import escape
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import plots
-from .html import _CSS, _inline_svg, _safe_name
+from ..results import export
 from ..units import format_size
+from . import plots
+from .html import _CSS, CSV_NAME, _inline_svg, _safe_name
 from .tables import format_check, format_us, format_when, mpi_of, run_warnings
 
 Point = dict
@@ -79,7 +80,8 @@ def write_recipe_report(title: str, points: Sequence[Point], out_dir: str | Path
                         figure_of: Key, panel_of: Key, x_of: Key, line_of: Key, x_label: str,
                         panel_order: Sequence[Any], notes: Sequence[str] = (),
                         unavailable: Sequence[tuple[str, str]] = (), x_bytes: bool = False) -> Path:
-    """Write ``out_dir/index.html`` and one PNG/SVG per figure; return the page's path.
+    """Write ``out_dir/index.html``, one PNG/SVG per figure and the points' CSV; return the
+    page's path.
 
     ``x_bytes``: x is a message size (log scale, labelled 4B ... 256MiB).
     """
@@ -106,7 +108,9 @@ def write_recipe_report(title: str, points: Sequence[Point], out_dir: str | Path
         f"<td class=num>{format_us(p['t_p99_us'])}</td><td>{format_check(p['check'])}</td>"
         f"<td class=num>{p.get('run_id', '')}</td></tr>" for p in rows)
     if rows:
-        body.append(f"<h2>All points</h2><table><tr>{head}</tr>{trs}</table>")
+        (out / CSV_NAME).write_text(export.to_csv(points), encoding="utf-8")
+        body.append(f'<h2>All points</h2><p><a href="{CSV_NAME}">the points (CSV)</a></p>'
+                    f"<table><tr>{head}</tr>{trs}</table>")
     page = out / "index.html"
     page.write_text(f"<!doctype html><html><head><meta charset=utf-8><title>{escape(title)}"
                     f"</title><style>{_CSS}</style></head><body>{''.join(body)}</body></html>",

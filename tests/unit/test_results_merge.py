@@ -100,3 +100,20 @@ def test_a_refused_one_machine_merge_makes_no_database(tmp_path, capsys):
     fill(b, 1, cpu="Xeon", cores=64)
     assert main(["results", "merge", "--one-machine", str(a), str(b), "--db", str(dest)]) == 2
     assert "2 machines" in capsys.readouterr().err and not dest.exists()
+
+
+def test_a_merge_stopped_midway_has_said_how_far_it_got(tmp_path, capsys, monkeypatch):
+    a, b, dest = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "m.db"
+    fill(a, 1)
+    fill(b, 1, cpu="Xeon")
+    real = Store.import_run
+
+    def stop_in_b(self, run, points):
+        if run["host"] == str(b):
+            raise KeyboardInterrupt
+        return real(self, run, points)
+    monkeypatch.setattr(Store, "import_run", stop_in_b)
+    assert main(["results", "merge", str(a), str(b), "--db", str(dest)]) == 130
+    out, err = capsys.readouterr()
+    assert out.strip() == f"{a}: 1 run (3 points) merged"
+    assert "the runs merged so far are whole and stay" in err and "ddlcomm: interrupted" in err

@@ -140,9 +140,15 @@ def merge_sources(names: list[str], db: Path) -> list[Path]:
 
 
 def merge_runs(store: Store, args: argparse.Namespace) -> None:
-    for done in merge.merge(store, args.sources, args.one_machine):
+    def said(done: merge.Merged) -> None:
         print(f"{done.source}: {counted(done.runs, 'run')} ({counted(done.points, 'point')}) merged"
-              + (f", {done.already} already here" if done.already else ""))
+              + (f", {done.already} already here" if done.already else ""), flush=True)
+    try:
+        merge.merge(store, args.sources, args.one_machine, said)
+    except KeyboardInterrupt:
+        print("ddlcomm: the runs merged so far are whole and stay; merging again takes the "
+              "rest (a run already there is not taken twice)", file=sys.stderr)
+        raise
 
 
 def versus_runs(store: Store, args: argparse.Namespace) -> None:

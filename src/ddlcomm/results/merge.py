@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..errors import UsageError
 from .store import Store
@@ -47,8 +47,10 @@ def check_one_machine(paths: Sequence[Path]) -> None:
                          "--one-machine")
 
 
-def merge(dest: Store, sources: Sequence[Path], one_machine: bool = False) -> list[Merged]:
-    """Copy every run of ``sources`` (in order) into ``dest``; what each gave."""
+def merge(dest: Store, sources: Sequence[Path], one_machine: bool = False,
+          said: Callable[[Merged], None] = lambda done: None) -> list[Merged]:
+    """Copy every run of ``sources`` (in order) into ``dest``; what each gave (``said`` as
+    each source is done: a long merge stopped midway has said how far it got)."""
     if one_machine:
         check_one_machine([dest.path, *sources])
     stores = [Store(path) for path in sources]
@@ -63,6 +65,7 @@ def merge(dest: Store, sources: Sequence[Path], one_machine: bool = False) -> li
                 else:
                     done.runs, done.points = done.runs + 1, done.points + len(points)
             out.append(done)
+            said(done)
         return out
     finally:
         for store in stores:

@@ -284,6 +284,9 @@ def _destroy_ours() -> None:
         dist.destroy_process_group()
 
 
+atexit.register(_destroy_ours)      # (a no-op where ddlcomm made no group: torch stays unloaded)
+
+
 class TorchDistCommunicator(Communicator):
     """Communicator over torch.distributed's default process group; a subclass names the
     torch.distributed backend (``backend``) and may choose a device before the ranks meet."""
@@ -323,7 +326,6 @@ class TorchDistCommunicator(Communicator):
             options = self._before_init(info)
             self.rendezvous = init_process_group(info, timeout_s, self.backend, **options)
             _OURS["made"] = True
-            atexit.register(_destroy_ours)
         #: whether the group is ddlcomm's (made by this communicator or another), counted
         self._ours = _OURS["made"]
         _OURS["users"] += self._ours

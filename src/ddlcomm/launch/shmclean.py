@@ -30,15 +30,25 @@ def names(folder: Path = SHM) -> set[str]:
         return set()
 
 
+def is_mpis(name: str) -> bool:
+    """Whether a segment's name is one of :data:`PATTERNS`."""
+    return any(fnmatch.fnmatch(name, p) for p in PATTERNS)
+
+
+def mapped(proc: Path, folder: Path = SHM) -> set[str]:
+    """The names in ``folder`` that process ``proc`` (``/proc/PID``) maps (OSError where it
+    cannot be read)."""
+    prefix = f"{folder}/"
+    return {line[line.find(prefix) + len(prefix):].split(" ")[0]
+            for line in (proc / "maps").read_text().splitlines() if prefix in line}
+
+
 def in_use(folder: Path = SHM) -> set[str]:
     """The names in ``folder`` that a process this one can look at maps or holds open."""
     prefix, used = f"{folder}/", set()
     for proc in Path("/proc").glob("[0-9]*"):
         try:
-            for line in (proc / "maps").read_text().splitlines():
-                at = line.find(prefix)
-                if at >= 0:
-                    used.add(line[at + len(prefix):].split(" ")[0])
+            used |= mapped(proc, folder)
             for fd in (proc / "fd").iterdir():
                 target = os.readlink(fd)
                 if target.startswith(prefix):
@@ -51,7 +61,7 @@ def in_use(folder: Path = SHM) -> set[str]:
 def remove_left(before: set[str], folder: Path = SHM) -> tuple[int, int]:
     """Remove the segments of :data:`PATTERNS` made in ``folder`` since ``before`` (its
     names then) that no process uses; (how many, their bytes)."""
-    new = [n for n in names(folder) - before if any(fnmatch.fnmatch(n, p) for p in PATTERNS)]
+    new = [n for n in names(folder) - before if is_mpis(n)]
     if not new:
         return 0, 0
     used, count, size = in_use(folder), 0, 0
@@ -70,18 +80,15 @@ def remove_left(before: set[str], folder: Path = SHM) -> tuple[int, int]:
 def unlink_mine(folder: Path = SHM) -> int:
     """Remove the names of the segments of :data:`PATTERNS` this process maps (the job is
     ending: the ranks that still map one keep it until they exit); how many."""
-    prefix, count = f"{folder}/", 0
     try:
-        maps = Path("/proc/self/maps").read_text()
+        mine = [name for name in mapped(Path("/proc/self"), folder) if is_mpis(name)]
     except OSError:
         return 0
-    mine = {line[line.find(prefix) + len(prefix):].split(" ")[0]
-            for line in maps.splitlines() if prefix in line}
+    count = 0
     for name in mine:
-        if any(fnmatch.fnmatch(name, p) for p in PATTERNS):
-            try:
-                (folder / name).unlink()
-                count += 1
-            except OSError:
-                pass                  # another rank was first
+        try:
+            (folder / name).unlink()
+            count += 1
+        except OSError:
+            pass                      # another rank was first
     return count

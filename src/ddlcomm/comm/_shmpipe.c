@@ -4,13 +4,14 @@
  *     base = allreduce(seg, send, recv, reducer, rank, nranks, chunk, windows, base)
  *
  * The input is cut into chunks of `chunk` bytes.  Per chunk, every rank copies
- * its piece into its slot of one of `windows` staging windows in the segment,
- * then reduces its own line-aligned part of the chunk straight from every
- * rank's slot (one pass of the C kernel per peer, in L2), then copies the whole
- * reduced chunk out.  Ranks go on to the next chunk as soon as their part is
- * done, so the copies of one chunk overlap the reductions of the next, and a
- * chunk's staging stays in the caches: each rank reads its input and writes its
- * output from memory once.
+ * the pieces the others reduce into its slot of one of `windows` staging
+ * windows in the segment, then reduces its own line-aligned part of the chunk
+ * (its own input straight from send, the others' from their slots: one pass of
+ * the C kernel per peer) into its part of recv, copies that part, still in the
+ * caches, into the window, and copies the others' reduced parts out.  Ranks go
+ * on to the next chunk as soon as their part is done, so the copies of one
+ * chunk overlap the reductions of the next, and a chunk's staging stays in the
+ * caches: each rank reads its input and writes its output from memory once.
  *
  * Ranks meet through three counters per rank (each on its own cache line in the
  * segment's header): READY (its piece of chunk g is staged), REDUCED (its part of
@@ -206,21 +207,27 @@ static void stage(const Job *j, const Chunk *c)
     lap(j, STAGE, t);
 }
 
-/* Reduce this rank's part from every rank's input (its own straight from send) into the window. */
+/* Reduce this rank's part from every rank's input (its own straight from send, first) into
+ * its part of recv, then copy that part, still in the caches, into the window for the others. */
 static void reduce(const Job *j, const Chunk *c)
 {
     size_t n = (c->hi - c->lo) / j->itemsize;
     const char *own = j->send + c->off + c->lo;
+    char *mine = j->recv + c->off + c->lo;
+    int first = 1;
     uint64_t t = mark(j);
     wait_all(j->seg, READY, j->nranks, c->g + 1, j->spin_ns);
     t = lap(j, WAIT_READY, t);
-    if (n > 0 && j->nranks == 1)
-        memcpy(c->out + c->lo, own, c->hi - c->lo);
-    for (int q = 1; n > 0 && q < j->nranks; q++) {
-        const char *a = q == 1 ? (j->rank == 0 ? own : c->slots + c->lo) : c->out + c->lo;
-        const char *b = q == j->rank ? own : c->slots + (size_t)q * j->chunk + c->lo;
-        j->loop(a, b, c->out + c->lo, n);
+    if (n > 0 && j->nranks == 1 && mine != own)
+        memcpy(mine, own, c->hi - c->lo);
+    for (int q = 0; n > 0 && q < j->nranks; q++) {
+        if (q == j->rank)
+            continue;
+        j->loop(first ? own : mine, c->slots + (size_t)q * j->chunk + c->lo, mine, n);
+        first = 0;
     }
+    if (n > 0 && j->nranks > 1)
+        memcpy(c->out + c->lo, mine, c->hi - c->lo);
     publish(counter(j->seg, REDUCED, j->nranks, j->rank), c->g + 1);
     lap(j, REDUCE, t);
 }
@@ -249,16 +256,17 @@ static void copy_streaming(char *dst, const char *src, size_t len)
 #endif
 }
 
-/* Copy the whole reduced chunk out. */
+static void copy_plain(char *dst, const char *src, size_t len) { memcpy(dst, src, len); }
+
+/* Copy the others' reduced parts of the chunk out (this rank's is already in recv). */
 static void unstage(const Job *j, const Chunk *c)
 {
+    void (*copy)(char *, const char *, size_t) = j->stream ? copy_streaming : copy_plain;
     uint64_t t = mark(j);
     wait_all(j->seg, REDUCED, j->nranks, c->g + 1, j->spin_ns);
     t = lap(j, WAIT_REDUCED, t);
-    if (j->stream)
-        copy_streaming(j->recv + c->off, c->out, c->len);
-    else
-        memcpy(j->recv + c->off, c->out, c->len);
+    copy(j->recv + c->off, c->out, c->lo);
+    copy(j->recv + c->off + c->hi, c->out + c->hi, c->len - c->hi);
     publish(counter(j->seg, DONE, j->nranks, j->rank), c->g + 1);
     lap(j, UNSTAGE, t);
 }

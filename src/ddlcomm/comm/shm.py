@@ -6,8 +6,9 @@ For ranks on one node, three forms, chosen when the call is bound:
   built): the input is cut into chunks (:func:`pipe_chunk`); per chunk every
   rank stages the parts the others reduce in one of :data:`PIPE_WINDOWS`
   windows of the segment, reduces its own line-aligned part from every rank's
-  input (its own straight from its buffer), and copies the whole reduced chunk
-  out, meeting the others through counters in the segment (no MPI call).  At
+  input (its own straight from its buffer) into its result, copies that part
+  into the window, and copies the others' reduced parts out, meeting the
+  others through counters in the segment (no MPI call).  At
   step s a rank stages chunk s, reduces chunk s-1 and copies chunk s-2 out, so
   it waits only for what the others did a step before.  A chunk's staging
   stays in the caches, so a rank reads its input and writes its output from

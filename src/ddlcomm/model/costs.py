@@ -181,7 +181,9 @@ def allreduce_nonoverlapping(p: int, nbytes: float) -> Schedule:
 def allreduce_shm(p: int, nbytes: float) -> Schedule:
     """``comm/shm.py``'s pipelined form (the C kernel's ``shm``): per chunk each
     rank stages the (p-1)/p·n the others reduce, reduces its 1/p part reading
-    all p inputs ((p-1)/p·n reduced) and copies the whole n out; the chunks
+    all p inputs ((p-1)/p·n reduced) into its result, copies that part to the
+    window and the others' (p-1)/p·n out (before 2026-12-06: the whole n out,
+    the same bytes); the chunks
     overlap, so one chunk's three waits (one round each) are on the critical
     path; one rank copies its input to the window and out.  (``shm+numpy``,
     the staged form, is :func:`allreduce_shm_phases`.)"""

@@ -17,8 +17,8 @@ from ..dtypes import get_dtype
 from ..errors import UsageError
 from ..machine.cpus import last_level_cache
 from ..model import ssgd
-from ..model.calibrate import (METRICS, calibrate, library_of, load, parse_holdout, placement_of,
-                               select_points, with_cores)
+from ..model.calibrate import (METRICS, POINT_FIELDS, calibrate, load, parse_holdout, select_points,
+                               with_cores)
 from ..model.costs import Params
 from ..model.node import bandwidth_of
 from ..model.predict import caveats, check_request, comm_from_fit, predict
@@ -334,14 +334,9 @@ def _load_points(args) -> list[dict]:
     return points
 
 
-#: select_points' filters -> (the option, what each point holds for it)
-FILTERS = {"runs": ("--run", lambda p: p.get("run_id")),
-           "collectives": ("--collective", lambda p: p.get("collective")),
-           "dtype": ("--dtype", lambda p: p.get("dtype")),
-           "backend": ("--backend", lambda p: p.get("backend")),
-           "library": ("--library", library_of),
-           "placement": ("--placement", placement_of),
-           "form": ("--form", lambda p: p.get("form"))}
+#: select_points' filters -> the option that sets each
+OPTIONS = {"runs": "--run", "collectives": "--collective", "dtype": "--dtype", "backend": "--backend",
+           "library": "--library", "placement": "--placement", "form": "--form"}
 
 
 def _refuse_what_matches_nothing(points: list[dict], asked: dict) -> None:
@@ -351,7 +346,7 @@ def _refuse_what_matches_nothing(points: list[dict], asked: dict) -> None:
         for one in sorted(value) if isinstance(value, set) else [value] if value else []:
             if select_points(points, **{name: {one} if isinstance(value, set) else one}):
                 continue
-            option, of = FILTERS[name]
+            option, of = OPTIONS[name], POINT_FIELDS[name]
             held = sorted({of(p) for p in points if of(p) is not None})
             shown = ", ".join(map(str, held[:12])) + (", ..." if len(held) > 12 else "")
             raise UsageError(f"no stored point has {option} {one}",

@@ -782,17 +782,28 @@ def family_summary(fit: "Fit", from_bytes: Optional[int] = None) -> dict[tuple[s
     return {k: {name: summarize(errs) for name, errs in v.items()} for k, v in sorted(out.items())}
 
 
+#: What a point holds for each of select_points' filters (a refusal names what is stored).
+POINT_FIELDS = {"runs": lambda p: p.get("run_id"),
+                "collectives": lambda p: p.get("collective"),
+                "dtype": lambda p: p.get("dtype"),
+                "backend": lambda p: p.get("backend"),
+                "library": library_of,
+                "placement": placement_of,
+                "form": lambda p: p.get("form")}
+
+
 def select_points(points: Iterable[Mapping[str, Any]], *, runs: Optional[set] = None,
                   backend: Optional[str] = None, library: Optional[str] = None,
                   placement: Optional[str] = None, form: Optional[str] = None,
                   collectives: Optional[set] = None,
                   dtype: Optional[str] = None) -> list[Mapping[str, Any]]:
     """The points a calibration asks for (each filter left out keeps all)."""
+    f = POINT_FIELDS
     return [p for p in points
-            if (runs is None or p.get("run_id") in runs)
-            and (not dtype or p.get("dtype") == dtype)
-            and (not backend or p.get("backend") == backend)
-            and (not library or folded(library_of(p)) == folded(library))
-            and (not placement or placement_of(p) == placement)
-            and (not form or p.get("form") == form)
-            and (not collectives or p.get("collective") in collectives)]
+            if (runs is None or f["runs"](p) in runs)
+            and (not dtype or f["dtype"](p) == dtype)
+            and (not backend or f["backend"](p) == backend)
+            and (not library or folded(f["library"](p)) == folded(library))
+            and (not placement or f["placement"](p) == placement)
+            and (not form or f["form"](p) == form)
+            and (not collectives or f["collectives"](p) in collectives)]

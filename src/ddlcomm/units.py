@@ -93,14 +93,14 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def format_size(nbytes: int) -> str:
+def format_size(nbytes: float) -> str:
     """Format a byte count the short way: ``4B``, ``64KiB``, ``1.5MiB``, in the largest unit
     it reaches: exactly where at most 3 decimals hold it, else to 3 digits and marked as
     rounded (``~1.55GiB``; 1048572 B is ``~1024KiB``, never ``1024KiB`` nor ``1.02e+03KiB``)."""
     for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if nbytes >= scale:
             if nbytes * 1000 % scale == 0:
-                whole, milli = divmod(nbytes * 1000 // scale, 1000)
+                whole, milli = divmod(int(nbytes * 1000 // scale), 1000)   # a float's too
                 return f"{whole}{f'.{milli:03d}'.rstrip('0') if milli else ''}{unit}"
             value = nbytes / scale
             return f"~{value:.{max(0, 2 - int(math.log10(value)))}f}{unit}"

@@ -79,6 +79,8 @@ def test_parse_sizes_errors(text, words):
     # exact, or marked as rounded (65532 B read "64KiB", 1048572 B "1.02e+03KiB")
     (65532, "~64.0KiB"), (MiB - 4, "~1024KiB"), (2040, "~1.99KiB"), (MiB + 256 * KiB, "1.25MiB"),
     (100_000_000, "~95.4MiB"), (1_660_892_640, "~1.55GiB"),
+    # a float, as a fit's halved caches are (260 MiB / 8 gave a ValueError in model calibrate)
+    (260 * MiB / 8, "32.5MiB"), (260 * MiB / 64, "~4.06MiB"),
 ])
 def test_format_size(nbytes, text):
     assert format_size(nbytes) == text

@@ -120,6 +120,10 @@ def test_segment_bytes_and_chunks():
     assert shm.pipe_chunk(2, 1 << 30) == shm.PIPE_CHUNK_MAX
     assert shm.pipe_chunk(1024, 1 << 30) == shm.PIPE_CHUNK_MIN
     assert shm.pipe_chunk(2, 4) == 64 and shm.pipe_chunk(16, 1 << 30) % 64 == 0
+    # shm@SIZE: as asked, but never more than the message in whole lines (shm@64GiB on 1 MiB
+    # had asked /dev/shm for 768 GiB of windows mid-run)
+    assert shm.pipe_chunk(2, 1 << 20, 128 << 10) == 128 << 10
+    assert shm.pipe_chunk(2, 1 << 20, 64 << 30) == 1 << 20 and shm.pipe_chunk(2, 100, 1 << 30) == 128
 
 
 @pytest.mark.parametrize("args, match", [

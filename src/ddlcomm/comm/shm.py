@@ -170,11 +170,14 @@ def pipelines(reduce) -> bool:
     return _shmpipe is not None and hasattr(reduce, "loop")
 
 
-def pipe_chunk(nranks: int, nbytes: int) -> int:
-    """The pipelined form's chunk in bytes at ``nranks`` for ``nbytes`` (pure)."""
+def pipe_chunk(nranks: int, nbytes: int, asked: Optional[int] = None) -> int:
+    """The pipelined form's chunk in bytes at ``nranks`` for ``nbytes`` (pure): ``asked``
+    (``shm@SIZE``) or the default, never more than the message in whole lines (a larger
+    one would only stage a segment of windows that big)."""
     line = 64
     chunk = PIPE_STAGING_BYTES // (PIPE_WINDOWS * (nranks + 1)) // line * line
-    return min(max(PIPE_CHUNK_MIN, min(chunk, PIPE_CHUNK_MAX)), -(-max(nbytes, 1) // line) * line)
+    chunk = max(PIPE_CHUNK_MIN, min(chunk, PIPE_CHUNK_MAX)) if asked is None else asked
+    return min(chunk, -(-max(nbytes, 1) // line) * line)
 
 
 def phases_us(first, rest, calls: int) -> dict:
@@ -186,7 +189,7 @@ def phases_us(first, rest, calls: int) -> dict:
 
 def _pipelined(comm, sendbuf, recvbuf, op, reduce, chunk_bytes: Optional[int]) -> BoundCall:
     p = comm.size
-    chunk = pipe_chunk(p, sendbuf.nbytes) if chunk_bytes is None else chunk_bytes
+    chunk = pipe_chunk(p, sendbuf.nbytes, chunk_bytes)
     seg = node_segment(comm, 0, _shmpipe.segment_bytes(p, chunk, PIPE_WINDOWS))
     raw = seg.array(np.uint8, seg.nbytes)
     rank, state = comm.rank, {"base": 0, "calls": 0}

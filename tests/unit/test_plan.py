@@ -191,3 +191,11 @@ def test_check_ranks_limit_and_override():
     with pytest.raises(UsageError, match="--oversubscribe"):
         check_ranks(MAX_RANKS_PER_CORE * 2 + 1, 2, False)
     check_ranks(10 ** 5, 2, True)
+
+
+def test_object_form_points_are_never_in_place():
+    """--in-place applies to buffer calls: an object call (always out of place) stored True."""
+    from ddlcomm.bench.plan import CollectivePoint, PointSpec, resolve
+    plan = resolve(options(in_place=True, collective="allreduce"), default_ranks=2)
+    assert CollectivePoint.of(plan, PointSpec("collective", "allreduce", 8, "buffer", "mpi"), 2).in_place
+    assert not CollectivePoint.of(plan, PointSpec("collective", "allreduce", 8, "object", "mpi"), 2).in_place

@@ -65,7 +65,8 @@ class CollectivePoint(NamedTuple):
     def of(cls, plan: "BenchPlan", spec: PointSpec, size: int) -> "CollectivePoint":
         coll, dtype = get_collective(spec.name), get_dtype(plan.dtype)
         return cls(coll, dtype, get_op(plan.op) if coll.reduces else None,
-                   coll.count_for(spec.nbytes, dtype, size), plan.in_place and coll.in_place_ok)
+                   coll.count_for(spec.nbytes, dtype, size),
+                   plan.in_place and coll.in_place_ok and spec.form == "buffer")   # objects: never
 
 
 def _whole_blocks(specs: list[PointSpec], dtype: DType, size: int) -> list[PointSpec]:

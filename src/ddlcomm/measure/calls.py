@@ -63,8 +63,7 @@ def prepare(coll: Collective, comm: Any, form: str, dtype: DType, count: int,
     (on) or ask the driver every call (off).
     """
     rank, nranks = comm.rank, comm.size
-    send, recv = coll.buffers(dtype, count, rank, nranks, op, root,
-                              in_place and form == "buffer", alloc)
+    send, recv = coll.buffers(dtype, count, rank, nranks, op, root, in_place and form == "buffer", alloc)
     if form == "object":
         return _object_call(coll, comm, send, op, root)
     if device is not None:

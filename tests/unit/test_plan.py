@@ -94,6 +94,21 @@ def test_check_memory_refuses_with_one_line():
     assert "--sizes" in err.value.hint and "--ranks" in err.value.hint
 
 
+def test_memory_needed_counts_every_receiver_of_an_allgather():
+    """Every rank of an allgather holds p messages twice (128 MiB at 4 ranks peaked at about
+    1.34 GiB a rank: the estimate had been 2.5 GiB in all); a gather's root alone does."""
+    n, p = 128 << 20, 4
+    assert memory_needed(COLLECTIVES["gather"], n, p, False) == 3 * p * n + 2 * p * n
+    assert memory_needed(COLLECTIVES["allgather"], n, p, False) == 3 * p * n + 2 * p * p * n
+    assert memory_needed(COLLECTIVES["allreduce"], n, p, False) == 3 * p * n + 2 * n
+
+
+def test_check_memory_says_about_once():
+    with pytest.raises(UsageError) as err:
+        check_memory(COLLECTIVES["allreduce"], 100_000_000, 4, False, available=1 << 30)
+    assert "about ~" not in str(err.value) and "needs about 1.30GiB" in str(err.value)
+
+
 def test_check_memory_passes_when_it_fits():
     gather = COLLECTIVES["gather"]
     need = memory_needed(gather, 1 << 20, 4, True)

@@ -220,11 +220,11 @@ def memory_needed(coll: Collective, nbytes: int, ranks: int, object_form: bool) 
     """Bytes one host needs for one point with all ``ranks`` on it (an estimate).
 
     Each rank holds its input, its output and the expected result for the
-    check; the receiver of a gather holds ``ranks`` messages twice.  Pickled
-    objects double what is held.
+    check; each receiver of a gather (the root; every rank of an allgather)
+    holds ``ranks`` messages twice.  Pickled objects double what is held.
     """
-    receiver = coll.receiver_bytes(nbytes, ranks)
-    need = ranks * 3 * nbytes + 2 * receiver
+    receivers = sum(coll.has_recvbuf(r, 0) for r in range(ranks)) if coll.gathers else 1
+    need = ranks * 3 * nbytes + 2 * receivers * coll.receiver_bytes(nbytes, ranks)
     return need * 2 if object_form else need
 
 
@@ -235,7 +235,7 @@ def check_memory(coll: Collective, nbytes: int, ranks: int, object_form: bool,
     if need > available:
         raise UsageError(
             f"{coll.name} of {format_size(nbytes)} per rank at {ranks} ranks needs about "
-            f"{format_size(need)} of memory, more than the {format_size(available)} available",
+            f"{format_size(need).lstrip('~')} of memory, more than the {format_size(available)} available",
             "use smaller --sizes or fewer --ranks")
 
 
@@ -259,7 +259,7 @@ def check_rank_memory(ranks: int, rank_bytes: int, available: int) -> int:
     when more than ``available``."""
     ranks_bytes = ranks * rank_bytes
     if ranks_bytes > available:
-        raise UsageError(f"{ranks} ranks need about {format_size(ranks_bytes)} of memory "
+        raise UsageError(f"{ranks} ranks need about {format_size(ranks_bytes).lstrip('~')} of memory "
                          f"before any buffer, more than the {format_size(available)} available",
                          "use fewer --ranks")
     return ranks_bytes

@@ -99,6 +99,27 @@ def test_ranks_mismatch_is_refused(mpi, tmp_path, command):
     assert "MPI_ABORT" not in res.stderr
 
 
+def test_root_past_the_launched_ranks_is_refused(mpi, tmp_path):
+    """--root 2 under `mpirun -n 2`: known wrong once the ranks join, said once, exit 2, no
+    run stored (it was a failed run, exit 3, each rank's error and MPI_ABORT's box)."""
+    res = mpi.mpirun(2, [mpi.python, "-m", "ddlcomm", "bench", "--db", tmp_path / "r.db", "--root", "2",
+                         "--collective", "reduce", "--sizes", "4B", "--iters", "1"], timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stderr.count("ddlcomm: error: --root 2 is not one of the 2 ranks") == 1, res.stderr
+    assert "MPI_ABORT" not in res.stderr and not (tmp_path / "r.db").exists()
+
+
+@pytest.mark.parametrize("option", [["--containers", "2"], ["--bind", "core"]])
+def test_own_launch_options_are_refused_under_your_launcher(mpi, tmp_path, option):
+    """--containers and --bind are what ddlcomm's own launch does: under mpirun they were
+    accepted, not applied, and stored as if they had been."""
+    res = mpi.mpirun(2, [mpi.python, "-m", "ddlcomm", "bench", "--db", tmp_path / "o.db", *option,
+                         "--collective", "allreduce", "--sizes", "4B", "--iters", "1"], timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"ddlcomm: error: {option[0]}" in res.stderr and "own launch" in res.stderr, res.stderr
+    assert not (tmp_path / "o.db").exists()
+
+
 @pytest.mark.parametrize("fault", ["raise", "hang", "die"])
 def test_failing_rank_ends_the_job(mpi, tmp_path, fault):
     db = tmp_path / "f.db"

@@ -177,6 +177,9 @@ def preflight(comms: dict, plan: BenchPlan, watchdog: Watchdog) -> list:
         if plan.ranks is not None and comm.size != plan.ranks:
             raise EveryRankError(f"the launcher started {comm.size} ranks but --ranks {plan.ranks} "
                                  "was asked", "start as many ranks as --ranks says, or leave --ranks out")
+        if plan.root >= comm.size:          # under a launcher of yours, first known here
+            raise EveryRankError(f"--root {plan.root} is not one of the {comm.size} ranks "
+                                 "the launcher started", f"use --root 0 to {comm.size - 1}")
     return who
 
 

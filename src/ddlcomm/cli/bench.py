@@ -17,6 +17,7 @@ from ..bench.plan import (BenchOptions, BenchPlan, check_fits, check_ranks, mem_
                           staged_note, usable_cores)
 from ..bench.runs import RUN_ID_ENV
 from ..comm import registry
+from ..errors import UsageError
 from ..launch.containers import check_available
 from ..launch.env import detect
 from . import common
@@ -115,6 +116,18 @@ def bench_plan(args: argparse.Namespace, default_ranks: Optional[int]) -> BenchP
                    default_ranks)
 
 
+def refuse_own_launch_options(plan: BenchPlan) -> None:
+    """Under a launcher of yours the ranks are where it put them: --containers and --bind
+    (what ddlcomm's own launch does) would be stored as if they had been applied."""
+    if plan.containers:
+        raise UsageError("--containers is ddlcomm's own launch: under a launcher of yours the ranks "
+                         "run where it put them", "leave --containers out, or let ddlcomm start "
+                         "the ranks (--ranks N, without mpirun)")
+    if plan.bind != "none":
+        raise UsageError(f"--bind {plan.bind} is ddlcomm's own launch: under a launcher of yours "
+                         "bind with it", "e.g. mpirun --bind-to core, srun --cpu-bind=cores")
+
+
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     info = detect()
     plan = bench_plan(args, default_ranks=None if info else 2)
@@ -123,6 +136,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"ddlcomm: note: {note}", file=sys.stderr)   # once: the run's owner or rank 0
     db = common.db_path(args)
     if info is not None:
+        if RUN_ID_ENV not in os.environ:
+            refuse_own_launch_options(plan)
         return session.rank_main(plan, argv, info, db, common.report_dir(args, db))
     check_ranks(plan.ranks, usable_cores(), args.oversubscribe)   # memory: check_fits
     if plan.containers:

@@ -456,6 +456,19 @@ def _forms(o: BenchOptions) -> list[str]:
     return forms
 
 
+def check_containers(plan: BenchPlan) -> None:
+    """--containers K: at least K ranks, and no algorithm that needs every rank on one node
+    (each container is a node of its own: shm refused only once the ranks had started)."""
+    if plan.ranks is not None and plan.containers > plan.ranks:
+        raise UsageError(f"--containers {plan.containers} needs at least as many ranks",
+                         f"use --ranks {plan.containers} or more")
+    one_node = [a for a in plan.algorithms if algorithms.split(a)[0] == "shm"]
+    if plan.containers > 1 and one_node and "allreduce" in plan.collectives:
+        raise UsageError(f"--algorithm {one_node[0]} needs every rank on one node, and --containers "
+                         f"{plan.containers} makes {plan.containers} nodes",
+                         "use --algorithm hierarchical (or ring) across containers")
+
+
 def check(plan: BenchPlan) -> None:
     """What the pieces refuse: ranks, workloads, memory, the C reference, containers, algorithms."""
     if plan.ranks is not None and plan.root >= plan.ranks:
@@ -478,9 +491,8 @@ def check(plan: BenchPlan) -> None:
         C_REFERENCE.check_request(plan.backends, plan.collectives, plan.dtype, plan.op)
     if plan.ranks is not None:
         check_whole_blocks(plan, plan.ranks)
-    if plan.containers and plan.ranks is not None and plan.containers > plan.ranks:
-        raise UsageError(f"--containers {plan.containers} needs at least as many ranks",
-                         f"use --ranks {plan.containers} or more")
+    if plan.containers:
+        check_containers(plan)
     if plan.algorithms != ["library"]:
         if "buffer" not in plan.forms:
             raise UsageError("ddlcomm's own algorithms run in buffer form, which --form/--impl "

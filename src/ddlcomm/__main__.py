@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 
-from .cli import main
+from .entry import main
 
 
 def _end(code: int) -> None:

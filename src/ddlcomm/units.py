@@ -31,6 +31,8 @@ MAX_SEED = 2 ** 32 - 1
 MAX_SECONDS = 7 * 24 * 3600.0
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
 _FACTOR_RE = re.compile(r"^\s*(.+?)\s*[xX]\s*([\d.]+)\s*$")
+#: One number with a unit, whatever its form: what a single size that is not whole looks like.
+_NUMBER_RE = re.compile(r"^\s*[-+]?[\d.]+(?:[eE][-+]?\d+)?\s*[a-zA-Z]*\s*$")
 #: What a size list can be, said where it cannot be parsed.
 SIZES_HINT = "give a sweep LO:HI[xF] (e.g. 4B:64MiB or 4B:64MiBx4) or a list a,b,c, not both"
 
@@ -54,7 +56,7 @@ def parse_sizes(text: str, zero_hint: str = ZERO_HINT) -> list[int]:
 
     The result is sorted and free of duplicates; a size of 0 is refused with ``zero_hint``.
     """
-    text = text.strip()
+    text = given = text.strip()
     if not text:
         raise UsageError("empty size list", "give e.g. 4B:64MiB or 1KiB,1MiB")
     factor = 2
@@ -62,14 +64,17 @@ def parse_sizes(text: str, zero_hint: str = ZERO_HINT) -> list[int]:
     if m and ":" in m.group(1):
         if not m.group(2).isdigit():
             raise UsageError(f"the growth factor of {text!r} must be a whole number, "
-                             f"got x{m.group(2)!r}", "e.g. 4B:64MiBx4")
+                             f"got x{m.group(2)}", "e.g. 4B:64MiBx4")
         text, factor = m.group(1), int(m.group(2))
         if factor < 2:
             raise UsageError(f"size growth factor must be at least 2, got x{factor}")
     if ":" in text and "," in text or text.count(":") > 1:
-        raise UsageError(f"cannot parse sizes {text!r}", SIZES_HINT)
+        raise UsageError(f"cannot parse sizes {given!r}", SIZES_HINT)
     if ":" in text:
         lo_text, _, hi_text = text.partition(":")
+        if not lo_text.strip() or not hi_text.strip():
+            raise UsageError(f"sweep {given!r} lacks its {'start' if not lo_text.strip() else 'end'}",
+                             SIZES_HINT)
         lo, hi = parse_size(lo_text), parse_size(hi_text)
         if lo <= 0:
             raise UsageError(f"sweep must start above 0 bytes, got {lo_text!r}")
@@ -81,6 +86,8 @@ def parse_sizes(text: str, zero_hint: str = ZERO_HINT) -> list[int]:
             s *= factor
         return sizes
     if len(text.split(",")) == 1 and not _SIZE_RE.match(text):      # e.g. 4B-1KiB, 4B..1KiB
+        if _NUMBER_RE.match(text):                  # a size of another form (1.5KiB, -4B, 1e3B)
+            parse_size(text)
         raise UsageError(f"cannot parse sizes {text!r}", SIZES_HINT)
     sizes = sorted({parse_size(part) for part in text.split(",")})
     if sizes[0] <= 0:

@@ -192,6 +192,19 @@ def test_report_only_reads_a_database_on_a_read_only_mount(tmp_path):
     assert res.returncode == 2 and "no points of session woo2020:abc" in res.stderr, res.stderr
 
 
+@pytest.mark.parametrize("args, said", [
+    (["--report-only", "woo2020:abc"], "no points of session woo2020:abc"),   # the name: the tag's
+    ([], "reproduce needs a recipe's name"),
+])
+def test_reproduce_names_its_recipe_or_its_tag_does(tmp_path, args, said):
+    import subprocess
+    import sys
+    Store(tmp_path / "r.db").close()
+    res = subprocess.run([sys.executable, "-m", "ddlcomm", "reproduce", *args, "--db", str(tmp_path / "r.db")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and said in res.stderr, res.stderr
+
+
 def test_awan2019_gpu_half_and_what_does_not_run(monkeypatch):
     """The GPU latency runs it would make, and unavailable() naming exactly those not run."""
     from ddlcomm.recipes import awan2019

@@ -66,6 +66,10 @@ def test_parse_sizes(text, sizes):
     # what was wrong, and what a size list can be (they said "cannot parse size '1KiBx1.5'")
     ("4B:1KiBx1.5", "growth factor of '4B:1KiBx1.5' must be a whole number"),
     ("4B-1KiB", "LO:HI[xF]"), ("4B..1KiB", "LO:HI[xF]"), ("4B:64KiB,1MiB", "or a list a,b,c, not both"),
+    # what was typed, and what is wrong with it (it said '1KiB:1MiB:', size '', the sweep hint)
+    ("1KiB:1MiB:x4", "sizes '1KiB:1MiB:x4'"), ("4KiB:", "sweep '4KiB:' lacks its end"),
+    (":4KiB", "lacks its start"), ("4B:64MiBx2.5", "got x2.5"),
+    ("1.5KiB", "use a whole number"), ("-4B", "use a whole number"), ("1e3B", "use a whole number"),
 ])
 def test_parse_sizes_errors(text, words):
     with pytest.raises(UsageError) as err:

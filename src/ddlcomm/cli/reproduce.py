@@ -22,7 +22,8 @@ def add_parser(sub) -> None:
                                     "$DDLCOMM_RECIPE_DEADLINE_S (seconds from the start) starts no "
                                     "run past it and ends the one running then; the report lists "
                                     "what did not complete, and the exit code is 1.")
-    rp.add_argument("name", help="woo2020, choi2021, shi2018 or awan2019")
+    rp.add_argument("name", nargs="?",
+                    help="woo2020, choi2021, shi2018 or awan2019 (with --report-only: its tag's)")
     rp.add_argument("--full", action="store_true",
                     help="the paper's sizes and 1000 repetitions (hours: no limit on a run, "
                          f"{FULL_POINT_LIMIT_S // 3600} h on a point)")
@@ -39,7 +40,10 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
-    recipe = get_recipe(args.name)
+    name = args.name or (args.report_only or "").partition(":")[0]
+    if not name:
+        raise UsageError("reproduce needs a recipe's name", "woo2020, choi2021, shi2018 or awan2019, or --report-only TAG")
+    recipe = get_recipe(name)
     if args.report_only and (args.full or args.timeout is not None):
         raise UsageError(f"{'--full' if args.full else '--timeout'} applies to runs, and "
                          "--report-only runs nothing", "drop one of them")

@@ -88,6 +88,9 @@ def test_the_rendering_names_every_algorithm_and_the_goals():
     assert "lib / best from 1MiB: lowest 3.30x at 16MiB" in text
     md = render_versus(versus(two_runs()), GOALS, markdown=True)
     assert "| size | library | ring | shm | auto | best own |" in md
+    # no auto measured: no auto line (it said "highest - (no size measured there)")
+    without = render_versus(versus([p for p in two_runs() if p["algorithm"] != "auto"]), GOALS)
+    assert "auto / lib below" not in without and "lib / best from 1MiB" in without
 
 
 def test_the_cli_says_what_it_did_not_find(tmp_path, capsys):

@@ -473,6 +473,9 @@ def check(plan: BenchPlan) -> None:
     """What the pieces refuse: ranks, workloads, memory, the C reference, containers, algorithms."""
     if plan.ranks is not None and plan.root >= plan.ranks:
         raise UsageError(f"--root {plan.root} is not one of the {plan.ranks} ranks")
+    if plan.root and plan.collectives and not any(get_collective(c).rooted for c in plan.collectives):
+        raise UsageError(f"--root applies to rooted collectives, not {', '.join(plan.collectives)}",
+                         "add broadcast, gather, reduce, ... to --collective, or leave --root out")
     if plan.iters is None and plan.budget_s >= plan.timeout_s:
         raise UsageError(f"--timeout {plan.timeout_s:g} s is not more than --budget {plan.budget_s:g} s: "
                          "every point would time out", "raise --timeout, or lower --budget")

@@ -186,7 +186,9 @@ def ended_with(rc: int) -> str:
     if rc < 0:
         return f"the launcher was killed by {processes.signal_name(-rc)}"
     name = processes.signal_name(rc - 128) if rc > 128 else None
-    return f"ranks ended with exit code {rc}" + (f" ({name})" if name else "")
+    killed = ": killed outright, by kill -9 or by the kernel when memory ran out (dmesg says " \
+        "which)" if name == "SIGKILL" else ""
+    return f"ranks ended with exit code {rc}" + (f" ({name}{killed})" if name else "")
 
 
 def _mark(store: Store, run_id: int, rc: int, failed: int, why: str) -> Optional[str]:

@@ -645,7 +645,8 @@ def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: boo
             f"lib / best from {format_size(goals['speedup_from'])}: lowest {_ratio_at(got.min_speedup)}",
             *([f"{floor} (best) from {format_size(goals['floor_from'])}: highest "
                f"{_ratio_at(got.max_x_floor)}"] if floored else []),
-            f"auto / lib below {format_size(goals['auto_below'])}: highest {_ratio_at(got.max_auto)}"]
+            *([f"auto / lib below {format_size(goals['auto_below'])}: highest {_ratio_at(got.max_auto)}"]
+              if "auto" in t.algorithms else [])]        # (it said "no size measured there")
         if markdown:
             out += [f"#### {title}", "", format_markdown(headers, rows), "",
                     *[f"- {s}" for s in summary], ""]

@@ -148,6 +148,8 @@ def test_resolve_defaults():
     ({"impl": "c", "backend": "gloo"}, "--impl c needs --backend mpi"),
     ({"root": "2", "ranks": "2"}, "--root 2 is not one of the 2 ranks"),
     ({"root": "1", "collective": "allreduce,allgather"}, "--root applies to rooted collectives, not allreduce"),
+    ({"in_place": True, "collective": "allreduce", "impl": "c"}, "--in-place applies to buffer-form calls"),
+    ({"in_place": True, "collective": "allreduce", "form": "object"}, "--in-place applies to buffer-form calls"),
     ({"containers": "2", "collective": "allreduce", "algorithm": "ring,shm@64KiB", "form": "buffer"},
      "--algorithm shm@64KiB needs every rank on one node, and --containers 2 makes 2 nodes"),
     ({"algorithm": "ring", "workload": "allreduce"}, "--algorithm applies to collectives"),

@@ -494,6 +494,10 @@ def check(plan: BenchPlan) -> None:
         C_REFERENCE.check_request(plan.backends, plan.collectives, plan.dtype, plan.op)
     if plan.ranks is not None:
         check_whole_blocks(plan, plan.ranks)
+    if plan.in_place and "buffer" not in plan.forms:     # the run's config said in place, no point was
+        raise UsageError(f"--in-place applies to buffer-form calls, and --form/--impl gives "
+                         f"{', '.join(plan.forms)} (object calls and the C reference run out of place)",
+                         "add buffer to --form or --impl, or drop --in-place")
     if plan.containers:
         check_containers(plan)
     if plan.algorithms != ["library"]:

@@ -27,6 +27,7 @@ from ..launch import mpirun, spawn
 from ..launch.env import detect
 from ..outputs import print_report
 from ..report import train as train_report
+from ..report.tables import run_warnings
 from ..results import Store
 from ..units import counted
 from .config import TrainJob, TrainOptions, plan_jobs
@@ -97,6 +98,8 @@ def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path], scal
         points, failed, run = settle(store, run_id, rc)
     if points:
         print(train_report.render_summary(points), flush=True)
+    for warning in run_warnings(run):           # as bench's end says them (results show did)
+        print(f"warning: {warning}", flush=True)
     print(f"run {run_id}: {len(points)} points, status {run['status']}")
     print(f"database: {db_path}")
     if report_dir is not None and points:

@@ -114,6 +114,11 @@ def format_size(nbytes: float) -> str:
     return f"{nbytes}B"
 
 
+def about_size(nbytes: float) -> str:
+    """:func:`format_size` for text that already says "about" (no ``~`` mark)."""
+    return format_size(nbytes).lstrip("~")
+
+
 def parse_positive_int(text: str, what: str, minimum: int = 1,
                        maximum: Optional[int] = None) -> int:
     """Parse an integer option and check it is at least ``minimum`` (and at most ``maximum``)."""

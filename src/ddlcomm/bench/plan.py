@@ -18,7 +18,7 @@ from ..collectives import COLLECTIVES, Collective, check_in_place, get_collectiv
 from ..comm import algorithms, device, registry, tuning
 from ..dtypes import DType, ReduceOp, check_whole, get_dtype, get_op
 from ..errors import UnsupportedError, UsageError
-from ..units import (MAX_ITERS, format_size, parse_list, parse_positive_int, parse_seconds,
+from ..units import (MAX_ITERS, about_size, format_size, parse_list, parse_positive_int, parse_seconds,
                      parse_size, parse_sizes)
 from ..workloads import base as workloads
 from ..workloads.paths import check_path, get_path
@@ -235,7 +235,7 @@ def check_memory(coll: Collective, nbytes: int, ranks: int, object_form: bool,
     if need > available:
         raise UsageError(
             f"{coll.name} of {format_size(nbytes)} per rank at {ranks} ranks needs about "
-            f"{format_size(need).lstrip('~')} of memory, more than the {format_size(available)} available",
+            f"{about_size(need)} of memory, more than the {format_size(available)} available",
             "use smaller --sizes or fewer --ranks")
 
 
@@ -259,7 +259,7 @@ def check_rank_memory(ranks: int, rank_bytes: int, available: int) -> int:
     when more than ``available``."""
     ranks_bytes = ranks * rank_bytes
     if ranks_bytes > available:
-        raise UsageError(f"{ranks} ranks need about {format_size(ranks_bytes).lstrip('~')} of memory "
+        raise UsageError(f"{ranks} ranks need about {about_size(ranks_bytes)} of memory "
                          f"before any buffer, more than the {format_size(available)} available",
                          "use fewer --ranks")
     return ranks_bytes

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..dtypes import check_whole, get_dtype, get_op
 from ..errors import UsageError
-from ..units import format_size
+from ..units import about_size, format_size
 from . import describe, reducer
 
 #: The reference every bandwidth is divided by.
@@ -38,7 +38,7 @@ def check_request(dtypes: Sequence[str], nbytes: int, available: int) -> None:
                          f"give multiples of {ref.itemsize} B")
     need = 2 * nbytes * len({*dtypes, REFERENCE[0]})
     if need > available:
-        raise UsageError(f"--size {format_size(nbytes)} needs about {format_size(need).lstrip('~')} of memory "
+        raise UsageError(f"--size {format_size(nbytes)} needs about {about_size(need)} of memory "
                          f"(two buffers per dtype), more than the {format_size(available)} available",
                          "use a smaller --size or fewer --dtype")
 

@@ -60,10 +60,11 @@ def prepare(coll: Collective, comm: Any, form: str, dtype: DType, count: int,
     (concrete) name runs ddlcomm's own algorithm of that name (buffer form only).
     ``device``: the backend (or ddlcomm's algorithm) gets device copies of the buffers;
     ``kind_cache``: ddlcomm's algorithms on device copies look buffer kinds up once
-    (on) or ask the driver every call (off).
+    (on) or ask the driver every call (off); ``in_place``: as the point says
+    (:class:`ddlcomm.bench.plan.CollectivePoint`: never for object calls).
     """
     rank, nranks = comm.rank, comm.size
-    send, recv = coll.buffers(dtype, count, rank, nranks, op, root, in_place and form == "buffer", alloc)
+    send, recv = coll.buffers(dtype, count, rank, nranks, op, root, in_place, alloc)
     if form == "object":
         return _object_call(coll, comm, send, op, root)
     if device is not None:

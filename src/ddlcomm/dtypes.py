@@ -5,27 +5,42 @@ use the NumPy view given here.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from functools import cached_property
+from importlib import import_module
+from importlib.util import find_spec
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from .errors import UsageError
 from .units import format_size
 
-try:        # NumPy has no bfloat16; ml_dtypes adds one (without it, ddlcomm has no bfloat16)
-    import ml_dtypes
-except ImportError:
-    ml_dtypes = None
-
 
 @dataclass(frozen=True)
 class DType:
-    """An element type: its name on the command line and its NumPy dtype."""
+    """An element type: its name on the command line, and where its NumPy scalar type lives.
+
+    ``source`` is the module holding the scalar type of that name: NumPy, or ml_dtypes for
+    bfloat16 (NumPy has none).  That module is imported when the dtype is first used
+    (:attr:`numpy`): ml_dtypes 0.7 takes 0.7 s to import, in every rank, and most runs never
+    touch bfloat16.
+    """
 
     name: str
-    numpy: np.dtype
     is_float: bool
+    source: str = "numpy"
+
+    @cached_property
+    def numpy(self) -> np.dtype:
+        # ml_dtypes on first use of its dtype (see the class): NumPy's are loaded already
+        return np.dtype(getattr(import_module(self.source), self.name))
+
+    @property
+    def loaded(self) -> bool:
+        """Whether its module is imported: no array of it can exist before."""
+        return self.source in sys.modules
 
     @property
     def itemsize(self) -> int:
@@ -33,22 +48,51 @@ class DType:
 
     @property
     def eps(self) -> float:
-        """Machine epsilon of a float type (``np.finfo`` cannot see bfloat16; ml_dtypes' can)."""
-        return float((ml_dtypes.finfo if ml_dtypes is not None else np.finfo)(self.numpy).eps)
+        """Machine epsilon of a float type (each module has its ``finfo``: NumPy's cannot see
+        bfloat16)."""
+        return float(import_module(self.source).finfo(self.numpy).eps)
 
 
 DTYPES: dict[str, DType] = {
     d.name: d
     for d in (
-        DType("float16", np.dtype(np.float16), True),
-        *([DType("bfloat16", np.dtype(ml_dtypes.bfloat16), True)] if ml_dtypes is not None else []),
-        DType("float32", np.dtype(np.float32), True),
-        DType("float64", np.dtype(np.float64), True),
-        DType("int32", np.dtype(np.int32), False),
-        DType("int64", np.dtype(np.int64), False),
-        DType("uint8", np.dtype(np.uint8), False),
+        DType("float16", True),
+        # without ml_dtypes installed, ddlcomm has no bfloat16
+        *([DType("bfloat16", True, "ml_dtypes")] if find_spec("ml_dtypes") is not None else []),
+        DType("float32", True),
+        DType("float64", True),
+        DType("int32", False),
+        DType("int64", False),
+        DType("uint8", False),
     )
 }
+
+
+def from_numpy(key: Any) -> DType | None:
+    """The DType whose NumPy dtype ``key`` is (by name, then checked: a byte-swapped
+    float32 is named float32 too), or None."""
+    found = DTYPES.get(getattr(key, "name", None))
+    return found if found is not None and found.numpy == key else None
+
+
+class ByNumpy(dict):
+    """NumPy dtype -> value for some of ddlcomm's dtypes, in one dict look-up (hot paths key on
+    ``array.dtype``: ``dtype.name`` costs 3.5 us a call).  It starts with the dtypes whose
+    module is imported; another (bfloat16 before ml_dtypes is) joins on its first look-up,
+    which cannot come before an array of it exists.  ``value(dtype)`` makes an entry."""
+
+    def __init__(self, names: Iterable[str], value: Callable[[DType], Any]) -> None:
+        super().__init__()
+        self._names, self._value = frozenset(names), value
+        self.update((d.numpy, value(d)) for d in map(DTYPES.get, self._names)
+                    if d is not None and d.loaded)
+
+    def __missing__(self, key: Any) -> Any:
+        found = from_numpy(key)
+        if found is None or found.name not in self._names:
+            raise KeyError(key)
+        self[key] = entry = self._value(found)
+        return entry
 
 
 def get_dtype(name: str | DType) -> DType:
@@ -71,12 +115,9 @@ def check_whole(nbytes: int, dtype: DType, flag: str) -> None:
                          f"give multiples of {size} B, e.g. {format_size(max(size, nbytes - nbytes % size))}")
 
 
-_BY_NUMPY: dict[np.dtype, DType] = {d.numpy: d for d in DTYPES.values()}
-
-
 def dtype_of(array: np.ndarray) -> DType:
     """The :class:`DType` of a NumPy array, or a UsageError if ddlcomm has none."""
-    found = _BY_NUMPY.get(array.dtype)
+    found = from_numpy(array.dtype)
     if found is not None:
         return found
     raise UsageError(f"arrays of dtype {array.dtype} are not supported",

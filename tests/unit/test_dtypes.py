@@ -1,11 +1,16 @@
 """Tests of element types and reduction ops (ddlcomm.dtypes)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
-from ddlcomm.dtypes import DTYPES, OPS, dtype_of, get_dtype, get_op
+from ddlcomm.dtypes import DTYPES, OPS, ByNumpy, dtype_of, get_dtype, get_op
 from ddlcomm.errors import UsageError
+from test_cli import LAUNCHER_VARS
 
 
 def test_get_dtype_and_op_by_name_and_by_object():
@@ -112,3 +117,34 @@ def test_finish_divides_only_for_avg():
     out = np.array([6.0, 9.0])
     assert OPS["avg"].finish(out, 3).tolist() == [2.0, 3.0]
     assert OPS["sum"].finish(np.array([6.0]), 3).tolist() == [6.0]
+
+
+def test_ml_dtypes_is_imported_on_first_use_of_bfloat16():
+    """ml_dtypes 0.7 takes 0.7 s to import, in every rank: a run without bfloat16 never
+    imports it, and a communicator made before it was imported takes bfloat16 after."""
+    code = ("import sys, numpy as np, ddlcomm\n"
+            "from ddlcomm.cli import main\n"
+            "comm = ddlcomm.init('mpi')\n"
+            "assert comm.allreduce(np.ones(4, np.float16))[0] == 1\n"
+            "assert 'ml_dtypes' not in sys.modules, 'imported without bfloat16'\n"
+            "import ml_dtypes\n"
+            "x = np.arange(4).astype(ml_dtypes.bfloat16)\n"
+            "assert (comm.allreduce(x, op='max') == x).all() and comm.reduce(x).dtype == x.dtype\n"
+            "assert ddlcomm.dtypes.dtype_of(x).name == 'bfloat16'\n"
+            "comm.close()\n")
+    pytest.importorskip("mpi4py")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_VARS)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_byte_swapped_arrays_are_not_taken_for_their_namesake():
+    with pytest.raises(UsageError, match=">f4"):
+        dtype_of(np.ones(2, ">f4"))
+    table = ByNumpy(["float32", "bfloat16"], lambda d: d.name)
+    assert table[np.dtype(np.float32)] == "float32"
+    with pytest.raises(KeyError):
+        table[np.dtype(">f4")]
+    with pytest.raises(KeyError):               # a ddlcomm dtype, but not one of the table's
+        table[np.dtype(np.int32)]

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import numpy as np
 
 from ..collectives import Collective, get_collective
-from ..dtypes import DTYPES, OPS, DType, ReduceOp, dtype_of, get_op
+from ..dtypes import DTYPES, OPS, ByNumpy, DType, ReduceOp, dtype_of, get_op
 from ..errors import DdlcommError, UnsupportedError, UsageError
 from . import buffers, objects
 
@@ -143,7 +143,7 @@ class Communicator(abc.ABC):
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        cls._dtype_table = {DTYPES[n].numpy: DTYPES[n] for n in cls.dtypes}
+        cls._dtype_table = ByNumpy(cls.dtypes, lambda d: d)
         release = cls.__dict__.get("close")
         if release is not None and not getattr(cls, "_refuses_calls", False):
             @functools.wraps(release)
@@ -185,11 +185,12 @@ class Communicator(abc.ABC):
         on every call: keep it cheap); else a precise UsageError/UnsupportedError."""
         if array.__class__ is not np.ndarray and not isinstance(array, np.ndarray):
             return self._check_tensor(array)
-        dtype = self._dtype_table.get(array.dtype)
-        if dtype is None:
+        try:
+            dtype = self._dtype_table[array.dtype]
+        except KeyError:
             name = dtype_of(array).name          # raises for dtypes ddlcomm has no name for
             raise UnsupportedError(f"backend {self.name} cannot carry {name}",
-                                   f"supported: {', '.join(self.dtypes)}")
+                                   f"supported: {', '.join(self.dtypes)}") from None
         if not array.flags.c_contiguous:
             raise UsageError("buffers must be C-contiguous arrays", "pass np.ascontiguousarray(a)")
         return dtype

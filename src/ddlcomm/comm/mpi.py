@@ -18,7 +18,7 @@ from typing import Optional
 import numpy as np
 
 from .. import kernels
-from ..dtypes import DTYPES, DType
+from ..dtypes import ByNumpy, DType
 from ..errors import BackendUnavailable
 from ..machine.mpi import cuda_aware_here, parse_library_version
 from .base import Communicator
@@ -27,12 +27,10 @@ from .buffers import numpy_dtype
 THREAD_LEVEL = "funneled"
 #: How long recv_any polls without sleeping before it starts to sleep between polls.
 SPIN_S = 1e-4
-#: Dtypes that travel as opaque 2-byte MPI data and are reduced by ddlcomm's user operations.
 #: The mpi4py call of each collective (arguments in :meth:`Collective.call_args`' order).
 _MPI_CALLS = {"broadcast": "Bcast", "gather": "Gather", "allgather": "Allgather",
               "reduce": "Reduce", "allreduce": "Allreduce",
               "reduce_scatter": "Reduce_scatter_block", "alltoall": "Alltoall"}
-OPAQUE_DTYPES = tuple(DTYPES[n] for n in ("float16", "bfloat16") if n in DTYPES)
 
 
 def _import_mpi():
@@ -78,28 +76,24 @@ class MPICommunicator(Communicator):
             self.device_refusal = (f"this MPI is not CUDA-aware ({evidence}): it must never "
                                    "be handed a GPU pointer (use --path host-staged)")
         self._library, self._version = parse_library_version(MPI.Get_library_version())
-        half = MPI.BYTE.Create_contiguous(2).Commit()
-        self._types = {
-            np.dtype(np.float32): MPI.FLOAT,
-            np.dtype(np.float64): MPI.DOUBLE,
-            np.dtype(np.int32): MPI.INT32_T,
-            np.dtype(np.int64): MPI.INT64_T,
-            np.dtype(np.uint8): MPI.UINT8_T,
-        }
-        self._types.update((d.numpy, half) for d in OPAQUE_DTYPES)
-        native = {"add": MPI.SUM, "multiply": MPI.PROD, "minimum": MPI.MIN, "maximum": MPI.MAX}
-        self._half = half
-        # (ufunc, numpy dtype) -> MPI op: one dict look-up per call.
-        self._ops = {}
+        self._half = MPI.BYTE.Create_contiguous(2).Commit()
+        native = {"float32": MPI.FLOAT, "float64": MPI.DOUBLE, "int32": MPI.INT32_T,
+                  "int64": MPI.INT64_T, "uint8": MPI.UINT8_T}
+        # numpy dtype -> MPI datatype, and ufunc -> numpy dtype -> MPI op: dict look-ups a call
+        self._types = ByNumpy(self.dtypes, lambda d: native.get(d.name, self._half))
         self._user_ops = []
-        for name, mop in native.items():
-            ufunc = getattr(np, name)
-            for np_dtype in self._types:
-                self._ops[ufunc, np_dtype] = mop
-            for d in OPAQUE_DTYPES:
-                uop = MPI.Op.Create(_kernel_op(_KERNEL_OPS[name], d), commute=True)
-                self._user_ops.append(uop)
-                self._ops[ufunc, d.numpy] = uop
+        self._ops = {getattr(np, ufunc): ByNumpy(self.dtypes, functools.partial(self._op, ufunc, mop))
+                     for ufunc, mop in {"add": MPI.SUM, "multiply": MPI.PROD, "minimum": MPI.MIN,
+                                        "maximum": MPI.MAX}.items()}
+
+    def _op(self, ufunc: str, native, dtype: DType):
+        """The MPI op of ``ufunc`` on ``dtype``: MPI's own, or for the 2-byte floats (opaque
+        to MPI) ddlcomm's user operation over its kernel, made on first use."""
+        if self._types[dtype.numpy] is not self._half:
+            return native
+        uop = self._MPI.Op.Create(_kernel_op(_KERNEL_OPS[ufunc], dtype), commute=True)
+        self._user_ops.append(uop)
+        return uop
 
     # ------------------------------------------------------------ identity
     @property
@@ -128,7 +122,7 @@ class MPICommunicator(Communicator):
         recv = [recvbuf, t] if recvbuf is not None else None
         mop = None
         if op is not None:
-            mop = self._ops[op.ufunc, numpy_dtype(sendbuf)]
+            mop = self._ops[op.ufunc][numpy_dtype(sendbuf)]
             if recvbuf is sendbuf:
                 send = self._MPI.IN_PLACE
         method = getattr(self._comm, _MPI_CALLS[coll.name])
@@ -185,7 +179,7 @@ class MPICommunicator(Communicator):
 
     def _reduce(self, sendbuf, recvbuf, op, root):
         dt = numpy_dtype(sendbuf)
-        t, mop = self._types[dt], self._ops[op.ufunc, dt]
+        t, mop = self._types[dt], self._ops[op.ufunc][dt]
         if recvbuf is sendbuf:
             self._comm.Reduce(self._MPI.IN_PLACE, [recvbuf, t], mop, root)
         else:
@@ -193,7 +187,7 @@ class MPICommunicator(Communicator):
 
     def _allreduce(self, sendbuf, recvbuf, op):
         dt = numpy_dtype(sendbuf)
-        t, mop = self._types[dt], self._ops[op.ufunc, dt]
+        t, mop = self._types[dt], self._ops[op.ufunc][dt]
         if recvbuf is sendbuf:
             self._comm.Allreduce(self._MPI.IN_PLACE, [recvbuf, t], mop)
         else:
@@ -203,7 +197,7 @@ class MPICommunicator(Communicator):
         # MPI_Iallreduce: without an asynchronous progress thread it advances
         # inside MPI calls, so callers overlap by calling test() now and then.
         dt = numpy_dtype(sendbuf)
-        t, mop = self._types[dt], self._ops[op.ufunc, dt]
+        t, mop = self._types[dt], self._ops[op.ufunc][dt]
         send = self._MPI.IN_PLACE if recvbuf is sendbuf else [sendbuf, t]
         req = self._comm.Iallreduce(send, [recvbuf, t], mop)
         return req.Wait, req.Test
@@ -211,7 +205,7 @@ class MPICommunicator(Communicator):
     def _reduce_scatter(self, sendbuf, recvbuf, op):
         dt = numpy_dtype(sendbuf)
         self._comm.Reduce_scatter_block([sendbuf, self._types[dt]], [recvbuf, self._types[dt]],
-                                        self._ops[op.ufunc, dt])
+                                        self._ops[op.ufunc][dt])
 
     def _alltoall(self, sendbuf, recvbuf):
         t = self._types[numpy_dtype(sendbuf)]

@@ -64,9 +64,6 @@ dist = None
 _OPS: dict = {}                 # np.ufunc -> torch.distributed.ReduceOp
 _all_gather_flat = None         # (output, input): gather into one flat tensor
 _reduce_scatter_flat = None     # (output, input, op=): reduce-scatter from one flat tensor
-#: ml_dtypes' bfloat16 scalar type (None without ml_dtypes): compared by identity, since
-#: ``dtype.name`` builds a string on each call (3.5 us, a Gloo message's whole Python cost)
-_BFLOAT16 = DTYPES["bfloat16"].numpy.type if "bfloat16" in DTYPES else None
 
 
 def _import_torch(backend: str = "gloo"):
@@ -106,7 +103,10 @@ def _tensor(array):
         return array.view(-1)
     if array.ndim != 1:
         array = array.reshape(-1)
-    if array.dtype.type is _BFLOAT16:       # ml_dtypes' bfloat16: torch reads it through int16
+    # bfloat16, ml_dtypes' (the one kind "V" dtype a buffer passes check_buffer with): torch
+    # reads it through int16.  Not by name: ``dtype.name`` builds a string on each call (3.5 us,
+    # a Gloo message's whole Python cost)
+    if array.dtype.kind == "V":
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
     if array.flags.writeable:
         return torch.from_numpy(array)

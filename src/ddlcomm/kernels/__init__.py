@@ -29,7 +29,7 @@ from typing import Callable, Optional, Union
 
 import numpy as np
 
-from ..dtypes import DTYPES, DType, ReduceOp, get_dtype
+from ..dtypes import DTYPES, DType, ReduceOp, from_numpy, get_dtype
 from ..errors import UnsupportedError, UsageError
 
 #: Implementations; ``kernel="auto"`` takes ``c`` where it is built, else ``numpy``.
@@ -122,9 +122,9 @@ def _dtype(dtype) -> DType:
     if isinstance(dtype, (str, DType)):
         return get_dtype(dtype)
     np_dtype = np.dtype(dtype)
-    for d in DTYPES.values():
-        if d.numpy == np_dtype:
-            return d
+    found = from_numpy(np_dtype)
+    if found is not None:
+        return found
     raise UsageError(f"no reduction kernel for dtype {np_dtype}", f"use one of {', '.join(DTYPES)}")
 
 

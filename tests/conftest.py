@@ -138,9 +138,21 @@ def pytest_configure(config) -> None:
 def pytest_sessionfinish(session, exitstatus) -> None:
     """The MPI segments that ranks the tests killed, timed out or started under a user's
     own launcher left in /dev/shm (ddlcomm's own launches remove theirs): 97 files, 826 MiB,
-    built up on this machine in an afternoon of test runs."""
+    built up on this machine in an afternoon of test runs.  Under pytest-xdist (``-n``) the
+    controller removes them once every worker is done (a worker ending early could take a
+    segment another's ranks just made), and each worker hands it the MPIs its tests ran."""
+    worker = getattr(session.config, "workeroutput", None)
+    if worker is not None:
+        worker["mpis"] = dict(_seen)
+        return
     from ddlcomm.launch import shmclean
     _SHM_REMOVED[:] = shmclean.remove_left(_SHM_BEFORE)
+
+
+@pytest.hookimpl(optionalhook=True)         # a hook of pytest-xdist's, which may be absent
+def pytest_testnodedown(node, error) -> None:
+    """(pytest-xdist's controller) the MPIs a worker's tests ran under."""
+    _seen.update(getattr(node, "workeroutput", {}).get("mpis", {}))
 
 
 def pytest_collection_modifyitems(config, items) -> None:

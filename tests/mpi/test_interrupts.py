@@ -90,6 +90,7 @@ def _run_row(db) -> tuple:
         return con.execute("SELECT status, error FROM runs").fetchone()
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupt_under_the_users_launcher(mpi, tmp_path, sig):
     db = tmp_path / "i.db"
@@ -106,6 +107,7 @@ def test_interrupt_under_the_users_launcher(mpi, tmp_path, sig):
     assert not [n for n in shmclean.names() - segments if n.startswith(("mpich_shm", "sm_segment"))]
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT],
                          ids=["SIGTERM", "SIGHUP", "SIGINT"])
 def test_sigterm_or_sighup_to_ddlcomms_own_launch(mpi, tmp_path, sig):

@@ -117,3 +117,25 @@ def test_training_through_host_staged_wires(mpi, nranks):
     res = mpi.mpirun(nranks, [mpi.python, suite], timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"train wires {nranks} ranks, 0 failures" in res.stdout, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("how", ["own", "yours"])
+def test_a_batch_whose_activations_do_not_fit_is_refused_in_the_ranks(mpi, tmp_path, how):
+    """vgg16 at 224x224 keeps 52 MiB of activations an image: a batch whose images, parameters
+    and momentum fit but whose activations do not is refused once the ranks meet (it was
+    killed by the kernel minutes later), by every rank alike, under either launcher."""
+    from ddlcomm.bench.plan import mem_available
+    from ddlcomm.train.fits import activation_bytes
+    once(mpi, "the memory check")
+    batch = mem_available() // activation_bytes("vgg16", 224) + 1   # 2 ranks: twice too many
+    args = ["train", "--db", tmp_path / "a.db", "--model", "vgg16", "--image-size", "224",
+            "--batch", str(batch), "--iters", "1", "--warmup", "0", "--no-report"]
+    if how == "own":
+        res = run([mpi.ddlcomm, *args, "--ranks", "2"], mpi.env(), 120)
+    else:
+        res = mpi.mpirun(2, [mpi.python, "-m", "ddlcomm", *args], timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("ddlcomm: error:")]
+    assert len(errors) == 1 and "training needs at least" in errors[0], res.stderr
+    assert "2 ranks of vgg16 batch" in errors[0] and "activations" in errors[0], errors
+    assert "Traceback" not in res.stderr

@@ -68,6 +68,22 @@ def test_the_owner_says_what_a_rank_recorded_not_a_guess(tmp_path, capsys):
     assert capsys.readouterr().err.endswith("error: ranks ended with exit code 3 during broadcast (buffer, 4B)\n")
 
 
+def test_bad_input_a_rank_said_is_not_said_again(tmp_path, capsys):
+    """Exit code 2 with the rank's refusal recorded (training's memory check, once the ranks
+    met): rank 0 printed it; the owner's 'ranks ended with exit code 2: ...' said it twice."""
+    from ddlcomm.bench.runs import settle
+    db, run = stored(tmp_path, [])
+    with Store(db) as store:
+        store.end_if_running(run, "failed", "training needs at least 47GiB on vm")
+        settle(store, run, 2, lambda points: "")
+        assert store.run(run)["error"] == "training needs at least 47GiB on vm"
+    assert capsys.readouterr().err == ""
+    db, run = stored(tmp_path / "b", [])                 # no rank said it: the owner does
+    with Store(db) as store:
+        settle(store, run, 2, lambda points: "")
+    assert capsys.readouterr().err == "ddlcomm: error: ranks ended with exit code 2\n"
+
+
 def test_a_rank_killed_outright_is_said_once(tmp_path, capsys):
     """A rank killed (the others interrupted by the launcher): the owner's line doubled its
     prefix, 'ranks ended with exit code 137: ranks ended with exit code 137 during ...'."""

@@ -172,10 +172,11 @@ def settle(store: Store, run_id: int, rc: int,
     except DdlcommError as exc:        # a full disk: the points stay, the run reads stale
         said = why
         print(f"warning: run {run_id}'s end was not stored: {exc}", file=sys.stderr, flush=True)
-    if rc:
+    by_rank = not said.startswith(why)
+    if rc and not (rc == EXIT_USAGE and by_rank):   # bad input a rank found: the rank said it
         # A rank that recorded the end knows where it was (a pre-flight, a signal's name):
         # say that, not the guess from the points stored.
-        line = said if said.startswith(why) or interrupted else f"{ended}: {said}"
+        line = f"{ended}: {said}" if by_rank and not interrupted else said
         print(f"ddlcomm: error: {line}", file=sys.stderr, flush=True)
     return points, failed, store.run(run_id)
 

@@ -194,7 +194,7 @@ def plan_jobs(o: TrainOptions, launcher_size: Optional[int]) -> list[TrainJob]:
     if launcher_size is None:             # this command starts the ranks: they must fit here
         # Every training rank loads torch, as a gloo rank does, whatever the backend.
         check_start(max(ranks), o.oversubscribe, [o.backend, "gloo"])
-    _check_batch_memory(base, max(batches), max(ranks))
+        _check_batch_memory(base, max(batches), max(ranks))
     _check_data_shares(base, archs, ranks, max(batches))
     if o.peer == "ddp":
         registry.check("gloo")
@@ -289,13 +289,21 @@ def _check_data_shares(base: TrainConfig, archs: list[str], ranks: list[int], ba
 STATE_COPIES = 3
 
 
+def host_bytes(cfg: TrainConfig, batch: Optional[int] = None) -> tuple[int, int]:
+    """(a batch's images, float32 with 3 channels; and where the network lives in host memory,
+    its parameters, gradients and momentum): what a training rank holds in host memory at
+    least, before activations (:mod:`ddlcomm.train.fits` adds those in the ranks)."""
+    workload = get_net(cfg.model).workload
+    state = STATE_COPIES * 4 * total_parameters(workload) if workload and cfg.device == "cpu" else 0
+    return (cfg.batch if batch is None else batch) * 3 * cfg.image_size ** 2 * 4, state
+
+
 def _check_batch_memory(base: TrainConfig, batch: int, ranks: int) -> None:
-    """Refuse runs whose ranks cannot hold a batch's images (float32, 3 channels) and, where
-    the network lives in host memory, its parameters, gradients and momentum: a lower
-    bound (activations and torch's own come on top; 16 ranks of vgg16 started on 22 GiB)."""
-    workload = get_net(base.model).workload
-    state = STATE_COPIES * 4 * total_parameters(workload) if workload and base.device == "cpu" else 0
-    per_rank = batch * 3 * base.image_size ** 2 * 4 + state
+    """Refuse runs whose ranks, all started here, cannot hold :func:`host_bytes`: a lower
+    bound (activations, checked in the ranks, and torch's own come on top; 16 ranks of
+    vgg16 started on 22 GiB)."""
+    images, state = host_bytes(base, batch)
+    per_rank = images + state
     available = mem_available()
     if per_rank * ranks > available:
         what = f"a batch of {counted(batch, 'image')} of {base.image_size}x{base.image_size}" + (

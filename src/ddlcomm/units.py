@@ -57,7 +57,7 @@ def parse_sizes(text: str, zero_hint: str = ZERO_HINT) -> list[int]:
     The result is sorted and free of duplicates; a size of 0 is refused with ``zero_hint``.
     """
     text = given = text.strip()
-    if not text:
+    if not text.strip(", "):
         raise UsageError("empty size list", "give e.g. 4B:64MiB or 1KiB,1MiB")
     factor = 2
     m = _FACTOR_RE.match(text)
@@ -89,7 +89,8 @@ def parse_sizes(text: str, zero_hint: str = ZERO_HINT) -> list[int]:
         if _NUMBER_RE.match(text):                  # a size of another form (1.5KiB, -4B, 1e3B)
             parse_size(text)
         raise UsageError(f"cannot parse sizes {text!r}", SIZES_HINT)
-    sizes = sorted({parse_size(part) for part in text.split(",")})
+    # empty items left out, as parse_list does (a trailing comma: 4B,1KiB,)
+    sizes = sorted({parse_size(part) for part in text.split(",") if part.strip()})
     if sizes[0] <= 0:
         raise UsageError("sizes must be above 0 bytes, got 0", zero_hint)
     return sizes

@@ -47,6 +47,7 @@ def test_parse_sizes_default_sweep_is_25_powers_of_two():
     ("1KiB:1KiB", [KiB]),
     ("1KiB:3KiB", [KiB, 2 * KiB]),                     # stops at or below HI
     ("1MiB,4B, 1KiB,4B", [4, KiB, MiB]),               # sorted, de-duplicated
+    ("4B,1KiB,", [4, KiB]), ("4B,,8B", [4, 8]),          # empty items left out, as other lists'
     ("64", [64]),
 ])
 def test_parse_sizes(text, sizes):
@@ -62,7 +63,7 @@ def test_parse_sizes(text, sizes):
     ("", "empty"),
     ("   ", "empty"),
     ("4B:12XB", "'12XB'"),
-    ("4B,,8B", "''"),
+    (",", "empty"),
     # what was wrong, and what a size list can be (they said "cannot parse size '1KiBx1.5'")
     ("4B:1KiBx1.5", "growth factor of '4B:1KiBx1.5' must be a whole number"),
     ("4B-1KiB", "LO:HI[xF]"), ("4B..1KiB", "LO:HI[xF]"), ("4B:64KiB,1MiB", "or a list a,b,c, not both"),

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from ..bench.plan import mem_available
 from ..errors import EveryRankError
-from ..units import counted, format_size
+from ..units import about_size, counted, format_size
 from .config import TrainConfig, host_bytes
 from .nets import get_net
 
@@ -84,7 +84,7 @@ def check_hosts(comm, configs: Sequence[TrainConfig]) -> None:
     if need > available:
         cfg = configs[worst]
         raise EveryRankError(
-            f"training needs at least {format_size(need)} on {host}: {counted(ranks, 'rank')} "
+            f"training needs at least {about_size(need)} on {host}: {counted(ranks, 'rank')} "
             f"of {cfg.label()} at {cfg.image_size}x{cfg.image_size} (the images, the activations "
             f"kept for the backward pass, the parameters, gradients and momentum), more than "
             f"its {format_size(available)} available",

@@ -128,3 +128,13 @@ def test_the_device_floor_is_the_slowest_ranks_pass():
     fast = timing.pass_us(comm, lambda a, b, out: None, a, b, 0.0)
     slow = timing.pass_us(comm, lambda a, b, out: None, a, b, 0.0, slowest=True)
     assert fast < 1e3 and slow == 2e3
+
+
+def test_one_measurement_is_named_once():
+    """ring@1MiB beside ring measured the same thing twice (1 MiB is its default piece)."""
+    from ddlcomm.comm.algorithms import check_distinct
+    for twice in (["ring@1MiB", "ring"], ["rhd+c", "rhd@1MiB+c"]):
+        with pytest.raises(UsageError, match="one measurement twice"):
+            check_distinct(twice)
+    # other pieces, other kernels, and the shm (its piece follows the size) stay apart
+    check_distinct(["ring@512KiB", "ring", "rhd", "rhd+numpy", "shm@512KiB", "shm", "library"])

@@ -343,6 +343,7 @@ def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
     ranks = parse_positive_int(o.ranks, "--ranks") if o.ranks is not None else default_ranks
     collectives, workloads_ = _targets(o, dtype, op)
     algorithms_ = parse_list(o.algorithm, "--algorithm")
+    algorithms.check_distinct(algorithms_)
     left_out = o.path is None and not workloads_      # --path not given, for collectives
     plan = BenchPlan(
         backends=backends, collectives=collectives, sizes=_sizes(o, dtype),

@@ -26,7 +26,7 @@ as ``algorithm_run``.
 from __future__ import annotations
 
 import functools
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from ..dtypes import ReduceOp
 from ..errors import UsageError
 from ..kernels import reducer
 from ..lazy import load
-from ..units import parse_size
+from ..units import format_size, parse_size
 from . import device, native, shm
 from .native._common import check_buf, check_recv, flat
 from .tuning import Tuning
@@ -113,6 +113,22 @@ def piece(algorithm: str) -> Optional[int]:
         raise UsageError(f"{algorithm}: the piece must be a positive multiple of 64 bytes",
                          "e.g. shm@256KiB")
     return nbytes
+
+
+def check_distinct(algorithms: Sequence[str]) -> None:
+    """Refuse two names of one measurement: ``ring@1MiB`` beside ``ring`` (PIPELINE_BYTES is
+    the ring's and rhd's default piece; the shm's depends on the size, so ``shm@512KiB``
+    beside ``shm`` stays two)."""
+    seen: dict[tuple, str] = {}
+    for name in algorithms:
+        base, kernel = split(name)
+        named = piece(name)
+        key = (base, kernel, PIPELINE_BYTES if named is None and base in ("ring", "rhd") else named)
+        if key in seen:
+            raise UsageError(f"--algorithm names one measurement twice: {seen[key]} and {name}",
+                             f"{format_size(PIPELINE_BYTES)} is {base}'s piece by default: "
+                             "name it once")
+        seen[key] = name
 
 
 def check(collective: str, algorithm: str) -> None:

@@ -347,8 +347,15 @@ class ContainerSet:
         sh([tool("ip"), "link", "set", link, "alias", f"{ALIAS_PREFIX}{os.getpid()} set={self.id}"])
 
     def _hosts(self) -> str:
-        lines = ["127.0.0.1\tlocalhost", f"{self.bridge_address}\t{PREFIX}-{self.id}-host"]
-        lines += [f"{c.address}\t{c.hostname}" for c in self.containers]
+        """The containers' /etc/hosts: the bridge's address and each container's, each also
+        in its IPv4-mapped IPv6 form (``::ffff:A.B.C.D``), as a dual-stack listener (torch's
+        TCPStore) sees an IPv4 peer: unnamed there, glibc asked DNS, and c10d warned once a
+        rank ("The hostname of the client socket cannot be retrieved. err=-3")."""
+        names = [(self.bridge_address, f"{PREFIX}-{self.id}-host")]
+        names += [(c.address, c.hostname) for c in self.containers]
+        lines = ["127.0.0.1\tlocalhost"]
+        lines += [f"{address}\t{name}" for address, name in names]
+        lines += [f"::ffff:{address}\t{name}" for address, name in names]
         return "\n".join(lines) + "\n"
 
     def _write_state(self) -> None:

@@ -6,6 +6,18 @@ prints its message on one line and exits non-zero.  Each error may carry a
 """
 from __future__ import annotations
 
+import re
+
+#: A C++ library's source location before its message: ``[/path/gloo/.../pair.cc:537] ``.
+_SOURCE_AT = re.compile(r"^\[[^\]\s]*\.(?:cc|cpp|cxx|c|h|hpp):\d+\]\s*")
+
+
+def first_line(exc: BaseException) -> str:
+    """Another library's error in one line: its message's first line, without a C++ source
+    location before it (torch's Gloo errors carry both, and a C++ backtrace after)."""
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return _SOURCE_AT.sub("", first)
+
 
 class DdlcommError(Exception):
     """Base class of all errors ddlcomm raises on purpose; the CLI exits with its
@@ -41,7 +53,9 @@ class UnsupportedError(DdlcommError):
 
 
 class RankFailure(DdlcommError):
-    """A rank raised, died, or the job ended early."""
+    """A rank raised, died, or the job ended early (exit 3, README's table)."""
+
+    exit_code = 3
 
 
 class StoreError(DdlcommError):

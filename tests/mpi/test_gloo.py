@@ -256,6 +256,45 @@ def test_failing_rank_ends_the_job(gloo, tmp_path):
     assert ranks[0].code != 0 and "barrier passed" not in ranks[0].out, _dump(ranks)
 
 
+PEER_GONE = """\
+import os, sys, time, numpy as np, ddlcomm
+gone = sys.argv[1] == "gone"
+comm = ddlcomm.init("gloo", timeout_s=2)
+a = np.ones(256, np.float32)
+comm.allreduce(a, a)
+if comm.rank == 1:               # rank 1 ends (its connections close) or stops answering
+    if not gone:
+        time.sleep(6)
+    os._exit(0)
+for call in (lambda: comm.allreduce(a, a), lambda: comm.iallreduce(a, a).wait()):
+    try:
+        call()
+    except ddlcomm.DdlcommError as exc:
+        print(type(exc).__name__, exc, flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["gone", "silent"])
+def test_a_lost_peer_is_a_rank_failure(gloo, tmp_path, how):
+    """A library user's call under Gloo whose peer died, or did not answer within the
+    timeout, raises ddlcomm's RankFailure (one line, as on every backend), not torch's
+    RuntimeError with a C++ source path, an emoji and a backtrace."""
+    if gloo.name != "openmpi":
+        pytest.skip("Gloo does not depend on the MPI beside it: run in .venv/openmpi")
+    script = tmp_path / "peer_gone.py"
+    script.write_text(PEER_GONE)
+    ranks, _ = spawn(2, [gloo.python, script, how], clean_env(gloo.env()), tmp_path, timeout=60)
+    assert [r.code for r in ranks] == [0, 0], _dump(ranks)
+    lines = ranks[0].out.splitlines()
+    assert len(lines) == 2 and all(line.startswith("RankFailure backend gloo: another rank ")
+                                   for line in lines), _dump(ranks)
+    if how == "gone":
+        assert "closed its connection (it died or ended)" in lines[0], lines
+    else:
+        assert "did not answer within the timeout: Timed out waiting 2000ms" in lines[0], lines
+    assert "GLHF" not in ranks[0].out and ".cc:" not in ranks[0].out
+
+
 NO_PEERS = """\
 import ddlcomm
 from ddlcomm.errors import BackendUnavailable

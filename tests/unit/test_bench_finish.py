@@ -149,3 +149,25 @@ def test_a_ranks_error_is_one_line_without_a_libraries_source_location():
         "rank 1 during allreduce (buffer, 4B): RuntimeError: Read error [127.0.0.1]:41234: Connection reset by peer"
     assert fail_message(0, None, UsageError("bad", "hint")) == "rank 0: bad (hint)"
     assert fail_message(0, None, ValueError("[x] not a path")) == "rank 0: ValueError: [x] not a path"
+
+
+def test_a_lost_peer_in_torch_distributed_is_a_rank_failure():
+    """Gloo's errors about a peer gone or silent become RankFailure (exit 3), in one line
+    without torch's source path and advice; any other error stays the backend's."""
+    from ddlcomm.comm.torchdist import peer_failure
+    from ddlcomm.errors import RankFailure
+    closed = RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] "
+                          "Connection closed by peer [127.0.0.1]:9101. This is typically caused by "
+                          "a remote worker crashing. Check the logs ... GLHF! \U0001f3d6\ufe0f\nframe #0: ...")
+    failure = peer_failure("gloo", closed)
+    assert isinstance(failure, RankFailure) and failure.exit_code == 3
+    assert str(failure) == ("backend gloo: another rank closed its connection (it died or ended): "
+                            "Connection closed by peer [127.0.0.1]:9101 "
+                            "(that rank's own output says why)")
+    silent = RuntimeError("[../gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 2000ms "
+                          "for recv operation to complete")
+    assert "another rank did not answer within the timeout: Timed out waiting 2000ms for recv " \
+        "operation to complete (" in str(peer_failure("gloo", silent))
+    assert peer_failure("gloo", RuntimeError("Tensors must be contiguous")) is None
+    # the words on a later line (a backtrace's) are not the error's
+    assert peer_failure("gloo", RuntimeError("Invalid scalar type\nframe #3: Timed out")) is None

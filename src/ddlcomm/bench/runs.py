@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from ..errors import DdlcommError, EveryRankError, RunLost
+from ..errors import DdlcommError, EveryRankError, RunLost, first_line
 from ..launch import processes, shmclean
 from ..machine import load
 from ..results import Store, sysinfo
@@ -227,20 +226,11 @@ def _failed_not_interrupted(store: Store, run_id: int, interrupted: bool, why: s
                          error=f"{why}; the launcher then stopped the other ranks ({run['error']})")
 
 
-#: A C++ library's source location before its message: ``[/path/gloo/.../pair.cc:537] ``.
-_SOURCE_AT = re.compile(r"^\[[^\]\s]*\.(?:cc|cpp|cxx|c|h|hpp):\d+\]\s*")
-
-
 def fail_message(rank: int, what: Optional[str], exc: BaseException) -> str:
     """One line: the rank, where it was, and its error; another library's error by its
-    first line, without a C++ source location before it (torch's Gloo errors carry both,
-    and a C++ backtrace after)."""
+    type and :func:`~ddlcomm.errors.first_line`."""
     where = f" during {what}" if what else ""
-    if isinstance(exc, DdlcommError):
-        text = str(exc)
-    else:
-        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-        text = f"{type(exc).__name__}: {_SOURCE_AT.sub('', first)}"
+    text = str(exc) if isinstance(exc, DdlcommError) else f"{type(exc).__name__}: {first_line(exc)}"
     return f"rank {rank}{where}: {text}"
 
 
@@ -336,7 +326,7 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
         if comm.size > 1 and not alike:
             shmclean.unlink_mine()
             comm.abort(EXIT_RANK_FAILED)
-        return RankResult(EXIT_RANK_FAILED if not isinstance(exc, DdlcommError) else EXIT_USAGE)
+        return RankResult(exc.exit_code if isinstance(exc, DdlcommError) else EXIT_RANK_FAILED)
 
 
 def _keep(store: Store, db_path: Path, run_id: int, failed: int) -> None:

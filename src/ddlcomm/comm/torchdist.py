@@ -48,7 +48,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..dtypes import DTYPES
-from ..errors import BackendUnavailable, UnsupportedError, UsageError
+from ..errors import BackendUnavailable, RankFailure, UnsupportedError, UsageError, first_line
 from ..launch.env import LaunchInfo, detect, slurm_rendezvous
 from .base import Communicator
 from .mpi import _import_mpi
@@ -287,6 +287,66 @@ def _destroy_ours() -> None:
 atexit.register(_destroy_ours)      # (a no-op where ddlcomm made no group: torch stays unloaded)
 
 
+#: What torch.distributed's backends say where a peer is gone (its connection closed: the
+#: rank died or ended) or did not answer within the timeout, against what a library user
+#: catches as one error on every backend (:class:`~ddlcomm.errors.RankFailure`).
+_PEER_GONE = {"Connection closed by peer": "closed its connection (it died or ended)",
+              "Connection reset by peer": "closed its connection (it died or ended)",
+              "Broken pipe": "closed its connection (it died or ended)",
+              "Timed out": "did not answer within the timeout",
+              "timeout caused pair closure": "did not answer within an earlier call's timeout"}
+
+
+def peer_failure(backend: str, exc: BaseException) -> Optional[RankFailure]:
+    """``exc`` of a call on ``backend`` as the RankFailure it stands for where its first line
+    says a peer is gone or silent (pure); None for any other error (raised as it is)."""
+    line = first_line(exc)
+    key = next((key for key in _PEER_GONE if key in line), None)
+    if key is None:
+        return None
+    end = line.find(". ", line.index(key))          # torch's advice after it: not ours to give
+    return RankFailure(f"backend {backend}: another rank {_PEER_GONE[key]}: "
+                       f"{line if end < 0 else line[:end]}", "that rank's own output says why")
+
+
+def _raise_if_peer_failure(backend: str, exc: RuntimeError) -> None:
+    """Raise :func:`peer_failure`'s RankFailure for ``exc`` where it is one (from ``exc``)."""
+    failure = peer_failure(backend, exc)
+    if failure is not None:
+        raise failure from exc
+
+
+def _peers_checked(call: Callable) -> Callable:
+    """``call`` (a communicator's primitive) raising :func:`peer_failure`'s RankFailure in
+    place of the backend's error about a lost peer."""
+    @functools.wraps(call)
+    def checked(self, *args):
+        try:
+            return call(self, *args)
+        except RuntimeError as exc:
+            _raise_if_peer_failure(self.name, exc)
+            raise
+    return checked
+
+
+class _CheckedWork:
+    """A torch.distributed Work whose ``wait()`` raises :func:`peer_failure`'s RankFailure
+    in place of the backend's error about a lost peer."""
+
+    def __init__(self, work, backend: str) -> None:
+        self._work, self._backend = work, backend
+
+    def wait(self) -> object:
+        try:
+            return self._work.wait()
+        except RuntimeError as exc:
+            _raise_if_peer_failure(self._backend, exc)
+            raise
+
+    def is_completed(self) -> bool:
+        return self._work.is_completed()
+
+
 class TorchDistCommunicator(Communicator):
     """Communicator over torch.distributed's default process group; a subclass names the
     torch.distributed backend (``backend``) and may choose a device before the ranks meet."""
@@ -412,12 +472,12 @@ class TorchDistCommunicator(Communicator):
         t = self._p2p_tensor(buf)
         self._not_self(dest)
         # The returned Work holds the tensor (a view of buf) until it completes.
-        return dist.isend(t, dest, tag=tag)
+        return _CheckedWork(dist.isend(t, dest, tag=tag), self.name)
 
     def _irecv(self, buf, source, tag):
         t = self._p2p_tensor(buf)
         self._not_self(source)
-        return dist.irecv(t, source, tag=tag)
+        return _CheckedWork(dist.irecv(t, source, tag=tag), self.name)
 
     def _not_self(self, peer: int) -> None:
         if peer == self.rank:
@@ -465,13 +525,20 @@ class TorchDistCommunicator(Communicator):
     def _iallreduce(self, sendbuf, recvbuf, op):
         # Run by the backend's own threads or stream; the Work holds the tensor until done.
         work = dist.all_reduce(self._in_place(sendbuf, recvbuf), op=_OPS[op.ufunc], async_op=True)
-        return work.wait, work.is_completed
+        return _CheckedWork(work, self.name).wait, work.is_completed
 
     def _reduce_scatter(self, sendbuf, recvbuf, op):
         _reduce_scatter_flat(_tensor(recvbuf), _tensor(sendbuf), op=_OPS[op.ufunc])
 
     def _alltoall(self, sendbuf, recvbuf):
         dist.all_to_all_single(_tensor(recvbuf), _tensor(sendbuf))
+
+
+# The calls a library user makes (bound calls, the benchmarks' timed path, are left as
+# they are: there a rank's failure is reported by the run, fail_message).
+for _name in ("_barrier", "_send", "_recv", "_sendrecv", "_recv_any", "_broadcast", "_gather",
+              "_allgather", "_reduce", "_allreduce", "_reduce_scatter", "_alltoall"):
+    setattr(TorchDistCommunicator, _name, _peers_checked(getattr(TorchDistCommunicator, _name)))
 
 
 class GlooCommunicator(TorchDistCommunicator):

@@ -50,6 +50,24 @@ def test_a_run_whose_end_was_not_stored_exits_3():
     assert exit_code(0, 1, {"status": "running"}) == 3
 
 
+def test_the_owner_reads_a_refusal_its_ranks_ended_the_run_with(tmp_path):
+    """Under ddlcomm's launch, ranks that all refuse alike record why and exit 0 (a non-zero
+    exit added Open MPI's box after rank 0's line): the run they ended is the owner's
+    sign, read as bad input."""
+    from ddlcomm.bench.runs import RUN_ID_ENV, _record, ranks_ended_it
+    from ddlcomm.results.store import DB_ENV
+    db, run = stored(tmp_path, [])
+    env = {DB_ENV: str(db), RUN_ID_ENV: str(run)}
+    assert not ranks_ended_it(env)
+    assert _record(db, run, "failed", "training needs at least 49.6GiB on vm")
+    assert ranks_ended_it(env)
+    assert _record(db, run, "failed", "a second rank's word") is True   # ended, the first stands
+    assert not ranks_ended_it({}) and not ranks_ended_it({DB_ENV: str(db), RUN_ID_ENV: "99"})
+    gone = tmp_path / "gone.db"                 # a database removed meanwhile is not made anew
+    assert not ranks_ended_it({DB_ENV: str(gone), RUN_ID_ENV: str(run)}) and not gone.exists()
+    assert not _record(tmp_path / "gone.db", run, "failed", "x") and not _record(db, None, "failed", "x")
+
+
 def test_the_owner_says_what_a_rank_recorded_not_a_guess(tmp_path, capsys):
     """A rank that failed in its pre-flight recorded why; the owner's last line guessed
     'during broadcast (buffer, 4B)' from the first point not stored."""

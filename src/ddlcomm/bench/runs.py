@@ -16,13 +16,13 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from ..errors import DdlcommError, EveryRankError, RunLost, first_line
 from ..launch import processes, shmclean
 from ..machine import load
 from ..results import Store, sysinfo
-from ..results.store import rescue_path
+from ..results.store import DB_ENV, rescue_path
 from ..units import counted, format_size
 from .interrupts import OnInterrupt
 from .watchdog import Watchdog
@@ -91,7 +91,7 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
     """
     with Store(db_path) as opened:
         run_id = opened.create_run(info)
-    env = dict(os.environ, **env, **{RUN_ID_ENV: str(run_id), "DDLCOMM_DB": str(db_path)})
+    env = dict(os.environ, **env, **{RUN_ID_ENV: str(run_id), DB_ENV: str(db_path)})
     signals = _Signals()
     # Ctrl-C only where it interrupts (a job started in the background ignores it)
     interruptible = signal.getsignal(signal.SIGINT) is signal.default_int_handler
@@ -101,6 +101,8 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
     processes.adopt_orphans()
     try:
         rc = start(env)
+        if rc == 0 and ranks_ended_it(env):
+            rc = EXIT_USAGE                 # every rank refused alike, rank 0 said why
     except (KeyboardInterrupt, SystemExit):
         rc = EXIT_INTERRUPTED
     finally:
@@ -244,15 +246,28 @@ class RankResult:
     failed: int = 0
 
 
-def _record(db_path: Path, run_id: Optional[int], status: str, message: str) -> None:
+def _record(db_path: Path, run_id: Optional[int], status: str, message: str) -> bool:
     """End run ``run_id`` with ``status`` and ``message`` unless it has ended (best effort:
-    the rank is going down anyway)."""
-    if run_id is not None and db_path.exists():
-        try:
-            with Store(db_path) as store:
-                store.end_if_running(run_id, status, message)
-        except Exception:  # noqa: BLE001 - nothing left to tell
-            pass
+    the rank is going down anyway); whether the store says it has ended now."""
+    if run_id is None or not db_path.exists():
+        return False
+    try:
+        with Store(db_path) as store:
+            store.end_if_running(run_id, status, message)
+            return store.run(run_id)["status"] != "running"
+    except Exception:  # noqa: BLE001 - nothing left to tell
+        return False
+
+
+def ranks_ended_it(env: Mapping[str, str]) -> bool:
+    """Whether the ranks of the run that ``env`` (an owner's, :func:`own`) names ended it
+    themselves: where they exit 0 all the same, every rank refused alike and rank 0 said
+    why (:func:`rank_run`; any other end of theirs exits non-zero)."""
+    try:
+        with Store(Path(env[DB_ENV]), readonly=True) as store:     # (a file removed: not made)
+            return store.run(int(env[RUN_ID_ENV]))["status"] != "running"
+    except (KeyError, DdlcommError):
+        return False
 
 
 @contextlib.contextmanager
@@ -286,8 +301,8 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
     state: dict = {"run_id": int(os.environ[RUN_ID_ENV]) if RUN_ID_ENV in os.environ else None}
     owner = state["run_id"] is None
 
-    def record(status: str, message: str) -> None:
-        _record(db_path, state["run_id"], status, message)
+    def record(status: str, message: str) -> bool:
+        return _record(db_path, state["run_id"], status, message)
 
     def on_timeout(what: str, limit: float) -> None:
         message = f"rank {comm.rank}: {what} did not finish within {limit:g} s"
@@ -317,7 +332,7 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
         message = str(exc) if alike else fail_message(comm.rank, watchdog.current, exc)
         if comm.rank == 0 or not alike:
             print(f"ddlcomm: error: {message}", file=sys.stderr, flush=True)
-        record("failed", message)
+        recorded = record("failed", message)
         if comm.size > 1 and alike:
             # no rank exits before rank 0 has said why: a launcher (prterun) ends the
             # others as the first rank exits with an error, rank 0 among them
@@ -326,6 +341,10 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
         if comm.size > 1 and not alike:
             shmclean.unlink_mine()
             comm.abort(EXIT_RANK_FAILED)
+        if alike and recorded and not owner:
+            # ddlcomm's launch: its owner reads the refusal from the run (ranks_ended_it);
+            # a non-zero exit would add Open MPI's box after rank 0's one line
+            return RankResult(0)
         return RankResult(exc.exit_code if isinstance(exc, DdlcommError) else EXIT_RANK_FAILED)
 
 

@@ -12,6 +12,7 @@ from ..bench.plan import MAX_RANKS_PER_CORE
 from ..errors import UsageError
 from ..outputs import writable_dir, writable_file
 from ..results import default_db_path
+from ..results.store import DB_ENV
 from ..units import parse_positive_int
 
 DB_HELP = ("results database (default: $DDLCOMM_DB, else "
@@ -68,7 +69,7 @@ def db_flag(given: Optional[str]) -> str:
     default path."""
     if given:
         return "--db"
-    return "DDLCOMM_DB" if os.environ.get("DDLCOMM_DB") else "the default database"
+    return DB_ENV if os.environ.get(DB_ENV) else "the default database"
 
 
 def out_file(text: str, flag: str, real: bool = False) -> Path:

@@ -106,6 +106,10 @@ CHECK_VALUES = ("passed", "failed", "skipped")
 _POINT_READ_ONLY = ("run_id",)
 
 
+#: The variable naming the database (every command's default; the owner's to its ranks).
+DB_ENV = "DDLCOMM_DB"
+
+
 def default_db_path() -> Path:
     """Where results go unless told otherwise.
 
@@ -113,7 +117,7 @@ def default_db_path() -> Path:
     (``$XDG_DATA_HOME`` defaulting to ``~/.local/share``; a relative value is
     ignored, as the XDG spec asks).
     """
-    env = os.environ.get("DDLCOMM_DB")
+    env = os.environ.get(DB_ENV)
     if env:
         return Path(env).expanduser()
     xdg = os.environ.get("XDG_DATA_HOME", "")

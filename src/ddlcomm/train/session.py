@@ -20,7 +20,8 @@ from functools import partial
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..bench.runs import exit_code, own, program, rank_run, run_info, settle, starting
+from ..bench.runs import (exit_code, own, program, rank_run, ranks_ended_it, run_info, settle,
+                          starting)
 from ..comm import registry
 from ..errors import EveryRankError, UsageError
 from ..launch import mpirun, spawn
@@ -80,7 +81,7 @@ def launch(jobs: list[TrainJob], argv: Sequence[str], db_path: Path, config: dic
                   f"{counted(len(job.configs), 'configuration')}",
                   file=sys.stderr, flush=True)
             rc = start(job, argv, env)
-            if rc != 0:
+            if rc != 0 or ranks_ended_it(env):      # (0 and ended: the ranks refused; own says so)
                 return rc
         return 0
 

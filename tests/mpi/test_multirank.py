@@ -131,6 +131,8 @@ def test_failing_rank_ends_the_job(mpi, tmp_path, fault):
     assert res.returncode != 0
     assert elapsed < 60
     assert "allreduce (buffer, 16KiB)" in res.stderr, res.stderr
+    if fault == "hang":                         # the limit the user set is named as such
+        assert "did not finish within 8 s (--timeout: a hang, or raise it " in res.stderr
     assert "once more" not in res.stderr        # the ranks had started: no second launch
     with sqlite3.connect(db) as con:
         status, error = con.execute("select status, error from runs").fetchone()

@@ -305,7 +305,9 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
         return _record(db_path, state["run_id"], status, message)
 
     def on_timeout(what: str, limit: float) -> None:
-        message = f"rank {comm.rank}: {what} did not finish within {limit:g} s"
+        given = " (--timeout: a hang, or raise it where a step takes longer)" \
+            if limit == timeout_s else ""         # (a point's or a training step's limit)
+        message = f"rank {comm.rank}: {what} did not finish within {limit:g} s{given}"
         print(f"ddlcomm: error: {message}", file=sys.stderr, flush=True)
         record("failed", message)
         shmclean.unlink_mine()

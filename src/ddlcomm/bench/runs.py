@@ -108,6 +108,7 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    processes.reap_ended()              # the launcher's orphans: their CPU time is the run's
     if rc:
         _clean_up(segments)
     if opened.moved():                  # do not make a new, empty one in its place

@@ -55,15 +55,27 @@ def terminate(pids: Sequence[int], gone: Callable[[int], bool], grace_s: float) 
     return left
 
 
-def _children(pid: int) -> list[int]:
-    """The live (not zombie) children of ``pid``, from /proc."""
+def reap_ended() -> int:
+    """Reap this process's children that have ended and wait for it (zombies); how many.
+
+    Open MPI's prterun does not wait for the ssh stand-ins it starts (a run in
+    ``--containers``): they come to this process (:func:`adopt_orphans`), and until they
+    are reaped their CPU time, with the daemons' and the ranks' under them, is not in
+    ``os.times()``'s children (the run's load record counted the ranks as other processes).
+    Call it once the launcher has returned: no child still owned by a Popen is left then."""
+    return sum(_reaped(pid) for pid in _children(os.getpid(), ended=True))
+
+
+def _children(pid: int, ended: bool = False) -> list[int]:
+    """The live children of ``pid`` (those ended and not yet reaped, zombies, where
+    ``ended``), from /proc."""
     kids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
         except (OSError, IndexError, ValueError):
             continue
-        if int(ppid) == pid and state != "Z":
+        if int(ppid) == pid and (state == "Z") == ended:
             kids.append(int(stat.parent.name))
     return kids
 

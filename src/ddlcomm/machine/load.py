@@ -13,8 +13,8 @@ What the numbers mean (Linux; this host only):
   softirq; guests count in user) on the CPUs this process may use (its
   affinity), between the snapshots;
 * ``own_cpu_s``: CPU time of the run's own processes: the owner and every
-  child it waited for (the launcher and, through it, the ranks), from
-  ``os.times()``; None when the ranks were started by someone else (a
+  child it waited for (the launcher and, through it, the ranks; the orphans a
+  launcher left, reaped once it returns), from ``os.times()``; None when the ranks were started by someone else (a
   launcher you ran yourself), as their CPU time cannot be read from here;
 * ``others_cpu_s = busy_s - own_cpu_s`` (at least 0): time other processes
   (and the kernel on their behalf) held the run's CPUs; ``others_cores`` is it

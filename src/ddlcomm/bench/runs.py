@@ -331,24 +331,30 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
         with OnInterrupt(on_interrupt):
             return _run_body(comm, db_path, state, owner, watchdog, info, prepare, body)
     except Exception as exc:  # noqa: BLE001 - any failure must end every rank
-        alike = isinstance(exc, EveryRankError)        # every rank ends by itself; rank 0 says why
-        message = str(exc) if alike else fail_message(comm.rank, watchdog.current, exc)
-        if comm.rank == 0 or not alike:
-            print(f"ddlcomm: error: {message}", file=sys.stderr, flush=True)
-        recorded = record("failed", message)
-        if comm.size > 1 and alike:
-            # no rank exits before rank 0 has said why: a launcher (prterun) ends the
-            # others as the first rank exits with an error, rank 0 among them
-            with watchdog.guard("every rank ending together after the refusal", 30.0):
-                comm.barrier()
-        if comm.size > 1 and not alike:
-            shmclean.unlink_mine()
-            comm.abort(EXIT_RANK_FAILED)
-        if alike and recorded and not owner:
-            # ddlcomm's launch: its owner reads the refusal from the run (ranks_ended_it);
-            # a non-zero exit would add Open MPI's box after rank 0's one line
-            return RankResult(0)
-        return RankResult(exc.exit_code if isinstance(exc, DdlcommError) else EXIT_RANK_FAILED)
+        return _failed(comm, exc, watchdog, record, owner)
+
+
+def _failed(comm, exc: Exception, watchdog: Watchdog, record: Callable[[str, str], bool],
+            owner: bool) -> RankResult:
+    """:func:`rank_run`'s end on ``exc``: say it, record it, end every rank."""
+    alike = isinstance(exc, EveryRankError)        # every rank ends by itself; rank 0 says why
+    message = str(exc) if alike else fail_message(comm.rank, watchdog.current, exc)
+    if comm.rank == 0 or not alike:
+        print(f"ddlcomm: error: {message}", file=sys.stderr, flush=True)
+    recorded = record("failed", message)
+    if comm.size > 1 and alike:
+        # no rank exits before rank 0 has said why: a launcher (prterun) ends the
+        # others as the first rank exits with an error, rank 0 among them
+        with watchdog.guard("every rank ending together after the refusal", 30.0):
+            comm.barrier()
+    if comm.size > 1 and not alike:
+        shmclean.unlink_mine()
+        comm.abort(EXIT_RANK_FAILED)
+    if alike and recorded and not owner:
+        # ddlcomm's launch: its owner reads the refusal from the run (ranks_ended_it);
+        # a non-zero exit would add Open MPI's box after rank 0's one line
+        return RankResult(0)
+    return RankResult(exc.exit_code if isinstance(exc, DdlcommError) else EXIT_RANK_FAILED)
 
 
 def _keep(store: Store, db_path: Path, run_id: int, failed: int) -> None:

@@ -119,11 +119,14 @@ def check_distinct(algorithms: Sequence[str]) -> None:
     """Refuse two names of one measurement: ``ring@1MiB`` beside ``ring`` (PIPELINE_BYTES is
     the ring's and rhd's default piece; the shm's depends on the size, so ``shm@512KiB``
     beside ``shm`` stays two)."""
+    # the pieced all-reduces that are not shared memory's are native: bind gives them this
+    native_default = {base: PIPELINE_BYTES for base in PIECED["allreduce"]
+                      if ("allreduce", base) not in SHARED_MEMORY}
     seen: dict[tuple, str] = {}
     for name in algorithms:
         base, kernel = split(name)
         named = piece(name)
-        key = (base, kernel, PIPELINE_BYTES if named is None and base in ("ring", "rhd") else named)
+        key = (base, kernel, native_default.get(base) if named is None else named)
         if key in seen:
             raise UsageError(f"--algorithm names one measurement twice: {seen[key]} and {name}",
                              f"{format_size(PIPELINE_BYTES)} is {base}'s piece by default: "

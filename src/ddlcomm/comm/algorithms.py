@@ -61,7 +61,7 @@ KERNEL_SEP = "+"
 #: side by side.  A multiple of 64 bytes (the shm engine's cache line).
 PIECE_SEP = "@"
 #: The algorithms a piece applies to, per collective.
-PIECED = {"allreduce": ("shm", "ring", "rhd")}
+PIECED = {"allreduce": ("shm", "shm-map", "ring", "rhd")}
 #: Kernels a suffix may name (no suffix: on host arrays the compiled kernel where built, else
 #: NumPy; on device tensors torch's).  c and numpy reduce host arrays, torch and cupy tensors.
 KERNELS = ("c", "numpy", "torch", "cupy")
@@ -69,6 +69,7 @@ KERNELS = ("c", "numpy", "torch", "cupy")
 #: Through shared memory: (collective, name) -> "module:bind_<collective>".
 SHARED_MEMORY = {
     ("allreduce", "shm"): "ddlcomm.comm.shm:bind_allreduce",
+    ("allreduce", "shm-map"): "ddlcomm.comm.shm_mapped:bind_allreduce",
     ("allreduce", "hierarchical"): "ddlcomm.comm.hierarchical:bind_allreduce",
 }
 #: The native algorithms ``auto`` chooses among, per collective (from RING_MIN_BYTES up).

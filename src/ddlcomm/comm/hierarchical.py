@@ -38,7 +38,8 @@ from .algorithms import PIPELINE_BYTES, RING_MIN_BYTES
 from .group import Group
 from .native import ALGORITHMS, HostLink
 from .nodes import node_name
-from .shm import node_segment, reduce_slice, slices
+from .nodes import node_segment
+from .shm import reduce_slice, slices
 
 
 def node_groups(names: Sequence[str]) -> list[list[int]]:

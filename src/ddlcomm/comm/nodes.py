@@ -1,10 +1,50 @@
-"""Which node a rank runs on, as the algorithms that treat one node apart tell it."""
+"""Which node a rank runs on, as the algorithms that treat one node apart tell it, and the
+shared-memory segment the ranks of a node use together."""
 from __future__ import annotations
 
 import os
 import socket
+import weakref
+
+import numpy as np
+
+from .. import memory
+from ..memory.shared import attach, segment_of, unlink_name
 
 
 def node_name() -> str:
     """This rank's node: ``$DDLCOMM_NODE`` when set, else the host name."""
     return os.environ.get("DDLCOMM_NODE") or socket.gethostname()
+
+
+#: same_node's answer per communicator: its ranks do not move, so it is asked once.
+_ONE_HOST: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def same_node(comm) -> bool:
+    """True when every rank of ``comm`` runs on this host (by hostname).
+
+    Collective the first time for ``comm`` (every rank asks in the same order), then cached.
+    """
+    if comm not in _ONE_HOST:
+        _ONE_HOST[comm] = len(set(comm.allgather_object(socket.gethostname()))) == 1
+    return _ONE_HOST[comm]
+
+
+def node_segment(comm, leader: int, nbytes: int):
+    """A segment of ``nbytes`` shared by the ranks whose ``leader`` (a rank) creates it.
+
+    Every rank of ``comm`` calls this (set-up time); the leaders create, the
+    others attach by the name their leader all-gathers.
+    """
+    buf = name = None
+    if comm.rank == leader:
+        buf = memory.allocate("shared", max(1, nbytes))
+        name = segment_of(buf.array(np.uint8, 1))[0]
+    names = comm.allgather_object(name)
+    if buf is None:
+        buf = attach(names[leader])
+    comm.barrier()                      # every rank has it mapped before anyone frees
+    if comm.rank == leader:
+        unlink_name(buf)                # a rank killed later leaves no segment behind
+    return buf

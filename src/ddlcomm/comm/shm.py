@@ -22,9 +22,11 @@ For ranks on one node, three forms, chosen when the call is bound:
   calls, so a fast rank's next reduction never overwrites what a slow rank
   still reads.  Per call a rank moves about 3 n bytes against the 2 (p-1)/p n
   each way of a ring, and the p ranks reduce in parallel.
-* **zero-copy**: every rank's buffers already live in shared segments
-  (``--memory shared``): each rank reduces its slice straight from every
-  input into every output.
+* **mapped** (the compiled engines, every rank's buffers already in shared
+  segments: ``--memory shared``): nothing is staged; each rank reduces its
+  part straight from every input into every output
+  (:mod:`ddlcomm.comm.shm_mapped`, which ``shm-map`` also runs after moving
+  the buffers' pages into shared memory).
 
 The segment is made once per bound call (the set-up that ``bind`` pays) and
 freed with it.  Ranks on several nodes: see ``hierarchical``.
@@ -32,17 +34,17 @@ freed with it.  Ranks on several nodes: see ``hierarchical``.
 from __future__ import annotations
 
 import os
-import socket
 import weakref
 from typing import Callable, Optional
 
 import numpy as np
 
-from .. import memory
 from ..dtypes import ReduceOp
 from ..errors import UnsupportedError
-from ..memory.shared import attach, segment_of, unlink_name
+from ..memory.shared import segment_of
+from . import shm_mapped
 from .bound import BoundCall
+from .nodes import node_segment, same_node
 
 try:
     from . import _shmpipe
@@ -74,39 +76,6 @@ PIPE_PHASES_BYTES = 1 << 20
 PIPE_PHASES = tuple(_shmpipe.PHASES.split()) if _shmpipe is not None else ()
 
 
-#: same_node's answer per communicator: its ranks do not move, so it is asked once.
-_ONE_HOST: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def same_node(comm) -> bool:
-    """True when every rank of ``comm`` runs on this host (by hostname).
-
-    Collective the first time for ``comm`` (every rank asks in the same order), then cached.
-    """
-    if comm not in _ONE_HOST:
-        _ONE_HOST[comm] = len(set(comm.allgather_object(socket.gethostname()))) == 1
-    return _ONE_HOST[comm]
-
-
-def node_segment(comm, leader: int, nbytes: int):
-    """A segment of ``nbytes`` shared by the ranks whose ``leader`` (a rank) creates it.
-
-    Every rank of ``comm`` calls this (set-up time); the leaders create, the
-    others attach by the name their leader all-gathers.
-    """
-    buf = name = None
-    if comm.rank == leader:
-        buf = memory.allocate("shared", max(1, nbytes))
-        name = segment_of(buf.array(np.uint8, 1))[0]
-    names = comm.allgather_object(name)
-    if buf is None:
-        buf = attach(names[leader])
-    comm.barrier()                      # every rank has it mapped before anyone frees
-    if comm.rank == leader:
-        unlink_name(buf)                # a rank killed later leaves no segment behind
-    return buf
-
-
 def slices(count: int, nranks: int) -> list[tuple[int, int]]:
     """Balanced contiguous ranges of ``count`` elements, one per rank (pure)."""
     base, extra = divmod(count, nranks)
@@ -126,43 +95,6 @@ def reduce_slice(reduce, parts, piece) -> None:
     reduce(parts[0], parts[1], piece)
     for other in parts[2:]:
         reduce(piece, other, piece)
-
-
-def _zero_copy(comm, sendbuf, recvbuf, op, reduce, lo, hi):
-    """Every rank's buffers already live in shared segments (``--memory shared``):
-    reduce slice r straight from every rank's input into every rank's output.
-    Slices are disjoint, so this is also right in place."""
-    where = comm.allgather_object((segment_of(sendbuf), segment_of(recvbuf)))
-    p, n, dtype = comm.size, sendbuf.size, sendbuf.dtype
-    maps, sends, recvs = [], [], []
-    for q, ((sname, soff), (rname, roff)) in enumerate(where):
-        if q == comm.rank:
-            sends.append(sendbuf)
-            recvs.append(recvbuf)
-            continue
-        for name, off, out in ((sname, soff, sends), (rname, roff, recvs)):
-            buf = attach(name)
-            maps.append(buf)
-            out.append(buf.array(np.uint8, off + n * dtype.itemsize)[off:].view(dtype))
-    # Own slice first: in place, the output aliases it, and the fold must read it before writing.
-    parts = [sends[comm.rank][lo:hi]] + [x[lo:hi] for q, x in enumerate(sends) if q != comm.rank]
-    mine = recvbuf[lo:hi]
-    others = [x[lo:hi] for q, x in enumerate(recvs) if q != comm.rank]
-    barrier = comm.barrier
-
-    def call() -> None:
-        barrier()                                  # every input is final
-        reduce_slice(reduce, parts, mine)
-        op.finish(mine, p)
-        for out in others:
-            np.copyto(out, mine)
-        barrier()                                  # every output is complete
-
-    def close() -> None:
-        for buf in maps:
-            buf.free()
-    weakref.finalize(call, close)
-    return call
 
 
 def pipelines(reduce) -> bool:
@@ -221,23 +153,25 @@ def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
                    chunk_bytes: Optional[int] = None) -> Callable[[], None]:
     """Set up the segment and return the all-reduce on these buffers.
 
-    With every rank's buffers in shared memory (``--memory shared``) no copy is
-    made at all; otherwise the pipelined form where the C kernel reduces (in
-    chunks of ``chunk_bytes``, a multiple of 64; default :func:`pipe_chunk`),
-    else the staged one (see the module's docstring).
+    With every rank's buffers in shared memory (``--memory shared``) and the
+    compiled engines, the mapped form (no copy but the results'); otherwise the
+    pipelined form where the C kernel reduces (in chunks of ``chunk_bytes``, a
+    multiple of 64; default :func:`pipe_chunk`), else the staged one (see the
+    module's docstring).
     """
     if not same_node(comm):
         raise UnsupportedError("the shm all-reduce needs every rank on one node",
                                "use --algorithm hierarchical (or ring) across nodes")
     reduce = reduce or (lambda a, b, out: op.ufunc(a, b, out=out))
     p, n, dtype = comm.size, sendbuf.size, sendbuf.dtype
-    lo, hi = slices(n, p)[comm.rank]
-    shared = np.array([segment_of(sendbuf) is not None and segment_of(recvbuf) is not None], np.int32)
-    comm.allreduce(shared, shared, op="min")
-    if shared[0] and n:
-        return _zero_copy(comm, sendbuf, recvbuf, op, reduce, lo, hi)
     if pipelines(reduce):
+        if shm_mapped.runs(reduce):
+            shared = np.array([segment_of(sendbuf) is not None and segment_of(recvbuf) is not None], np.int32)
+            comm.allreduce(shared, shared, op="min")
+            if shared[0]:
+                return shm_mapped.bind_allreduce(comm, sendbuf, recvbuf, op, reduce, chunk_bytes, share=False)
         return _pipelined(comm, sendbuf, recvbuf, op, reduce, chunk_bytes)
+    lo, hi = slices(n, p)[comm.rank]
     seg = node_segment(comm, 0, (p + 2) * n * dtype.itemsize)
     flat = seg.array(dtype, (p + 2) * n)
     inputs = [flat[r * n:(r + 1) * n] for r in range(p)]

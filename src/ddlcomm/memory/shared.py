@@ -51,20 +51,34 @@ def _map(name: str, fd: int, nbytes: int, info: dict, then: Callable[[], None] |
     return from_mapping("shared", "shared", nbytes, mapping, {"shm_name": name, **info}, then)
 
 
-def allocate(spec: str, arg: str | None, nbytes: int, hbw_fallback: str | None) -> Buffer:
-    check(arg, hbw_fallback)
+def create(nbytes: int) -> tuple[str, int]:
+    """A new segment of ``nbytes`` (whole pages) in /dev/shm: (its name, an open fd the caller
+    closes).  UnsupportedError, with the name removed, where /dev/shm cannot hold it."""
     name = f"ddlcomm-{os.getpid()}-{next(_counter)}-{secrets.token_hex(4)}"
     path = os.path.join(SHM_DIR, name)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        try:
-            os.posix_fallocate(fd, 0, vm.round_up(nbytes, vm.PAGE_BYTES))
-        except OSError as exc:
-            free = os.statvfs(SHM_DIR)
-            raise UnsupportedError(
-                f"{SHM_DIR} cannot hold {nbytes} bytes ({errno.errorcode.get(exc.errno or 0, exc.errno)}; "
-                f"{free.f_bavail * free.f_frsize} bytes free)",
-                "enlarge /dev/shm (docker run --shm-size=...), or use a smaller buffer") from None
+        os.posix_fallocate(fd, 0, vm.round_up(nbytes, vm.PAGE_BYTES))
+    except OSError as exc:
+        os.close(fd)
+        _unlink(path)
+        free = os.statvfs(SHM_DIR)
+        raise UnsupportedError(
+            f"{SHM_DIR} cannot hold {nbytes} bytes ({errno.errorcode.get(exc.errno or 0, exc.errno)}; "
+            f"{free.f_bavail * free.f_frsize} bytes free)",
+            "enlarge /dev/shm (docker run --shm-size=...), or use a smaller buffer") from None
+    except BaseException:
+        os.close(fd)
+        _unlink(path)
+        raise
+    return name, fd
+
+
+def allocate(spec: str, arg: str | None, nbytes: int, hbw_fallback: str | None) -> Buffer:
+    check(arg, hbw_fallback)
+    name, fd = create(nbytes)
+    path = os.path.join(SHM_DIR, name)
+    try:
         buf = _map(name, fd, nbytes, {"method": "shm"}, lambda: _forget(path))
         _live[buf.address] = (name, nbytes)
         return buf
@@ -82,6 +96,11 @@ def _forget(path: str) -> None:
     _unlink(path)
 
 
+def unlink(name: str) -> None:
+    """Remove the segment ``name`` from /dev/shm, if it is still there (mappings stay)."""
+    _unlink(os.path.join(SHM_DIR, name))
+
+
 def _unlink(path: str) -> None:
     try:
         os.unlink(path)
@@ -95,7 +114,7 @@ def unlink_name(buf: Buffer) -> None:
     leaves nothing in /dev/shm (``free`` then has no name left to unlink)."""
     entry = _live.get(buf.address)
     if entry is not None:
-        _unlink(os.path.join(SHM_DIR, entry[0]))
+        unlink(entry[0])
 
 
 def attach(name: str) -> Buffer:

@@ -1,4 +1,4 @@
-"""Virtual-memory calls through libc (ctypes): mmap, munmap, madvise, mbind, move_pages.
+"""Virtual-memory calls through libc (ctypes): mmap, munmap, mremap, madvise, mbind, move_pages.
 
 Linux only.  Sizes are in bytes, addresses are plain ints.  Every mapping made
 here sits between two ``PROT_NONE`` guard areas so that the kernel can never
@@ -24,6 +24,7 @@ MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
 MAP_NORESERVE, MAP_HUGETLB = 0x4000, 0x40000
 MADV_HUGEPAGE, MADV_NOHUGEPAGE = 14, 15
 MPOL_BIND = 2
+MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2
 PAGE_BYTES: int = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 #: Syscall numbers (from the kernel's unistd tables); aarch64 and riscv64 share the generic table.
@@ -45,6 +46,8 @@ def libc() -> ctypes.CDLL:
         lib.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                              ctypes.c_int, ctypes.c_long]
         lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        lib.mremap.restype = ctypes.c_void_p
+        lib.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
         lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         lib.syscall.restype = ctypes.c_long
         _libc = lib
@@ -99,6 +102,27 @@ def map_region(length: int, *, align: int = PAGE_BYTES, flags: int = MAP_PRIVATE
         lib.munmap(ctypes.c_void_p(base), reserve_length)
         raise error
     return Mapping(start, length, base, reserve_length)
+
+
+def replace(address: int, length: int, flags: int, fd: int = -1, advice: int = 0) -> None:
+    """Put a new mapping (``flags``, ``fd``; ``madvise(advice)`` first where not 0) holding a copy
+    of the ``length`` bytes at ``address`` in their place: same addresses and values, other
+    pages (``mremap`` moves it there, unmapping what was).  Raises :class:`OSError`; the old
+    pages stay where anything fails."""
+    lib = libc()
+    new = lib.mmap(None, length, PROT_READ | PROT_WRITE, flags, fd, 0)
+    if new in (None, ctypes.c_void_p(-1).value):
+        raise _oserror("mmap")
+    try:
+        if advice:
+            madvise(new, length, advice)
+        ctypes.memmove(new, address, length)
+        if lib.mremap(ctypes.c_void_p(new), length, length, MREMAP_MAYMOVE | MREMAP_FIXED,
+                      ctypes.c_void_p(address)) != address:
+            raise _oserror("mremap")
+    except BaseException:
+        lib.munmap(ctypes.c_void_p(new), length)
+        raise
 
 
 def madvise(address: int, length: int, advice: int) -> None:

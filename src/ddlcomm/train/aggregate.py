@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..comm import algorithms
-from ..comm.shm import same_node
+from ..comm.nodes import same_node
 from ..dtypes import get_op
 from ..errors import UsageError
 from ..measure.timing import clock

@@ -1,10 +1,12 @@
-"""Rank-side checks of the shared-memory all-reduces: shm (staged, pipelined, zero-copy) and hierarchical.
+"""Rank-side checks of the shared-memory all-reduces: shm (staged, pipelined, mapped), shm-map and hierarchical.
 
 Run under a launcher (``mpirun -n N python shm_suite.py [--backend NAME]``).
 Every dtype × op × count (0, 1, 7, 13, 10007, and one above the leaders'
 ring threshold) against a float64/int64 reference.  The pipelined form (the
 C kernel's reducer) runs with 128-byte chunks, so most counts take many chunks
-and reuse its staging windows, out of place and in place.  ``hierarchical`` runs
+and reuse its staging windows, out of place and in place; the mapped forms
+(spot checks) take 128-byte pieces, and the smallest counts lie in their edge
+slots only.  ``hierarchical`` runs
 every dtype and op with the ranks round robin over 2 nodes (in place and
 not), and spot checks with every rank on one node, in blocks of 2 and one
 node per rank; nodes are named per rank with its ``node`` argument, so the
@@ -18,7 +20,7 @@ import numpy as np
 
 import ddlcomm
 from ddlcomm import memory
-from ddlcomm.comm import hierarchical, shm
+from ddlcomm.comm import hierarchical, shm, shm_mapped
 from ddlcomm.dtypes import DTYPES, OPS
 from ddlcomm.kernels import reducer
 from suite_kit import THIN_HELP, conclude, thinned
@@ -55,6 +57,32 @@ def close(got, want, dt) -> bool:
     return np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=8 * dt.eps, atol=0)
 
 
+#: How shm is bound: its staged (NumPy kernel), pipelined and mapped forms, and shm-map, each
+#: out of place and in place; "shared" buffers are --memory shared's; "offset": each rank's
+#: buffers start at other offsets within their pages, so the ranks' partial pages differ.
+VARIANTS = ("staged", "staged shared", "staged shared in-place", "pipelined", "pipelined in-place",
+            "mapped shared", "mapped shared in-place", "shm-map", "shm-map in-place", "shm-map offset")
+#: The mapped forms run the SPOT_CHECKS only: their engine's every dtype and op is in
+#: tests/unit/test_shmmap.py (threads as ranks), what MPI adds is the pages moved and mapped.
+MAPPED = ("mapped", "shm-map")
+
+
+def buffers(variant, mine, dt, rank, held):
+    """(send, recv) of ``variant`` (see VARIANTS), send holding ``mine``."""
+    n = mine.size
+    if "shared" in variant:
+        bufs = [memory.allocate("shared", max(1, n * dt.itemsize)) for _ in range(2)]
+        held += bufs
+        send, recv = bufs[0].array(dt.numpy, n), bufs[1].array(dt.numpy, n)
+    elif "offset" in variant:
+        send = np.zeros(n + 64, dt.numpy)[3 * rank + 1:][:n]
+        recv = np.zeros(n + 64, dt.numpy)[5 * rank + 2:][:n]
+    else:
+        send, recv = np.zeros(n, dt.numpy), np.zeros(n, dt.numpy)
+    send[:] = mine
+    return send, send if variant.endswith("in-place") else recv
+
+
 def cases(comm, held, thin=False):
     """(label, bound call, send, its input, recv, expected, dtype) for every variant
     (``thin``: the (dtype, op) pairs of :func:`suite_kit.thinned`)."""
@@ -71,26 +99,18 @@ def cases(comm, held, thin=False):
                 want = expected(every, opname, dt, p)
                 c_kernel = reducer("sum" if op.divide_by_ranks else opname, dt)
                 c_kernel = c_kernel if shm.pipelines(c_kernel) else None
-                for variant in ("copy", "zero-copy", "in-place", "pipelined", "pipelined in-place"):
-                    if variant.startswith("pipelined"):
-                        if c_kernel is None:
-                            continue
-                        send = every[comm.rank].copy()
-                        recv = send if variant.endswith("in-place") else np.zeros(n, dt.numpy)
-                        yield f"shm {variant} {dname} {opname} n={n}", \
-                            shm.bind_allreduce(comm, send, recv, op, reduce=c_kernel, chunk_bytes=PIPE_CHUNK), \
-                            send, every[comm.rank], recv, want, dt
+                for variant in VARIANTS:
+                    compiled = variant.split()[0] in ("pipelined", "mapped", "shm-map")
+                    if compiled and c_kernel is None or variant.split()[0] in MAPPED and \
+                            (dname, opname) not in SPOT_CHECKS:
                         continue
-                    if variant == "copy":
-                        send, recv = every[comm.rank].copy(), np.zeros(n, dt.numpy)
+                    send, recv = buffers(variant, every[comm.rank], dt, comm.rank, held)
+                    if variant.startswith("shm-map"):
+                        call = shm_mapped.bind_allreduce(comm, send, recv, op, c_kernel, PIPE_CHUNK)
                     else:
-                        bufs = [memory.allocate("shared", max(1, n * dt.itemsize)) for _ in range(2)]
-                        held += bufs
-                        send = bufs[0].array(dt.numpy, n)
-                        send[:] = every[comm.rank]
-                        recv = send if variant == "in-place" else bufs[1].array(dt.numpy, n)
-                    yield f"shm {variant} {dname} {opname} n={n}", \
-                        shm.bind_allreduce(comm, send, recv, op), send, every[comm.rank], recv, want, dt
+                        call = shm.bind_allreduce(comm, send, recv, op, reduce=c_kernel if compiled else None,
+                                                  chunk_bytes=PIPE_CHUNK if compiled else None)
+                    yield f"shm {variant} {dname} {opname} n={n}", call, send, every[comm.rank], recv, want, dt
                 for layout, node in LAYOUTS.items():
                     if layout != "round robin" and (dname, opname) not in SPOT_CHECKS:
                         continue
@@ -138,6 +158,7 @@ def bound_checks(comm, failures) -> None:
     elif said:
         failures.append(f"rank {comm.rank} shm's staged form said {said}")
     del call
+    mapped_checks(comm, failures)
     if comm.size >= 3:
         import os
         os.environ["DDLCOMM_NODE"] = f"n{comm.rank}"            # a node per rank
@@ -149,6 +170,43 @@ def bound_checks(comm, failures) -> None:
                 failures.append(f"rank {comm.rank} hierarchical avg {np.dtype(dt).name} "
                                 f"of a cancelling sum: {recv[0]!r}")
         del os.environ["DDLCOMM_NODE"]
+
+
+def mapped_checks(comm, failures) -> None:
+    """shm-map says what it mapped, its pages are private again once it is gone, and a rank
+    whose buffer cannot move (locked) makes every rank refuse, naming that rank."""
+    import ctypes
+    import gc
+    from ddlcomm.comm import algorithms
+    from ddlcomm.errors import UnsupportedError
+    from ddlcomm.memory import remap
+    total = OPS["sum"]
+    if not shm_mapped.runs(algorithms.kernel("shm-map", total, np.float32)):
+        return
+    send = np.full(1 << 16, comm.rank + 1, np.float32)
+    recv = np.zeros_like(send)
+    call = algorithms.bind(comm, "allreduce", "shm-map", send, recv, total, 0)
+    call()
+    said = call.facts()
+    if not (recv == comm.size * (comm.size + 1) / 2).all() or not said["shm_moved_pages"] or \
+            said["shm_mapped_bytes"] < send.nbytes - 2 * 4096:
+        failures.append(f"rank {comm.rank} shm-map: {recv[:2]}, facts {said}")
+    del call
+    gc.collect()
+    if remap._shared:
+        failures.append(f"rank {comm.rank} shm-map: pages still shared after the call is gone")
+    buf = memory.allocate("pageable", 1 << 16)
+    locked = comm.rank == comm.size - 1 and ctypes.CDLL(None).mlock(ctypes.c_void_p(buf.address),
+                                                                     ctypes.c_size_t(1 << 16)) == 0
+    if any(comm.allgather_object(locked)):
+        x = buf.array(np.float32, (1 << 16) // 4)
+        try:
+            algorithms.bind(comm, "allreduce", "shm-map", x, x, total, 0)
+            failures.append(f"rank {comm.rank} shm-map took a locked buffer")
+        except UnsupportedError as exc:
+            if f"rank {comm.size - 1}: " not in str(exc) or "locked" not in str(exc):
+                failures.append(f"rank {comm.rank} shm-map's refusal: {exc}")
+    buf.free()
 
 
 def main() -> int:

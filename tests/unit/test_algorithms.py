@@ -43,7 +43,7 @@ def test_auto_on_one_node_is_the_pipelined_shm_from_its_threshold():
 
 
 def test_shared_memory_algorithms_are_allreduce_names():
-    assert {name for _, name in SHARED_MEMORY} == {"shm", "hierarchical"} <= set(names("allreduce"))
+    assert {name for _, name in SHARED_MEMORY} == {"shm", "shm-map", "hierarchical"} <= set(names("allreduce"))
     assert "hierarchical" not in names("broadcast")
 
 

@@ -8,14 +8,13 @@ check its refusals.  The same engine under real ranks: tests/mpi/test_shm.py.
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
 from ddlcomm.comm import shm
 from ddlcomm.dtypes import DTYPES, OPS
 from ddlcomm.kernels import available, reducer
+from thread_ranks import run_as_ranks
 
 pytestmark = pytest.mark.skipif(shm._shmpipe is None or available()["c"].startswith("missing"),
                                 reason="the C kernel or the shm engine is not built")
@@ -25,24 +24,13 @@ def run_ranks(p, inputs, outputs, red, chunk, windows=shm.PIPE_WINDOWS, calls=1,
     """Every rank (a thread) runs `calls` all-reduces on one segment; their errors, if any.
     ``phases``: one buffer per rank that the calls add their phases' nanoseconds to."""
     seg = np.zeros(shm._shmpipe.segment_bytes(p, chunk, windows), np.uint8)
-    errors = []
 
     def rank(r):
         base = 0
-        try:
-            for _ in range(calls):
-                base = shm._shmpipe.allreduce(seg, inputs[r], outputs[r], red, r, p, chunk, windows, base,
-                                              1.0, stream_min, None if phases is None else phases[r])
-        except Exception as exc:  # noqa: BLE001 - reported by the test
-            errors.append(exc)
-
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(p)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads), "a rank hung"
-    return errors
+        for _ in range(calls):
+            base = shm._shmpipe.allreduce(seg, inputs[r], outputs[r], red, r, p, chunk, windows, base,
+                                          1.0, stream_min, None if phases is None else phases[r])
+    return run_as_ranks(p, rank)
 
 
 def want(inputs, opname, dt):

@@ -463,7 +463,7 @@ def check_containers(plan: BenchPlan) -> None:
     if plan.ranks is not None and plan.containers > plan.ranks:
         raise UsageError(f"--containers {plan.containers} needs at least as many ranks",
                          f"use --ranks {plan.containers} or more")
-    one_node = [a for a in plan.algorithms if algorithms.split(a)[0] == "shm"]
+    one_node = [a for a in plan.algorithms if algorithms.split(a)[0] in algorithms.ONE_NODE]
     if plan.containers > 1 and one_node and "allreduce" in plan.collectives:
         raise UsageError(f"--algorithm {one_node[0]} needs every rank on one node, and --containers "
                          f"{plan.containers} makes {plan.containers} nodes",

@@ -72,6 +72,8 @@ SHARED_MEMORY = {
     ("allreduce", "shm-map"): "ddlcomm.comm.shm_mapped:bind_allreduce",
     ("allreduce", "hierarchical"): "ddlcomm.comm.hierarchical:bind_allreduce",
 }
+#: The shared-memory all-reduces that need every rank on one node.
+ONE_NODE = ("shm", "shm-map")
 #: The native algorithms ``auto`` chooses among, per collective (from RING_MIN_BYTES up).
 AUTO_CANDIDATES = {"allreduce": ("ring", "rhd")}
 #: Collectives whose native algorithms run pipelined in PIPELINE_BYTES pieces.

@@ -193,6 +193,17 @@ def allreduce_shm(p: int, nbytes: float) -> Schedule:
     return Schedule(3, (2 * p - 1) / p * nbytes, (p - 1) / p * nbytes)
 
 
+def allreduce_shm_map(p: int, nbytes: float) -> Schedule:
+    """``comm/shm_mapped.py`` (``shm-map``; ``shm`` over ``--memory shared``): nothing is
+    staged; each rank reduces its 1/p part straight from all p inputs ((p-1)/p·n reduced)
+    into its result and copies it into the p-1 others' ((p-1)/p·n); two waits a call, one
+    round each."""
+    p = _p(p)
+    if p == 1:
+        return Schedule(0, float(nbytes), 0.0)
+    return Schedule(2, (p - 1) / p * nbytes, (p - 1) / p * nbytes)
+
+
 def allreduce_shm_phases(p: int, nbytes: float) -> tuple[Schedule, Schedule]:
     """The intra-node halves of a hierarchical all-reduce: (reduce into the
     segment: copy in, barrier, slice reduction, barrier), (fan-out: copy out)."""
@@ -468,6 +479,7 @@ COSTS: dict[tuple[str, str], Callable[..., Schedule]] = {
     ("allreduce", "linear"): allreduce_linear,
     ("allreduce", "nonoverlapping"): allreduce_nonoverlapping,
     ("allreduce", "shm"): allreduce_shm,
+    ("allreduce", "shm-map"): allreduce_shm_map,
     ("allreduce", "release_gather"): allreduce_release_gather,
     ("reduce", "binomial"): _native("reduce", "binomial"),
     ("broadcast", "binomial"): _native("broadcast", "binomial"),
@@ -485,8 +497,9 @@ COSTS: dict[tuple[str, str], Callable[..., Schedule]] = {
     ("gather", "linear_sync"): gather_linear_sync,
 }
 
-#: Algorithms whose ranks all share one node's memory (ddlcomm's shm; MPICH's release_gather).
-ONE_NODE = {("allreduce", "shm"), ("allreduce", "release_gather"), ("broadcast", "release_gather")}
+#: Algorithms whose ranks all share one node's memory (ddlcomm's shm and shm-map; MPICH's release_gather).
+ONE_NODE = {("allreduce", "shm"), ("allreduce", "shm-map"), ("allreduce", "release_gather"),
+            ("broadcast", "release_gather")}
 
 
 def _pairs(p: int) -> int:
@@ -502,7 +515,7 @@ def _pow2(p: int) -> int:
 #: all of a ring or shm; the power-of-two core of rhd / recursive doubling; one
 #: per pair of a tree's busiest round; the root alone in linear algorithms.
 ACTIVE: dict[tuple[str, str], Callable[[int], int]] = {
-    ("allreduce", "ring"): lambda p: p, ("allreduce", "shm"): lambda p: p,
+    ("allreduce", "ring"): lambda p: p, ("allreduce", "shm"): lambda p: p, ("allreduce", "shm-map"): lambda p: p,
     ("allreduce", "rhd"): _pow2, ("allreduce", "rabenseifner"): _pow2,
     ("allreduce", "recursive_doubling"): _pow2, ("allreduce", "linear"): lambda p: 1,
     ("allreduce", "nonoverlapping"): _pairs, ("reduce", "binomial"): _pairs,

@@ -31,6 +31,7 @@ POINTS = [
     point("library", 16 * MiB, 4000.0), point("ring", 16 * MiB, 2100.0),
     point("shm", 16 * MiB, 2000.0),
     point("auto", 16 * MiB, 1.0),                                  # auto is what is tuned
+    point("shm-map", 16 * MiB, 2.0), point("shm-map@64KiB", 64 * MiB, 2.0),   # asked for by name only
     point("ring", 64 * MiB, 1.0, check="failed"),                  # a wrong result never wins
     point("library", 64 * MiB, 9000.0), point("shm", 64 * MiB, 8000.0),
     point("library", 256 * MiB, 30000.0),                          # measured alone: no choice
@@ -48,6 +49,7 @@ def test_build_takes_the_fastest_at_each_size_and_merges_bands():
     assert [s["bytes"] for s in two["sizes"]] == [KiB, 4 * KiB, MiB, 16 * MiB, 64 * MiB]
     assert two["sizes"][1]["us"] == {"library": 5.0, "shm": 3.5}   # each by its fastest run
     assert "auto" not in two["sizes"][3]["us"] and "ring" not in two["sizes"][4]["us"]
+    assert not any(alg.startswith("shm-map") for size in two["sizes"] for alg in size["us"])
 
 
 def test_only_runs_that_measured_several_algorithms_compare():

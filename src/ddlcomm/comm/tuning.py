@@ -25,6 +25,10 @@ from ..errors import UsageError
 FORMAT = "ddlcomm-tuning"
 VERSION = 1
 
+#: Algorithms a table never chooses, however fast: ``shm-map`` moves the buffers' pages into
+#: shared memory, which a caller asks for by name, not ``auto`` behind its back.
+ASKED_ONLY = ("shm-map",)
+
 #: (library in lower case, collective, ranks) -> [(from bytes, algorithm), ...], ascending.
 Bands = dict[tuple[str, str, int], list[tuple[int, str]]]
 
@@ -53,7 +57,8 @@ class Tuning:
 def build(points: Iterable[Mapping[str, Any]], metric: str = "t_p50_us",
           source: Optional[dict] = None) -> dict:
     """The table's file content from stored points (``results.export.point_record``
-    form): every checked buffer point of a concrete algorithm (not ``auto``);
+    form): every checked buffer point of a concrete algorithm (not ``auto``, nor
+    :data:`ASKED_ONLY`);
     at each (library, collective, ranks, bytes) that one run measured with two or
     more algorithms (of one op), the fastest by ``metric`` (each algorithm by its
     fastest such run: a run of one algorithm alone is no comparison);
@@ -62,7 +67,8 @@ def build(points: Iterable[Mapping[str, Any]], metric: str = "t_p50_us",
     side_by_side: dict[tuple, dict[str, float]] = defaultdict(dict)
     for p in points:
         alg, t = p.get("algorithm") or "library", p.get(metric)
-        if alg.split("+")[0] == "auto" or p.get("form") != "buffer" or p.get("check") == "failed" \
+        if alg.split("+")[0].split("@")[0] in ("auto", *ASKED_ONLY) or p.get("form") != "buffer" \
+                or p.get("check") == "failed" \
                 or not t or p.get("workload") or p.get("phase"):
             continue
         key = (str(p.get("library") or p.get("backend")), p["collective"], int(p["ranks"]),

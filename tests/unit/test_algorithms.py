@@ -52,6 +52,7 @@ def test_shared_memory_algorithms_are_allreduce_names():
     ("allreduce", "ring+avx", "unknown reduction kernel 'avx' in ring+avx"),
     ("allreduce", "library+numpy", "library+numpy: a reduction kernel applies to ddlcomm's own"),
     ("broadcast", "binomial+c", "binomial+c: a reduction kernel applies"),
+    ("allreduce", "shm-map+numpy", "shm-map+numpy: shm-map reduces with the compiled kernel only"),
 ])
 def test_bad_names_are_refused(collective, algorithm, message):
     with pytest.raises(UsageError) as err:

@@ -155,6 +155,8 @@ def check(collective: str, algorithm: str) -> None:
         if kernel not in KERNELS:
             raise UsageError(f"unknown reduction kernel {kernel!r} in {algorithm}",
                              f"choose {' or '.join(KERNELS)}")
+        if base == "shm-map" and kernel != "c":
+            raise UsageError(f"{algorithm}: shm-map reduces with the compiled kernel only", "use shm-map")
 
 
 def kernel(algorithm: str, op: Optional[ReduceOp], dtype) -> Optional[Callable]:

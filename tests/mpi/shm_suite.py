@@ -178,7 +178,7 @@ def mapped_checks(comm, failures) -> None:
     import ctypes
     import gc
     from ddlcomm.comm import algorithms
-    from ddlcomm.errors import UnsupportedError
+    from ddlcomm.errors import EveryRankError
     from ddlcomm.memory import remap
     total = OPS["sum"]
     if not shm_mapped.runs(algorithms.kernel("shm-map", total, np.float32)):
@@ -203,8 +203,8 @@ def mapped_checks(comm, failures) -> None:
         try:
             algorithms.bind(comm, "allreduce", "shm-map", x, x, total, 0)
             failures.append(f"rank {comm.rank} shm-map took a locked buffer")
-        except UnsupportedError as exc:
-            if f"rank {comm.size - 1}: " not in str(exc) or "locked" not in str(exc):
+        except EveryRankError as exc:
+            if f"rank {comm.size - 1}: " not in str(exc) or "locked" not in str(exc) or str(exc).count("(use") != 1:
                 failures.append(f"rank {comm.rank} shm-map's refusal: {exc}")
     buf.free()
 

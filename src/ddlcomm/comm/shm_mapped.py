@@ -26,7 +26,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..dtypes import ReduceOp
-from ..errors import UnsupportedError
+from ..errors import EveryRankError, UnsupportedError
 from ..memory import remap
 from ..memory.shared import attach, segment_of, unlink
 from .bound import BoundCall
@@ -92,22 +92,22 @@ def _mapped_part(where: tuple, lo: int, hi: int, maps: dict) -> np.ndarray:
 def _gather(comm, sendbuf, recvbuf, share: bool) -> tuple[list, list]:
     """Every rank's (send, recv) shared-memory places (see :func:`_where`), the same on every
     rank, and what this rank moved.  A rank that could not move its pages makes every rank
-    raise UnsupportedError, naming it."""
+    raise EveryRankError, naming it."""
     held: list = []
     try:
         mine = (_where(sendbuf, share, held),)
         mine += (mine[0] if recvbuf is sendbuf else _where(recvbuf, share, held),)
         why = None
     except UnsupportedError as exc:
-        mine, why = (None, None), str(exc)
+        mine, why = (None, None), (exc.args[0], exc.hint)
     every = comm.allgather_object((why, mine))
     failed = [(q, text) for q, (text, _) in enumerate(every) if text is not None]
     if failed:
         for pages in held:
             pages.release()
-        q, text = failed[0]
-        raise UnsupportedError(f"shm-map: rank {q}: {text}",
-                               "use --algorithm shm, or buffers of plain memory (--memory pageable)")
+        q, (text, hint) = failed[0]
+        # every rank knows: they end alike, and rank 0 alone says it
+        raise EveryRankError(f"shm-map: rank {q}: {text}", hint)
     return [w for _, pair in every for w in pair], held
 
 

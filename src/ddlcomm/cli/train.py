@@ -54,6 +54,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     t.add_argument("--algorithm", default="library",
                    help="allreduce: the buckets' all-reduce: library (the backend's own, default), "
                         "or ddlcomm's ring, rhd, shm, auto (chosen per bucket size) or, on the CPU, "
+                        "shm-map (the buckets moved into shared memory: nothing staged) and "
                         "hierarchical (shm in each node, ring or rhd among nodes), with a kernel "
                         "suffix (ring+numpy) where wanted; on the GPU they reduce there and move "
                         "blocks by CUDA IPC or pinned copies (blocking: not with --overlap)")

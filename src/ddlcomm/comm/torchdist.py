@@ -43,7 +43,7 @@ import os
 import socket
 import sys
 import warnings
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -159,15 +159,26 @@ def init_process_group(info: LaunchInfo, timeout_s: float = DEFAULT_TIMEOUT_S,
 
 #: How many times this process joined through ``env://`` (every rank counts alike).
 _JOINS = {"env": 0}
+#: ``env://``'s store of this process per (address, port, ranks, rank, agent's): opened at the
+#: first join and kept for the next ones.
+_ENV_STORES: dict[tuple, Any] = {}
 
 
 def _env_store(info: LaunchInfo, timeout: datetime.timedelta):
     """``env://``'s store, as torch opens it (rank 0 hosts it, or torchrun's agent does),
     under a prefix of its own for each join in this process: a second ``ddlcomm.init``
-    after ``close`` met the first one's keys and hung (torch's own ``env://`` fails so)."""
+    after ``close`` met the first one's keys and hung (torch's own ``env://`` fails so).
+    The store itself is opened once and kept: rank 0 opening a new one on the port while
+    the last one still listened let a fast rank join the old one, and both waited for
+    ever (once in 25 runs of 20 joins)."""
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), info.size,
-                          info.rank == 0 and not agent, timeout=timeout)
+    key = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), info.size, info.rank, agent)
+    store = _ENV_STORES.get(key)
+    if store is None:
+        store = _ENV_STORES[key] = dist.TCPStore(key[0], key[1], info.size, info.rank == 0 and not agent,
+                                                 timeout=timeout)
+    else:
+        store.set_timeout(timeout)
     _JOINS["env"] += 1
     return dist.PrefixStore(f"ddlcomm/{_JOINS['env']}", store)
 

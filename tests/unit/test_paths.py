@@ -214,3 +214,13 @@ def test_each_copy_phase_is_held_to_a_copy_of_its_own_bytes_by_its_own_copiers(m
     assert set(bars) == {"broadcast.d2h", "broadcast.h2d", "gather.d2h", "gather.h2d",
                          "allreduce.d2h", "step.d2h"}
     assert paths.PathRun(None).copy_bars(None, {"gather.h2d": n}) == {}
+
+
+def test_shm_map_is_refused_pinned_memory(monkeypatch):
+    """Its pages move: the GPU's copies of pinned memory would miss them (refused before the
+    ranks start, where --memory pinned itself can run)."""
+    from ddlcomm.bench import plan as plan_module
+    monkeypatch.setattr(plan_module.memory, "check", lambda spec, fallback: None)   # as on a GPU machine
+    with pytest.raises(UsageError, match="shm-map moves the buffers' pages"):
+        plan_module.check(plan(memory="pinned", algorithms=["library", "shm-map"]))
+    plan_module.check(plan(memory="pageable", algorithms=["library", "shm-map"]))

@@ -517,6 +517,10 @@ def check(plan: BenchPlan) -> None:
                 if algorithms.split(algorithm)[1] in kernels_device.DEVICE_KERNELS:
                     raise UsageError(f"{algorithm}: the {algorithms.split(algorithm)[1]} kernel "
                                      "reduces device buffers", "add --memory device, or use +c or +numpy")
+        mapped = [a for a in plan.algorithms if algorithms.split(a)[0] == "shm-map"]
+        if mapped and (plan.memory or "").partition(":")[0] == "pinned":
+            raise UsageError(f"--algorithm {mapped[0]} moves the buffers' pages, and --memory pinned's "
+                             "must stay where the GPU's copies find them", "use --algorithm shm")
 
 
 def check_whole_blocks(plan: BenchPlan, ranks: int) -> None:

@@ -11,7 +11,8 @@ values.  This is what an MPI library does with XPMEM, without a kernel module.
 Only memory that is plainly the process's own is moved: anonymous private
 read-write mappings (``mmap``, the heap), not locked (``mlock``), not hugetlbfs,
 not bound to a NUMA node; anything else raises UnsupportedError saying what it
-is.  Pages in transparent huge pages become small pages while shared (tmpfs
+is.  Memory a driver pinned in place (``cudaHostRegister``) looks like plain
+memory here: never share it (``bench`` refuses ``--memory pinned``).  Pages in transparent huge pages become small pages while shared (tmpfs
 gives huge pages only where ``shmem_enabled`` says so).
 
 A process forked while pages are shared would share them with its parent; the

@@ -38,7 +38,8 @@ except ImportError:         # not built (no C compiler at install time): shm-map
     _shmmap = None
 
 #: Bytes a rank reduces and then copies to every other rank at a time: within its L2
-#: cache (2 ranks, 16 MiB, 64 KiB to 1 MiB pieces within 5%: docs/benchmarks.md).
+#: cache (2 ranks on the Intel Xeon: 32 KiB to 1 MiB pieces within the noise at 16 and
+#: 64 MiB, docs/benchmarks.md "shm-map: nothing staged").
 PIECE_BYTES = 256 << 10
 #: From this size up the copies into the others' results use streaming stores.
 STREAM_BYTES = 8 << 20
@@ -52,9 +53,9 @@ def runs(reduce) -> bool:
 
 
 def _where(buf: np.ndarray, share: bool, held: list) -> Optional[tuple]:
-    """(segment name, first byte of ``buf`` in it, end byte, that first byte's offset in the
-    segment) for what of ``buf`` lies in shared memory, moving its pages there when ``share``;
-    None where nothing does.  What this rank moved goes into ``held``."""
+    """Where ``buf`` lies in shared memory, moving its pages there when ``share``: (segment
+    name, first, end, offset): its bytes [first, end) are in that segment from ``offset`` on;
+    None where none are.  What this rank moved goes into ``held``."""
     found = segment_of(buf)
     if found is not None:
         return found[0], 0, buf.nbytes, found[1]

@@ -1,7 +1,7 @@
 """Virtual-memory calls through libc (ctypes): mmap, munmap, mremap, madvise, mbind, move_pages.
 
-Linux only.  Sizes are in bytes, addresses are plain ints.  Every mapping made
-here sits between two ``PROT_NONE`` guard areas so that the kernel can never
+Linux only.  Sizes are in bytes, addresses are plain ints.  Every mapping
+:func:`map_region` makes sits between two ``PROT_NONE`` guard areas so that the kernel can never
 merge it with a neighbouring mapping: ``/proc/self/smaps`` then describes
 exactly this buffer's pages.
 

@@ -123,7 +123,7 @@ def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
                                "use --algorithm hierarchical (or ring) across nodes")
     if not runs(reduce):
         raise UnsupportedError("shm-map needs ddlcomm's compiled engine and C reduction kernel",
-                               "reinstall with a C compiler (ddlcomm info says what is built), or use shm")
+                               "reinstall ddlcomm where a C compiler is found, or use shm")
     p, rank = comm.size, comm.rank
     wheres, held = _gather(comm, sendbuf, recvbuf, share)
     lo, hi = _span(wheres, sendbuf.nbytes, sendbuf.itemsize)

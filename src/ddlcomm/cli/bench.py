@@ -66,8 +66,8 @@ def add_parser(sub) -> None:
                         "buffer on --memory device)")
     b.add_argument("--algorithm", default="library",
                    help="comma list of algorithms measured side by side: library (the backend's "
-                        "own collective), auto, or ddlcomm's own (ring, rhd, shm, hierarchical, "
-                        "binomial, linear, ...; buffer form); NAME+numpy or NAME+c picks the "
+                        "own collective), auto, or ddlcomm's own (ring, rhd, shm, shm-map, "
+                        "hierarchical, binomial, linear, ...; buffer form); NAME+numpy or NAME+c picks the "
                         "reduction kernel (default: the compiled one), on --memory device "
                         "NAME+torch or NAME+cupy (default torch); NAME@SIZE the piece a "
                         "pipelined all-reduce moves at a time (shm@256KiB, ring@1MiB); "

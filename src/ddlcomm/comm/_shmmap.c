@@ -185,7 +185,7 @@ static PyObject *allreduce(PyObject *m, PyObject *args)
     j.send = send.buf;
     j.recv = recv.buf;
     j.nbytes = (size_t)recv.len;
-    j.stream = stream_min >= 0 && j.nbytes >= (size_t)stream_min;
+    j.stream = send.buf != recv.buf && stream_min >= 0 && j.nbytes >= (size_t)stream_min;
     bad = check_job(&j, &ctl, &send, lo, hi);
     if (bad == NULL)
         bad = take_parts(&j, sends_obj, recvs_obj, views, &got);
@@ -217,7 +217,8 @@ static PyMethodDef module_methods[] = {
      "          stream_min)\n"
      "-> the next call number: the mapped all-reduce (see the module's source); sends/recvs: every\n"
      "rank's bytes [lo, hi) of its buffers as mapped here; a wait spins spin_us microseconds before\n"
-     "it sleeps; from stream_min bytes (-1: never) the copies to the others use streaming stores."},
+     "it sleeps; out of place, from stream_min bytes (-1: never), the copies to the others use\n"
+     "streaming stores."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -41,7 +41,9 @@ except ImportError:         # not built (no C compiler at install time): shm-map
 #: cache (2 ranks on the Intel Xeon: 32 KiB to 1 MiB pieces within the noise at 16 and
 #: 64 MiB, docs/benchmarks.md "shm-map: nothing staged").
 PIECE_BYTES = 256 << 10
-#: From this size up the copies into the others' results use streaming stores.
+#: From this size up the copies into the others' results use streaming stores, out of place
+#: only: in place those lines were just read, and streaming them out of the caches doubled
+#: the time (2 ranks, 16 MiB: 2.1 against 0.9 ms; docs/benchmarks.md).
 STREAM_BYTES = 8 << 20
 #: Microseconds a rank spins for the others before it sleeps (while ranks <= CPUs).
 SPIN_US = 50.0

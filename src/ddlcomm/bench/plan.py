@@ -518,7 +518,7 @@ def check(plan: BenchPlan) -> None:
                     raise UsageError(f"{algorithm}: the {algorithms.split(algorithm)[1]} kernel "
                                      "reduces device buffers", "add --memory device, or use +c or +numpy")
         mapped = [a for a in plan.algorithms if algorithms.split(a)[0] == "shm-map"]
-        if mapped and (plan.memory or "").partition(":")[0] == "pinned":
+        if mapped and plan.memory is not None and memory.parse(plan.memory)[0] == "pinned":
             raise UsageError(f"--algorithm {mapped[0]} moves the buffers' pages, and --memory pinned's "
                              "must stay where the GPU's copies find them", "use --algorithm shm")
 

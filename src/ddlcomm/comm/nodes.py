@@ -1,5 +1,5 @@
-"""Which node a rank runs on, as the algorithms that treat one node apart tell it, and the
-shared-memory segment the ranks of a node use together."""
+"""Which node a rank runs on, as the algorithms that treat one node apart tell it, the
+shared-memory segment the ranks of a node use together, and how long they spin there."""
 from __future__ import annotations
 
 import os
@@ -15,6 +15,16 @@ from ..memory.shared import attach, segment_of, unlink_name
 def node_name() -> str:
     """This rank's node: ``$DDLCOMM_NODE`` when set, else the host name."""
     return os.environ.get("DDLCOMM_NODE") or socket.gethostname()
+
+
+#: Microseconds a rank of the shm engines spins for the others of its node before it sleeps,
+#: while the node's ranks do not outnumber its CPUs (past that: sleep at once).
+SPIN_US = 50.0
+
+
+def spin_us(nranks: int) -> float:
+    """How long a rank waiting for the others spins, with ``nranks`` ranks on the node."""
+    return SPIN_US if nranks <= (os.cpu_count() or 1) else 0.0
 
 
 #: same_node's answer per communicator: its ranks do not move, so it is asked once.

@@ -33,7 +33,6 @@ freed with it.  Ranks on several nodes: see ``hierarchical``.
 """
 from __future__ import annotations
 
-import os
 import weakref
 from typing import Callable, Optional
 
@@ -44,7 +43,7 @@ from ..errors import UnsupportedError
 from ..memory.shared import segment_of
 from . import shm_mapped
 from .bound import BoundCall
-from .nodes import node_segment, same_node
+from .nodes import node_segment, same_node, spin_us
 
 try:
     from . import _shmpipe
@@ -63,9 +62,6 @@ PIPE_CHUNK_MIN, PIPE_CHUNK_MAX = 64 << 10, 512 << 10
 #: results' lines need not be read first (2 ranks here: 16 MiB 2.4 -> 1.9 ms,
 #: 64 MiB 11 -> 8 ms; below, streaming was slower).
 PIPE_STREAM_BYTES = 8 << 20
-#: Microseconds a rank of the pipelined form spins for a peer before it sleeps,
-#: while the node's ranks do not outnumber its CPUs (past that: sleep at once).
-PIPE_SPIN_US = 50.0
 #: From this size up the pipelined form times each rank's phases (:data:`PIPE_PHASES`):
 #: 9 clock readings per step (about 25 ns each on our 2-core EPYC), about 1% of a 1 MiB
 #: call at 2 ranks (4 steps of about 20 µs), less above; a 4 KiB call takes 2.4 µs in all.
@@ -125,14 +121,14 @@ def _pipelined(comm, sendbuf, recvbuf, op, reduce, chunk_bytes: Optional[int]) -
     seg = node_segment(comm, 0, _shmpipe.segment_bytes(p, chunk, PIPE_WINDOWS))
     raw = seg.array(np.uint8, seg.nbytes)
     rank, state = comm.rank, {"base": 0, "calls": 0}
-    spin_us = PIPE_SPIN_US if p <= (os.cpu_count() or 1) else 0.0
+    spin = spin_us(p)
     # the first call's phases, then the others' (None: not timed)
     timed = np.zeros((2, len(PIPE_PHASES)), np.int64) if sendbuf.nbytes >= PIPE_PHASES_BYTES else None
 
     def run() -> None:
         phases = None if timed is None else timed[min(state["calls"], 1)]
         state["base"] = _shmpipe.allreduce(raw, sendbuf, recvbuf, reduce, rank, p, chunk, PIPE_WINDOWS,
-                                           state["base"], spin_us, PIPE_STREAM_BYTES, phases)
+                                           state["base"], spin, PIPE_STREAM_BYTES, phases)
         state["calls"] += 1
         op.finish(recvbuf, p)
 

@@ -19,7 +19,6 @@ are refused on every rank alike, naming the rank and why.
 """
 from __future__ import annotations
 
-import os
 import weakref
 from typing import Callable, Optional
 
@@ -30,7 +29,7 @@ from ..errors import EveryRankError, UnsupportedError
 from ..memory import remap
 from ..memory.shared import attach, segment_of, unlink
 from .bound import BoundCall
-from .nodes import node_segment, same_node
+from .nodes import node_segment, same_node, spin_us
 
 try:
     from . import _shmmap
@@ -45,8 +44,6 @@ PIECE_BYTES = 256 << 10
 #: only: in place those lines were just read, and streaming them out of the caches doubled
 #: the time (2 ranks, 16 MiB: 2.1 against 0.9 ms; docs/benchmarks.md).
 STREAM_BYTES = 8 << 20
-#: Microseconds a rank spins for the others before it sleeps (while ranks <= CPUs).
-SPIN_US = 50.0
 
 
 def runs(reduce) -> bool:
@@ -139,12 +136,12 @@ def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
         unlink(pages.name)              # mapped by all: a rank killed later leaves nothing behind
     ctl = ctl_buf.array(np.uint8, ctl_buf.nbytes)
     piece = chunk_bytes or PIECE_BYTES
-    spin_us = SPIN_US if p <= (os.cpu_count() or 1) else 0.0
+    spin = spin_us(p)
     state = {"call": 0}
 
     def run() -> None:
         state["call"] = _shmmap.allreduce(ctl, sends, recvs, send8, recv8, lo, hi, reduce, rank, p, piece,
-                                          state["call"], spin_us, STREAM_BYTES)
+                                          state["call"], spin, STREAM_BYTES)
         op.finish(recvbuf, p)
 
     def facts() -> dict:

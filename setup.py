@@ -27,20 +27,13 @@ setup(ext_modules=[
         extra_compile_args=CFLAGS,
         optional=True,
     ),
-    # The pipelined shm all-reduce's inner loop (it calls _reduce's loops through a capsule).
-    Extension(
-        "ddlcomm.comm._shmpipe",
-        sources=["src/ddlcomm/comm/_shmpipe.c"],
+    # The shm all-reduces' inner loops, pipelined and mapped: both call _reduce's loops
+    # through a capsule and meet on the counters of _shmsync.h.
+    *(Extension(
+        f"ddlcomm.comm.{engine}",
+        sources=[f"src/ddlcomm/comm/{engine}.c"],
         depends=["src/ddlcomm/comm/_shmsync.h"],
         extra_compile_args=CFLAGS,
         optional=True,
-    ),
-    # The mapped shm all-reduce's inner loop (the same counters, _shmsync.h).
-    Extension(
-        "ddlcomm.comm._shmmap",
-        sources=["src/ddlcomm/comm/_shmmap.c"],
-        depends=["src/ddlcomm/comm/_shmsync.h"],
-        extra_compile_args=CFLAGS,
-        optional=True,
-    ),
+    ) for engine in ("_shmpipe", "_shmmap")),
 ])

@@ -35,9 +35,10 @@ from ..dtypes import ReduceOp
 from ..errors import UsageError
 from ..kernels import reducer
 from ..lazy import load
-from ..units import format_size, parse_size
+from ..units import format_size
 from . import device, native, shm
 from .native._common import check_buf, check_recv, flat
+from .names import KERNEL_SEP, piece, split
 from .tuning import Tuning
 
 #: From this size up ``auto`` uses ddlcomm's all-reduce (ring or rhd).
@@ -53,13 +54,6 @@ PIPELINE_BYTES = 1 << 20
 #: against rhd: ddlcomm's point-to-point over Open MPI here, to an order of magnitude.
 AUTO_PARAMS = (5e-6, 1e-10, 1e-10)
 
-#: ``--algorithm NAME+KERNEL`` picks the reduction kernel: ``ring+numpy``, ``rhd+c``.
-KERNEL_SEP = "+"
-#: ``--algorithm NAME@SIZE`` sets the piece a pipelined all-reduce moves at a time: the
-#: pipelined shm's chunk (default :func:`ddlcomm.comm.shm.pipe_chunk`), the ring's and
-#: rhd's pieces (default :data:`PIPELINE_BYTES`); ``shm@256KiB,shm@1MiB`` measures them
-#: side by side.  A multiple of 64 bytes (the shm engine's cache line).
-PIECE_SEP = "@"
 #: The algorithms a piece applies to, per collective.
 PIECED = {"allreduce": ("shm", "shm-map", "ring", "rhd")}
 #: Kernels a suffix may name (no suffix: on host arrays the compiled kernel where built, else
@@ -96,26 +90,6 @@ def choose_auto(collective: str, nbytes: int, nranks: int = 2, pipelined_shm: bo
         return "library"
     return min(candidates,
                key=lambda name: native.schedule(collective, name, nranks, nbytes).time(*AUTO_PARAMS))
-
-
-def split(algorithm: str) -> tuple[str, str]:
-    """``"ring+numpy"`` -> ``("ring", "numpy")``; no suffix: the ``auto`` kernel; a piece
-    (``"shm@256KiB"``) is not part of the name (pure)."""
-    base, _, kernel = algorithm.partition(KERNEL_SEP)
-    return base.partition(PIECE_SEP)[0], kernel or "auto"
-
-
-def piece(algorithm: str) -> Optional[int]:
-    """The piece in bytes that ``algorithm`` names (``"shm@256KiB"`` -> 262144), None where it
-    names none; a size that does not parse raises UsageError (pure)."""
-    named = algorithm.partition(KERNEL_SEP)[0].partition(PIECE_SEP)
-    if not named[1]:
-        return None
-    nbytes = parse_size(named[2])
-    if nbytes <= 0 or nbytes % 64:
-        raise UsageError(f"{algorithm}: the piece must be a positive multiple of 64 bytes",
-                         "e.g. shm@256KiB")
-    return nbytes
 
 
 def check_distinct(algorithms: Sequence[str]) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
 from ..errors import UsageError
+from .names import split
 
 FORMAT = "ddlcomm-tuning"
 VERSION = 1
@@ -67,7 +68,7 @@ def build(points: Iterable[Mapping[str, Any]], metric: str = "t_p50_us",
     side_by_side: dict[tuple, dict[str, float]] = defaultdict(dict)
     for p in points:
         alg, t = p.get("algorithm") or "library", p.get(metric)
-        if alg.split("+")[0].split("@")[0] in ("auto", *ASKED_ONLY) or p.get("form") != "buffer" \
+        if split(alg)[0] in ("auto", *ASKED_ONLY) or p.get("form") != "buffer" \
                 or p.get("check") == "failed" \
                 or not t or p.get("workload") or p.get("phase"):
             continue

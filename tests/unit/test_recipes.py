@@ -40,8 +40,14 @@ def test_woo2020_matrix():
 
 def test_choi2021_runs_both_mpis_and_lists_gpu_variants():
     from ddlcomm.memory.gpu import cuda_available
+    from ddlcomm.recipes import choi2021
     recipe = get_recipe("choi2021")
     assert {s.env for s in recipe.steps(False)} == {"openmpi", "mpich"}
+    # every (workload, workers) of the paper once, PS with a server beside its workers
+    measured = [(w, n, ranks) for ranks, here in choi2021.by_ranks() for w, n in here]
+    assert sorted((w, n) for w, n, _ in measured) == sorted(
+        [("ps-sync", n) for n in range(1, 5)] + [("allreduce", n) for n in range(1, 5)])
+    assert all(ranks == n + (w == "ps-sync") for w, n, ranks in measured)
     if cuda_available()[0]:
         pytest.skip("this machine has a GPU: the GPU half runs (test_choi2021_gpu_half)")
     variants = [v for v, why in recipe.unavailable()]
@@ -57,21 +63,25 @@ def test_choi2021_gpu_half(monkeypatch):
     monkeypatch.setattr(choi2021, "cuda_aware_mpis", lambda: {"openmpi": False})
     steps = choi2021.gpu_steps(False)
     args = [" ".join(s.args) for s in steps]
-    # workers x workloads x (2 MPIs, NCCL, Gloo) on the host, and at 4 workers one container per rank
-    assert len(steps) == 4 * 2 * 4 + 2 * 4
+    # one launch a rank count (PS with a worker fewer) x (2 MPIs, NCCL, Gloo) on the host, and
+    # the launches holding 4 workers (4 and 5 ranks) with one container per rank too
+    assert len(steps) == 5 * 4 + 2 * 4
     assert all("--memory device" in a for a in args)
-    # nccl-chief needs a chief beside rank 0: all-reduce at 1 worker is host-staged only
-    assert sum("--path host-staged,nccl-chief" in a for a in args) == 14 + 4
+    assert sum("--workload ps-sync,allreduce " in a for a in args) == 3 * 4 + 4      # 2-4 ranks
+    assert sum(a.startswith("--workload allreduce ") for a in args) == 4               # 1 rank
+    assert sum(a.startswith("--workload ps-sync ") and "--ranks 5 " in a for a in args) == 4 + 4
+    # nccl-chief needs a chief beside rank 0: the 1-rank all-reduce is host-staged only
+    assert sum("--path host-staged,nccl-chief" in a for a in args) == 2 * (4 + 2)
     assert sum(a.endswith("--path host-staged") and "--ranks 1 " in a for a in args) == 2
-    assert sum("--backend nccl" in a for a in args) == 10 and sum("--backend gloo" in a for a in args) == 10
-    assert "--ranks 5" in args[-1] or any("--ranks 5" in a for a in args)   # 4 workers + server
+    assert sum("--backend nccl" in a for a in args) == 7 and sum("--backend gloo" in a for a in args) == 7
     apart = [a for a in args if "--containers" in a]
     assert len(apart) == 8 and all(f"--ranks {n} " in a and a.endswith(f"--containers {n}")
                                    for a in apart for n in [a.split()[-1]])
+    assert {a.split()[-1] for a in apart} == {"4", "5"}
     full_steps = choi2021.gpu_steps(True)
     full = " ".join(" ".join(s.args) for s in full_steps)
     assert f"--sizes {1 << 30}B" in full and "--steps 1000" in full
-    assert len(full_steps) == 32 + 4 * (1 + 2 + 2 + 2)      # every run of 2+ ranks apart too
+    assert len(full_steps) == 20 + 4 * 4      # every launch of 2+ ranks apart too
     monkeypatch.setattr(choi2021, "cuda_aware_mpis", lambda: {"openmpi": True})
     assert any("--path direct" in " ".join(s.args) for s in choi2021.gpu_steps(False))
 
@@ -383,8 +393,9 @@ def test_choi2021_runs_each_cpu_placement_once(monkeypatch):
     from ddlcomm.recipes import choi2021
     monkeypatch.setattr(choi2021, "containers_here", lambda: (True, ""))
     steps = choi2021.cpu_steps(False)
-    assert len({(s.env, s.args) for s in steps}) == len(steps) == 2 * (4 * 2 * 2 - 1)
-    assert "openmpi allreduce 1 worker, all in one container" in [s.label for s in steps]
+    # 5 rank counts x 2 placements, less the one rank in one container per rank, per MPI
+    assert len({(s.env, s.args) for s in steps}) == len(steps) == 2 * (5 * 2 - 1)
+    assert "openmpi 1 rank (allreduce 1 worker), all in one container" in [s.label for s in steps]
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])

@@ -15,9 +15,11 @@ of its own to MPI and NCCL, the GPU shared all the same).  What cannot run is
 listed with the reason (:func:`unavailable`).
 
 Scaled default: 16 MiB instead of 1 GiB, 3 timed steps (MPICH oversubscribed
-on 2 cores takes seconds per large broadcast; the GPU half's 40 runs are
-meant to fit in about 10 minutes, an estimate to confirm there). ``--full``:
-1 GiB, 1000 repetitions, containers at every worker count.
+on 2 cores takes seconds per large broadcast; the GPU half's 28 launches are
+meant to fit in about 10 minutes, an estimate to confirm there). One launch
+measures both workloads of its rank count (PS at n ranks has n - 1 workers,
+all-reduce n): 5 launches a variant, not 8.  ``--full``: 1 GiB, 1000
+repetitions, containers at every worker count.
 """
 from __future__ import annotations
 
@@ -52,6 +54,31 @@ def containers_here() -> tuple[bool, str]:
     return found["available"], found.get("reason", "")
 
 
+#: The most workers: PS runs 2 to WORKERS + 1 ranks (a server beside them), all-reduce 1 to WORKERS.
+WORKERS = 4
+
+
+def by_ranks() -> list[tuple[int, tuple[tuple[str, int], ...]]]:
+    """Each rank count's (workload, workers): one launch measures both workloads of its rank
+    count, ``ps-sync`` with a worker fewer (the server), so 5 launches make the 8 (pure)."""
+    out = []
+    for ranks in range(1, WORKERS + 2):
+        here = ((("ps-sync", ranks - 1),) if ranks > 1 else ()) + \
+            ((("allreduce", ranks),) if ranks <= WORKERS else ())
+        out.append((ranks, here))
+    return out
+
+
+def _what(ranks: int, workloads) -> str:
+    said = ", ".join(f"{w} {counted(n, 'worker')}" for w, n in workloads)
+    return f"{counted(ranks, 'rank')} ({said})"
+
+
+def _workload_args(workloads, ranks: int, size: int, iters: int) -> tuple[str, ...]:
+    return ("--workload", ",".join(w for w, _ in workloads), "--sizes", f"{size}B",
+            "--ranks", str(ranks), "--steps", str(iters))
+
+
 def cpu_steps(full: bool) -> list[Step]:
     """Every placement is a --containers run: none where containers cannot be made here."""
     if not containers_here()[0]:
@@ -59,16 +86,13 @@ def cpu_steps(full: bool) -> list[Step]:
     size, iters = _sized(full)
     out = []
     for env, _ in MPIS:
-        for workers in range(1, 5):
+        for ranks, workloads in by_ranks():
             for placement in PLACEMENTS:
-                for workload, ranks in (("ps-sync", workers + 1), ("allreduce", workers)):
-                    if ranks == 1 and placement == PLACEMENTS[0]:
-                        continue             # one rank: one container either way, run once
-                    containers = ranks if placement == PLACEMENTS[0] else 1
-                    args = ["--workload", workload, "--sizes", f"{size}B", "--ranks", str(ranks),
-                            "--containers", str(containers), "--steps", str(iters)]
-                    out.append(Step(f"{env} {workload} {counted(workers, 'worker')}, "
-                                    f"{placement}", tuple(args), env=env))
+                if ranks == 1 and placement == PLACEMENTS[0]:
+                    continue             # one rank: one container either way, run once
+                containers = ranks if placement == PLACEMENTS[0] else 1
+                args = (*_workload_args(workloads, ranks, size, iters), "--containers", str(containers))
+                out.append(Step(f"{env} {_what(ranks, workloads)}, {placement}", args, env=env))
     return out
 
 
@@ -80,8 +104,8 @@ GPU_RUNS = (
     + [("NCCL", "openmpi", ("--backend", "nccl")), ("Gloo on CUDA", "openmpi", ("--backend", "gloo"))])
 
 
-#: Worker counts whose GPU runs are also made with one container per rank (scaled default;
-#: ``--full``: every count), beside all ranks on the host.
+#: Worker counts whose GPU runs (the launches that measure them) are also made with one
+#: container per rank (scaled default; ``--full``: every count), beside all ranks on the host.
 GPU_CONTAINER_WORKERS = (4,)
 
 
@@ -90,19 +114,18 @@ def gpu_steps(full: bool) -> list[Step]:
     runs = GPU_RUNS + _direct_runs()            # one MPI probe (a child process), not eight
     containers = containers_here()[0]
     out = []
-    for workers in range(1, 5):
-        apart = containers and (full or workers in GPU_CONTAINER_WORKERS)
-        for workload, ranks in (("ps-sync", workers + 1), ("allreduce", workers)):
-            for label, env, how in runs:
-                if ranks < 2 and "host-staged,nccl-chief" in how:   # no chief beside rank 0
-                    label = label.replace(", nccl-chief", "")
-                    how = tuple("host-staged" if a == "host-staged,nccl-chief" else a for a in how)
-                args = ("--workload", workload, "--sizes", f"{size}B", "--ranks", str(ranks),
-                        "--steps", str(iters), "--memory", "device", *how)
-                out.append(Step(f"GPU {label}: {workload} {workers} workers", args, env=env))
-                if apart and ranks > 1:
-                    out.append(Step(f"GPU {label}: {workload} {workers} workers, {PLACEMENTS[0]}",
-                                    (*args, "--containers", str(ranks)), env=env))
+    for ranks, workloads in by_ranks():
+        apart = containers and ranks > 1 and (
+            full or any(n in GPU_CONTAINER_WORKERS for _, n in workloads))
+        for label, env, how in runs:
+            if ranks < 2 and "host-staged,nccl-chief" in how:   # no chief beside rank 0
+                label = label.replace(", nccl-chief", "")
+                how = tuple("host-staged" if a == "host-staged,nccl-chief" else a for a in how)
+            args = (*_workload_args(workloads, ranks, size, iters), "--memory", "device", *how)
+            what = f"GPU {label}: {_what(ranks, workloads)}"
+            out.append(Step(what, args, env=env))
+            if apart:
+                out.append(Step(f"{what}, {PLACEMENTS[0]}", (*args, "--containers", str(ranks)), env=env))
     return out
 
 

@@ -82,12 +82,13 @@ def test_memory_facts_from_files(tmp_path):
     thp.mkdir()
     (thp / "enabled").write_text("always [madvise] never\n")
     (thp / "defrag").write_text("always defer defer+madvise [madvise] never\n")
+    (thp / "shmem_enabled").write_text("always within_size advise [never] deny force\n")
     f = ram.facts(str(tmp_path / "meminfo"), str(thp))
     assert f["total_bytes"] == 24684096 * 1024 and f["available_bytes"] == 23107376 * 1024
-    assert f["thp"] == {"enabled": "madvise", "defrag": "madvise"}
+    assert f["thp"] == {"enabled": "madvise", "defrag": "madvise", "shmem_enabled": "never"}
     assert f["hugetlb"]["total"] == 8
     no_thp = ram.facts(str(tmp_path / "meminfo"), str(tmp_path / "absent"))["thp"]
-    assert no_thp == {"enabled": None, "defrag": None}
+    assert no_thp == {"enabled": None, "defrag": None, "shmem_enabled": None}
     # which pages of one range are huge: this kernel can say, or says why not
     scan = f["page_scan"]
     assert scan["available"] is pagescan.available(), scan
@@ -103,6 +104,17 @@ def test_hugetlb_pools(tmp_path):
     assert ram.hugetlb_pools(tmp_path) == [{"page_bytes": 2 << 20, "total": 16, "free": 3},
                                            {"page_bytes": 1 << 30, "total": 1, "free": 1}]
     assert ram.shm_bytes(str(tmp_path / "absent"))["available"] is False
+
+
+def test_tmpfs_huge_mode():
+    mounts = ("tmpfs /dev/shm tmpfs rw,nosuid,nodev 0 0\n"
+              "tmpfs /run/huge tmpfs rw,relatime,size=1024k,huge=within_size 0 0\n"
+              "/dev/sda1 /data ext4 rw 0 0\n")
+    assert ram.tmpfs_huge(mounts, "/dev/shm") == "never"          # tmpfs's default
+    assert ram.tmpfs_huge(mounts, "/run/huge") == "within_size"
+    assert ram.tmpfs_huge(mounts, "/data") is None and ram.tmpfs_huge(mounts, "/x") is None
+    # mounted over: the last mount is the one seen
+    assert ram.tmpfs_huge(mounts + "tmpfs /dev/shm tmpfs rw,huge=always 0 0\n", "/dev/shm") == "always"
 
 
 # ------------------------------------------------------------------ mpi

@@ -14,8 +14,9 @@ FIELDS = """\
   cpus      model, logical (CPUs), physical_cores (under the online CPUs), affinity and usable
             (this process's CPUs), usable_cores (the physical cores under them), last_level_cache_bytes,
             numa: [{node, cpus, memory_bytes, memory_allowed}]
-  memory    total_bytes, available_bytes, thp {enabled, defrag}, hugetlb {page_bytes, total, free,
-            pools: [{page_bytes, total, free}]}, shm {path, size_bytes, free_bytes},
+  memory    total_bytes, available_bytes, thp {enabled, defrag, shmem_enabled}, hugetlb {page_bytes,
+            total, free, pools: [{page_bytes, total, free}]}, shm {path, size_bytes, free_bytes, huge:
+            the tmpfs's huge= mode, never where small pages only (shared, shm, shm-map live there)},
             page_scan {available | reason}: whether points can record which pages of NumPy's
             arrays are huge (the kernel's PAGEMAP_SCAN),
             copy_bandwidth (with --memory-bandwidth): {by_copiers: {k: bytes/s copied by k

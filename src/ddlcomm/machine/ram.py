@@ -37,14 +37,34 @@ def hugetlb_pools(root: Path = HUGETLB_DIR) -> list[dict[str, Any]]:
     return sorted(pools, key=lambda p: p["page_bytes"])
 
 
-def shm_bytes(path: str = "/dev/shm") -> dict[str, Any]:
-    """Size and free bytes of the tmpfs behind ``shared`` buffers, or why unknown."""
+def tmpfs_huge(mounts: str, path: str) -> str | None:
+    """The ``huge=`` mode of the tmpfs mounted at ``path`` (``never``, tmpfs's default, where
+    the option is absent), from ``/proc/mounts`` text; None where no tmpfs is mounted there
+    (pure).  The last mount of a path is the one seen."""
+    found = None
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[1] == path:
+            options = dict(o.partition("=")[::2] for o in fields[3].split(","))
+            found = (options.get("huge") or "never") if fields[2] == "tmpfs" else None
+    return found
+
+
+def shm_bytes(path: str = "/dev/shm", mounts_path: str = "/proc/mounts") -> dict[str, Any]:
+    """Size and free bytes of the tmpfs behind ``shared`` buffers (and the shm all-reduces'
+    segments), or why unknown; ``huge``: whether its pages may be huge (:func:`tmpfs_huge`:
+    ``never`` means small pages, whatever THP says for private memory)."""
     try:
         st = os.statvfs(path)
     except OSError as exc:
         return {"path": path, "available": False, "reason": str(exc)}
+    try:
+        with open(mounts_path, encoding="utf-8", errors="replace") as f:
+            huge = tmpfs_huge(f.read(), path)
+    except OSError:
+        huge = None
     return {"path": path, "available": True, "size_bytes": st.f_blocks * st.f_frsize,
-            "free_bytes": st.f_bavail * st.f_frsize}
+            "free_bytes": st.f_bavail * st.f_frsize, "huge": huge}
 
 
 def page_scan() -> dict[str, Any]:
@@ -58,15 +78,16 @@ def page_scan() -> dict[str, Any]:
 
 
 def facts(meminfo_path: str = "/proc/meminfo", thp_dir: str = THP_DIR) -> dict[str, Any]:
-    """``total_bytes``, ``available_bytes``, ``thp`` (``enabled`` and ``defrag`` modes,
-    None without THP), ``hugetlb`` (default pool, and ``pools`` per page size), ``shm``,
+    """``total_bytes``, ``available_bytes``, ``thp`` (``enabled`` and ``defrag`` modes, and
+    ``shmem_enabled``: the kernel's own shared memory's (memfd, SysV), None without THP),
+    ``hugetlb`` (default pool, and ``pools`` per page size), ``shm`` (:func:`shm_bytes`),
     ``page_scan`` (:func:`page_scan`)."""
     mi = vm.meminfo(meminfo_path)
     kib = {k: mi[k] * 1024 if k in mi else None for k in ("MemTotal", "MemAvailable")}
     return {
         "total_bytes": kib["MemTotal"],
         "available_bytes": kib["MemAvailable"],
-        "thp": {"enabled": vm.thp_mode(f"{thp_dir}/enabled"), "defrag": vm.thp_mode(f"{thp_dir}/defrag")},
+        "thp": {name: vm.thp_mode(f"{thp_dir}/{name}") for name in ("enabled", "defrag", "shmem_enabled")},
         "hugetlb": dict(hugetlb(mi), pools=hugetlb_pools()),
         "shm": shm_bytes(),
         "page_scan": page_scan(),

@@ -12,8 +12,9 @@ Only memory that is plainly the process's own is moved: anonymous private
 read-write mappings (``mmap``, the heap), not locked (``mlock``), not hugetlbfs,
 not bound to a NUMA node; anything else raises UnsupportedError saying what it
 is.  Memory a driver pinned in place (``cudaHostRegister``) looks like plain
-memory here: never share it (``bench`` refuses ``--memory pinned``).  Pages in transparent huge pages become small pages while shared (tmpfs
-gives huge pages only where ``shmem_enabled`` says so).
+memory here: never share it (``bench`` refuses ``--memory pinned``).  Pages in
+transparent huge pages become small pages while shared, unless /dev/shm is mounted
+with ``huge=`` (``ddlcomm info``: memory, /dev/shm's huge pages; ``never`` by default).
 
 A process forked while pages are shared would share them with its parent; the
 child makes them private again at once (``os.register_at_fork``).  Nothing may

@@ -126,6 +126,9 @@ class Suite(Checks):
         if cache and "kind_lookups" in facts:
             # Each (address, bytes) the reducer saw was asked once, whatever the calls.
             self.check(f"{label}: lookups {facts['kind_lookups']}", facts["kind_lookups"] <= 4 * self.comm.size + 4)
+        # what a call's look-ups cost, for Awan's on-against-off figure
+        self.check(f"{label}: look-ups priced {facts.get('kind_lookup_us_per_call')}",
+                   facts.get("kind_lookup_us_per_call", -1) >= 0 and facts.get("kind_lookup_us", 0) > 0)
 
 
 class TensorSide:

@@ -12,6 +12,7 @@ from ddlcomm.dtypes import get_op
 from ddlcomm.errors import UnsupportedError, UsageError
 from ddlcomm.kernels.device import (_dtype_name, aliased_first, dispatching_reducer, kernel_for,
                                     many_reducer)
+from ddlcomm.kernels import kinds
 from ddlcomm.kernels.kinds import DEVICE, HOST, KindCache, kind_from_memory_type
 
 torch = pytest.importorskip("torch")
@@ -38,6 +39,26 @@ def test_the_cache_asks_once_per_buffer_and_forgets_a_freed_buffers_slices():
     assert len(cache) == 0
     cache(a[:8])
     assert len(asked) == 3
+
+
+def test_look_ups_are_counted_and_priced_either_way():
+    """--kind-cache off asks the driver on every look-up, on once per buffer; a bound call's
+    point says how many look-ups a call made and what one costs (timed apart, afterwards)."""
+    a = np.zeros(16, np.float32)
+    on, off = kinds.lookup(True), kinds.lookup(False)
+    assert isinstance(on, KindCache) and isinstance(off, kinds.DriverAsked)
+    for _ in range(3):
+        on(a)
+        off(a)
+    assert (on.calls, on.asked) == (3, 1) and (off.calls, off.asked) == (3, 3)
+    facts = kinds.lookup_facts(off, 3, False, a)
+    assert facts["kind_lookups"] == 3 and facts["kind_lookups_per_call"] == 1.0
+    assert facts["kind_lookup_us"] > 0
+    assert facts["kind_lookup_us_per_call"] == pytest.approx(facts["kind_lookup_us"], abs=1e-4)
+    assert off.calls == 3                        # pricing a look-up leaves the call's counts alone
+    # a call that made none: what the driver was asked, no price
+    assert kinds.lookup_facts(kinds.lookup(True), 0, True, a) == {"kind_lookups": 0}
+    assert kinds.cost_us(True, a, reps=10) > 0
 
 
 def test_kernels_by_kind():

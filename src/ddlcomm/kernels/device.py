@@ -159,8 +159,9 @@ def dispatching_reducer(op: str, dtype, cache: "Callable | None" = None,
     """``f(a, b, out)`` that reduces by the kind of ``out``: NumPy host arrays with the C
     kernel (or ``kernel``), device tensors on the GPU, CPU tensors with torch's CPU kernel.
 
-    ``cache`` (a :class:`KindCache`) looks each buffer's kind up once; None asks
-    the driver on every call.  ``f.label`` is what reduced last.
+    ``cache`` (a :class:`KindCache`, or :class:`~.kinds.DriverAsked` to count the driver's
+    answers) looks each buffer's kind up once; None asks the driver on every call.
+    ``f.label`` is what reduced last.
     """
     lookup = cache if cache is not None else kind_of
     name = _dtype_name(dtype)

@@ -30,9 +30,10 @@ _METRIC_HEADERS = ("min_us", "avg_us", "max_us", "p50_us", "p99_us", "algbw_GB/s
 _METRIC_KEYS = ("t_min_us", "t_avg_us", "t_max_us", "t_p50_us", "t_p99_us", "algbw_GBps", "busbw_GBps")
 _SCALAR = (str, int, float, bool, type(None))
 #: Columns shown when a point's ``extra`` has the key: header, key, format (ps-async's
-#: server rate and the staleness of the updates it applied).
+#: server rate and the staleness of the updates it applied; a device call's µs of buffer-kind
+#: look-ups, ``--kind-cache``).
 EXTRA_COLUMNS = (("pushes/s", "pushes_per_s", "{:.0f}"), ("stale_mean", "staleness_mean", "{:.2f}"),
-                 ("stale_max", "staleness_max", "{}"))
+                 ("stale_max", "staleness_max", "{}"), ("lookup_us", "kind_lookup_us_per_call", "{:.2f}"))
 #: The point's median time over a floor measured in the same run: header, key.  ``add_us``
 #: is one NumPy reduction pass over the point's bytes (host buffers), ``floor_us`` one
 #: device-to-device copy of them (device buffers), each timed on every rank at once.
@@ -41,7 +42,7 @@ RATIO_COLUMNS = (("x_add", "add_us"), ("x_floor", "floor_us"))
 #: the pinned copy bandwidths and how many ranks copy, the kind look-ups of a device call,
 #: the pipelined shm all-reduce's chunk and whether it wrote its result streaming).
 MEASUREMENTS = (*(key for _, key in RATIO_COLUMNS), *(key for _, key, _ in EXTRA_COLUMNS),
-                "copy_bytes", "kind_lookups", "copy_alone_GBps", "copy_at_once_GBps", "copiers",
+                "copy_bytes", "kind_lookups", "kind_lookups_per_call", "kind_lookup_us", "copy_alone_GBps", "copy_at_once_GBps", "copiers",
                 "shm_chunk", "shm_stream")
 #: The key of ``extra`` under which the pipelined shm all-reduce stores each rank's µs per
 #: call by phase (:data:`ddlcomm.comm.shm.PIPE_PHASES`, whose waits end in ``wait``).

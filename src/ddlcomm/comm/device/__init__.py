@@ -24,7 +24,7 @@ from ...collectives import get_collective
 from ...dtypes import ReduceOp
 from ...errors import UsageError
 from ...kernels.device import DEVICE_KERNELS, device_reducer, dispatching_reducer
-from ...kernels.kinds import KindCache, kind_of
+from ...kernels import kinds
 from ...lazy import load
 from .. import buffers
 from ..bound import BoundCall
@@ -64,11 +64,6 @@ def check_tensors(comm: Any, sendbuf: Any, recvbuf: Optional[Any]) -> tuple[Any,
     return send, recv
 
 
-def kind_lookup(kind_cache: bool) -> Callable[[Any], str]:
-    """A fresh :class:`KindCache`, or the driver asked every time."""
-    return KindCache() if kind_cache else kind_of
-
-
 def bind(comm: Any, collective: str, algorithm: str, sendbuf: Any, recvbuf: Optional[Any],
          op: Optional[ReduceOp], root: int = 0, *, kernel: str = "auto", kind_cache: bool = True,
          transport: str = "auto", mapper: str = "auto") -> BoundCall:
@@ -86,7 +81,7 @@ def bind(comm: Any, collective: str, algorithm: str, sendbuf: Any, recvbuf: Opti
         raise UsageError("a device all-reduce needs its receive buffer",
                          "pass recvbuf (recvbuf=sendbuf reduces in place)")
     link = DeviceLink(comm, send, transport, mapper)
-    lookup = kind_lookup(kind_cache)
+    lookup = kinds.lookup(kind_cache)
     coll = get_collective(collective)
     reduce = dispatching_reducer(_op_name(op), send.dtype, lookup, kernel) if coll.reduces else None
     if reduce is not None and kernel in DEVICE_KERNELS and getattr(send, "is_cuda", False):
@@ -97,8 +92,10 @@ def bind(comm: Any, collective: str, algorithm: str, sendbuf: Any, recvbuf: Opti
     run = load(target)
 
     settle = tail_sync(send, comm.size, op)
+    calls = [0]
 
     def call() -> None:
+        calls[0] += 1
         run(link, *args)
         if op is not None and (collective == "allreduce" or comm.rank == root):
             op.finish(recv, comm.size)
@@ -110,9 +107,7 @@ def bind(comm: Any, collective: str, algorithm: str, sendbuf: Any, recvbuf: Opti
             out["device_transport"] = link.transports_used()
         if reduce is not None and reduce.label is not None:
             out["kernel"] = reduce.label
-        if isinstance(lookup, KindCache):
-            out["kind_lookups"] = lookup.misses
-        return out
+        return {**out, **kinds.lookup_facts(lookup, calls[0], kind_cache, send)}
     return BoundCall(call, facts)
 
 
@@ -155,4 +150,4 @@ def _run_args(collective: str, send: Any, recv: Optional[Any], root: int,
 
 
 __all__ = ["ALGORITHMS", "OWN", "algorithms_for", "bind", "check_tensors", "ends_queued",
-           "kind_lookup", "tail_sync"]
+           "tail_sync"]

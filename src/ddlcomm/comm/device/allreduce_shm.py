@@ -39,9 +39,9 @@ from ...errors import UnsupportedError, UsageError
 from ...kernels.device import many_reducer
 from ..nodes import node_name
 from ..shm import slices
-from ...kernels.kinds import KindCache
+from ...kernels import kinds
 from ..bound import BoundCall
-from . import check_tensors, kind_lookup, tail_sync
+from . import check_tensors, tail_sync
 from .peers import mapper_for, offset_bytes, whole
 
 
@@ -100,7 +100,7 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
     p = comm.size
     whole = p > 1 and _nbytes(send) * p <= WHOLE_MAX_BYTES
     settle = tail_sync(send, p, op)
-    lookup = kind_lookup(kind_cache)
+    lookup = kinds.lookup(kind_cache)
     if p == 1:
         def steps() -> None:
             if recv is not send:
@@ -110,7 +110,10 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
     else:
         steps = (_whole if whole else _by_slices)(comm, peers, send, recv, op, reduce, settle)
 
+    calls = [0]
+
     def call() -> None:
+        calls[0] += 1
         lookup(recv)
         steps()
 
@@ -118,9 +121,7 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
         out = {"device_transport": "ipc" if p > 1 else "none", "kernel": reduce.label,
                "kind_cache": "on" if kind_cache else "off",
                "shm_reads": "whole" if whole else "slices"}
-        if isinstance(lookup, KindCache):
-            out["kind_lookups"] = lookup.misses
-        return out
+        return {**out, **kinds.lookup_facts(lookup, calls[0], kind_cache, recv)}
     return BoundCall(call, facts)
 
 

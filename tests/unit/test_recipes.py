@@ -145,6 +145,26 @@ def test_awan2019_report_has_both_halves(tmp_path):
     assert len((tmp_path / "latency" / "points.csv").read_text().splitlines()) == len(points) + 1
 
 
+def test_awan2019_report_prices_the_kind_cache(tmp_path):
+    """Device points priced their look-ups: a page of them, the cache on against off."""
+    from ddlcomm.recipes import awan2019
+    points = [dict(collective="allreduce", backend="mpi", library="Open MPI", algorithm=a,
+                   memory="device", kind_cache=cache, bytes=s, ranks=2, form="buffer",
+                   t_avg_us=900.0, t_p50_us=900.0, t_p99_us=950.0, check="passed", run_id=1,
+                   kind_lookup_us_per_call=0.4 if cache == "on" else 6.0)
+              for a in ("ring", "rhd") for cache in ("on", "off") for s in (4, 1 << 10, 64 << 10)]
+    page = awan2019.report(get_recipe("awan2019"), points, tmp_path)
+    assert 'href="lookups/index.html"' in page.read_text()
+    lookups = (tmp_path / "lookups" / "index.html").read_text()
+    assert "GPU: Open MPI" in lookups and "kind cache off" in lookups and "<svg" in lookups
+    assert "kind look-ups per call (µs)" in lookups
+    # a run without priced look-ups (the CPU half alone) has no such page
+    other = tmp_path / "cpu"
+    awan2019.report(get_recipe("awan2019"), [dict(p, memory="pageable", kind_cache=None,
+                                                  kind_lookup_us_per_call=None) for p in points], other)
+    assert not (other / "lookups").exists()
+
+
 def test_unknown_recipe():
     with pytest.raises(UsageError, match="woo2020"):
         get_recipe("smith1999")

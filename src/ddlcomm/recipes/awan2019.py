@@ -156,6 +156,20 @@ def report(recipe, points, out_dir, missing=()):
                      if any(_library(p).startswith("GPU") for p in latency) else [])],
             unavailable=missing)
         links.append(("The all-reduce latency half", "latency/index.html"))
+    looked = [p for p in latency if p.get("kind_lookup_us_per_call") is not None]
+    if looked:
+        write_recipe_report(
+            f"{recipe.title}: the buffer-kind cache", looked, Path(out_dir) / "lookups",
+            figure_of=lambda p: f"kind look-ups, {p['ranks']} ranks", panel_of=_library,
+            x_of=lambda p: p["bytes"], line_of=_line, x_label="bytes per rank",
+            panel_order=[f"GPU: {label}" for label in ("Open MPI", "MPICH", "Gloo")], x_bytes=True,
+            y=("kind_lookup_us_per_call", "kind look-ups per call"),
+            notes=["The µs a call of ddlcomm's device all-reduces spends asking whether its buffers "
+                   "are host or device memory: the look-ups a call made times what one takes, timed "
+                   "apart after the run on the same buffer (a hit of the cache; with the cache off, "
+                   "the CUDA driver asked). Off less on is what the cache saves a call (Awan et al.'s "
+                   "small-message figure); the latency half's times include it."])
+        links.append(("The buffer-kind cache: look-ups per call", "lookups/index.html"))
     return write_train_report(None, training, out_dir, title=recipe.title, links=links, notes=[
         "Training half: ResNet-50, all-reduce of 25 MiB buckets overlapped with backward, through "
         "each library; DDP (Gloo) beside them at each worker count.",

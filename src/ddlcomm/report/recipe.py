@@ -29,25 +29,32 @@ def _groups(points: Sequence[Point], key: Key) -> dict[Any, list[Point]]:
     return out
 
 
+#: What a recipe figure plots by default: (the points' key, in µs; the axis's words).
+TIME_PER_CALL = ("t_avg_us", "avg time per call")
+
+
 def _figure(points: Sequence[Point], title: str, panel_of: Key, x_of: Key, line_of: Key,
-            x_label: str, panel_order: Sequence[Any], x_bytes: bool = False):
+            x_label: str, panel_order: Sequence[Any], x_bytes: bool = False,
+            y: tuple[str, str] = TIME_PER_CALL):
     plt = plots._pyplot()
+    key, words = y
+    points = [p for p in points if p.get(key) is not None]
     panels = [p for p in panel_order if any(panel_of(q) == p for q in points)]
     panels += sorted({panel_of(q) for q in points} - set(panels), key=str)   # none left out
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), sharey=True,
                              squeeze=False, layout="constrained")
     lines = sorted({line_of(p) for p in points}, key=str)
     styles = {name: plots.nth_style(i) for i, name in enumerate(lines)}
-    unit, scale = plots.time_unit(max(p["t_avg_us"] for p in points))
+    unit, scale = plots.time_unit(max(p[key] for p in points))
     for ax, panel in zip(axes[0], panels):
         for name in lines:
             ps = sorted((p for p in points if panel_of(p) == panel and line_of(p) == name),
                         key=x_of)
             if ps:                  # broken at a failed point, a cross in its colour there
-                ax.plot([x_of(p) for p in ps], [t / scale for t in plots.values(ps, "t_avg_us")],
+                ax.plot([x_of(p) for p in ps], [t / scale for t in plots.values(ps, key)],
                         label=str(name), **styles[name])
                 bad = [p for p in ps if p.get("check") == "failed"]
-                ax.scatter([x_of(p) for p in bad], [p["t_avg_us"] / scale for p in bad],
+                ax.scatter([x_of(p) for p in bad], [p[key] / scale for p in bad],
                            marker="x", color=styles[name]["color"], s=60, zorder=5)
         over = sorted({x_of(p) for p in points if panel_of(p) == panel and not x_bytes
                        and p.get("run_cores") and (p.get("ranks") or 0) > p["run_cores"]})
@@ -65,7 +72,7 @@ def _figure(points: Sequence[Point], title: str, panel_of: Key, x_of: Key, line_
             ax.set_xticklabels([format_size(int(t)) for t in ticks], rotation=45, fontsize=7)
         plots.log_y(ax)
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel(f"avg time per call ({unit})")
+    axes[0][0].set_ylabel(f"{words} ({unit})")
     handles, labels = axes[0][0].get_legend_handles_labels()
     for ax in axes[0][1:]:
         h, lab = ax.get_legend_handles_labels()
@@ -79,11 +86,13 @@ def _figure(points: Sequence[Point], title: str, panel_of: Key, x_of: Key, line_
 def write_recipe_report(title: str, points: Sequence[Point], out_dir: str | Path, *,
                         figure_of: Key, panel_of: Key, x_of: Key, line_of: Key, x_label: str,
                         panel_order: Sequence[Any], notes: Sequence[str] = (),
-                        unavailable: Sequence[tuple[str, str]] = (), x_bytes: bool = False) -> Path:
+                        unavailable: Sequence[tuple[str, str]] = (), x_bytes: bool = False,
+                        y: tuple[str, str] = TIME_PER_CALL) -> Path:
     """Write ``out_dir/index.html``, one PNG/SVG per figure and the points' CSV; return the
     page's path.
 
-    ``x_bytes``: x is a message size (log scale, labelled 4B ... 256MiB).
+    ``x_bytes``: x is a message size (log scale, labelled 4B ... 256MiB); ``y``: what the
+    figures plot (a key of the points in µs, and its words), the time per call by default.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -93,7 +102,7 @@ def write_recipe_report(title: str, points: Sequence[Point], out_dir: str | Path
         items = "".join(f"<li><b>{escape(v)}</b>: {escape(r)}</li>" for v, r in unavailable)
         body.append(f"<h2>Not available on this machine</h2><ul>{items}</ul>")
     for name, group in _groups(points, figure_of).items():
-        fig = _figure(group, str(name), panel_of, x_of, line_of, x_label, panel_order, x_bytes)
+        fig = _figure(group, str(name), panel_of, x_of, line_of, x_label, panel_order, x_bytes, y)
         files = plots.save(fig, out / _safe_name(str(name)))
         body.append(f"<h2>{escape(str(name))}</h2><figure>{_inline_svg(files['svg'])}</figure>")
     rows = sorted(points, key=lambda p: (str(figure_of(p)), str(panel_of(p)), str(line_of(p)), x_of(p)))

@@ -93,6 +93,18 @@ def test_points_table_shows_device_points_over_the_gpu_memory_floor():
     assert "x_add" not in headers and [r[headers.index("x_floor")] for r in rows] == ["6.00x", "2.00x"]
 
 
+def test_points_table_shows_what_a_device_calls_kind_look_ups_cost():
+    from ddlcomm.report.tables import points_table, varying_dimensions
+    priced = {"kind_lookups": 40, "kind_lookups_per_call": 2.0, "kind_lookup_us": 1.5}
+    points = [dict(collective="allreduce", bytes=4096, count=1024, algorithm=a, form="buffer",
+                   t_p50_us=900.0, t_avg_us=900.0, check="passed",
+                   extra={**priced, "kind_lookup_us_per_call": us})
+              for a, us in (("ring", 3.0), ("rhd", 4.5))]
+    assert varying_dimensions(points) == ["algorithm"]      # the prices are measurements
+    headers, rows = points_table(points)
+    assert [r[headers.index("lookup_us")] for r in rows] == ["4.50", "3.00"]
+
+
 def test_group_renumbers_and_checks_members():
     from types import SimpleNamespace
 

@@ -219,3 +219,24 @@ def test_object_form_points_are_never_in_place():
     plan = resolve(options(in_place=True, collective="allreduce"), default_ranks=2)
     assert CollectivePoint.of(plan, PointSpec("collective", "allreduce", 8, "buffer", "mpi"), 2).in_place
     assert not CollectivePoint.of(plan, PointSpec("collective", "allreduce", 8, "object", "mpi"), 2).in_place
+
+
+@pytest.mark.parametrize("named, measured", [
+    ("library", ["broadcast", "gather", "allreduce"]),
+    ("ring", ["allreduce"]),                        # `bench --algorithm ring` was refused
+    ("library,shm-map", ["allreduce"]),
+    ("binomial", ["broadcast", "gather"]),
+])
+def test_left_out_collectives_are_those_that_have_every_algorithm(named, measured):
+    from ddlcomm.cli import build_parser
+    from ddlcomm.cli.bench import bench_plan
+    args = build_parser().parse_args(["bench", "--algorithm", named])
+    assert bench_plan(args, default_ranks=2).collectives == measured
+
+
+def test_algorithms_no_default_collective_has_are_still_refused():
+    from ddlcomm.cli import build_parser
+    from ddlcomm.cli.bench import bench_plan
+    args = build_parser().parse_args(["bench", "--algorithm", "ring,binomial"])
+    with pytest.raises(UsageError, match="no algorithm ring for broadcast"):
+        bench_plan(args, default_ranks=2)

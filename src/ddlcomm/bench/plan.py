@@ -341,9 +341,9 @@ def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
     registry.check_together(backends)
     dtype, op = get_dtype(o.dtype), get_op(o.op)
     ranks = parse_positive_int(o.ranks, "--ranks") if o.ranks is not None else default_ranks
-    collectives, workloads_ = _targets(o, dtype, op)
     algorithms_ = parse_list(o.algorithm, "--algorithm")
     algorithms.check_distinct(algorithms_)
+    collectives, workloads_ = _targets(o, dtype, op, algorithms_)
     left_out = o.path is None and not workloads_      # --path not given, for collectives
     plan = BenchPlan(
         backends=backends, collectives=collectives, sizes=_sizes(o, dtype),
@@ -389,7 +389,22 @@ def _tuning(path: Optional[str]) -> Optional[str]:
     return full
 
 
-def _targets(o: BenchOptions, dtype: DType, op: ReduceOp) -> tuple[list[str], list[str]]:
+#: The collectives a run measures where --collective is left out (those of them that have
+#: every --algorithm named: :func:`default_collectives`).
+DEFAULT_COLLECTIVES = ("broadcast", "gather", "allreduce")
+
+
+def default_collectives(algorithm_names: list[str]) -> list[str]:
+    """Of :data:`DEFAULT_COLLECTIVES`, those that have every algorithm named (``--algorithm
+    ring`` alone: allreduce); all of them where none has (the check then says which lacks
+    what) (pure)."""
+    fits = [c for c in DEFAULT_COLLECTIVES
+            if all(algorithms.split(a)[0] in algorithms.names(c) for a in algorithm_names)]
+    return fits or list(DEFAULT_COLLECTIVES)
+
+
+def _targets(o: BenchOptions, dtype: DType, op: ReduceOp,
+             algorithm_names: list[str]) -> tuple[list[str], list[str]]:
     """(collectives, workloads): one of them is given, the other empty."""
     if o.workload is not None:
         workloads_ = parse_list(o.workload, "--workload")
@@ -407,8 +422,8 @@ def _targets(o: BenchOptions, dtype: DType, op: ReduceOp) -> tuple[list[str], li
     for flag in ("model", "fusion", "steps"):
         if getattr(o, flag) is not None:
             raise UsageError(f"--{flag} applies to --workload runs")
-    collectives = parse_list("broadcast,gather,allreduce" if o.collective is None else o.collective,
-                             "--collective")
+    collectives = (default_collectives(algorithm_names) if o.collective is None
+                   else parse_list(o.collective, "--collective"))
     for name in collectives:
         get_collective(name).check_request(op=op, dtype=dtype)
     chosen = [get_collective(name) for name in collectives]

@@ -36,7 +36,8 @@ def add_parser(sub) -> None:
                         f"run, interleaved per size: {', '.join(registry.BACKENDS)} (default: mpi)")
     b.add_argument("--collective",
                    help="comma list of: broadcast, gather, allgather, reduce, allreduce, "
-                        "reduce_scatter, alltoall, barrier (default: broadcast,gather,allreduce)")
+                        "reduce_scatter, alltoall, barrier (default: broadcast,gather,allreduce, those "
+                        "of them that have every --algorithm named)")
     b.add_argument("--workload", help="data-parallel workloads instead of collectives, a comma "
                                       "list measured side by side: ps-sync, ps-async, allreduce")
     b.add_argument("--sizes",

@@ -44,14 +44,21 @@ def _memory(m: Facts) -> list[str]:
                       for p in huge.get("pools") or []) or "none"
     return [f"{_size(m.get('total_bytes'))} total, {_size(m.get('available_bytes'))} available",
             f"transparent huge pages: enabled={thp.get('enabled') or 'absent'}, "
-            f"defrag={thp.get('defrag') or 'absent'}, shmem_enabled={thp.get('shmem_enabled') or 'absent'}",
+            f"defrag={thp.get('defrag') or 'absent'}, "
+            f"shmem_enabled={thp.get('shmem_enabled') or 'absent'}",
             f"hugetlb: {pools}",
             f"which pages of one array are huge (PAGEMAP_SCAN; each point's huge_share_ranks): "
             f"{_avail(m.get('page_scan') or {})}",
-            f"{shm.get('path', '/dev/shm')}: " + (f"{_size(shm.get('size_bytes'))} ({_size(shm.get('free_bytes'))} free"
-                                                 + (f", huge pages: {shm['huge']}" if shm.get("huge") else "") + ")"
-                                                 if shm.get("available") else f"unavailable ({shm.get('reason')})")
+            f"{shm.get('path', '/dev/shm')}: {_shm(shm)}",
             ] + _copy_bandwidth(m.get("copy_bandwidth"))
+
+
+def _shm(shm: Facts) -> str:
+    """/dev/shm's size, free bytes and huge-page mode, or why it is unavailable."""
+    if not shm.get("available"):
+        return f"unavailable ({shm.get('reason')})"
+    huge = f", huge pages: {shm['huge']}" if shm.get("huge") else ""
+    return f"{_size(shm.get('size_bytes'))} ({_size(shm.get('free_bytes'))} free{huge})"
 
 
 def _copy_bandwidth(bw: Optional[Facts]) -> list[str]:

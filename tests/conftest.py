@@ -157,12 +157,15 @@ def pytest_testnodedown(node, error) -> None:
 
 def pytest_collection_modifyitems(config, items) -> None:
     """A test that skips for want of a GPU must carry the ``gpu`` marker: scripts/gpu-check
-    runs the marked ones on the GPU machine, and an unmarked one would never run there."""
+    runs the marked ones on the GPU machine, and an unmarked one would never run there.
+    Those marked ``long`` run first: pytest-xdist hands the first items out among its
+    workers, so no worker is left running a long one alone at the end."""
     unmarked = [item.nodeid for item in items if item.get_closest_marker("gpu") is None and any(
         str(mark.kwargs.get("reason", "")).startswith("needs a GPU")
         for mark in item.iter_markers("skipif"))]
     if unmarked:
         raise pytest.UsageError(f"GPU tests without the gpu marker: {', '.join(unmarked)}")
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)     # stable: long first
 
 
 def run(cmd, env, timeout: float) -> subprocess.CompletedProcess:

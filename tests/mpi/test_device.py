@@ -21,6 +21,7 @@ from test_gloo import gloo, gloo_suite     # noqa: F401 (gloo: a fixture); tests
 SUITE = Path(__file__).resolve().parent / "device_suite.py"
 
 
+@pytest.mark.long
 @pytest.mark.mpi
 @pytest.mark.parametrize("nranks", [1, 2, 3, 4])
 def test_device_algorithms_on_cpu_stand_ins_under_mpi(mpi, nranks):

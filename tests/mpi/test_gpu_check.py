@@ -48,6 +48,7 @@ def test_nothing_starts_past_the_deadline(tmp_path):
     assert "rc=" not in summary, summary
 
 
+@pytest.mark.long
 def test_info_and_a_small_sweep_come_back_packed(tmp_path):
     res, got = _gpu_check(tmp_path, 5, "info", "manycores:openmpi,mpich",
                           MANYCORES_RANKS="2", MANYCORES_OWN_RANKS="2", MANYCORES_REPS="1",
@@ -132,6 +133,7 @@ def test_own_runs_alone_add_to_a_machine_measured_before(tmp_path):
     assert json.loads((dest / "info.json").read_text()) == {"committed": True}
 
 
+@pytest.mark.long
 def test_the_node_probe_answers_each_question(tmp_path):
     """scripts/node-probe (gpu-check's part probe): the facts the cost model inferred."""
     res = subprocess.run([str(ROOT / "scripts" / "node-probe"), str(tmp_path / "p")], capture_output=True,

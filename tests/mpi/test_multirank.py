@@ -27,6 +27,7 @@ def test_object_form_in_small_chunks(mpi, nranks):
     assert f"{nranks} ranks, 0 failures" in res.stdout
 
 
+@pytest.mark.long
 @pytest.mark.big
 def test_objects_above_2GiB(mpi):
     res = mpi.mpirun(2, [mpi.python, HERE / "big_objects.py"], timeout=300)

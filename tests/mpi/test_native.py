@@ -34,6 +34,7 @@ def test_native_suite_under_mpi(mpi, nranks):
     assert f"{nranks} ranks, 0 failures" in res.stdout, res.stdout
 
 
+@pytest.mark.long
 @pytest.mark.mpi
 @pytest.mark.parametrize("nranks", [1, 2, 3, 4])  # 5 ranks: under MPI (above)
 def test_native_suite_over_gloo(gloo, nranks, tmp_path):

@@ -72,6 +72,7 @@ def test_shrink_keeps_every_flag():
     assert commands("# c\nddlcomm a \\\n    --b 1   # note\nmake run\n") == ["ddlcomm a      --b 1"]
 
 
+@pytest.mark.long
 def test_readme_examples_run(tmp_path):
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "SLURM_"))}

@@ -46,6 +46,7 @@ def check_trained(points, expected: set):
     assert {p["check"] for p in points} == {"passed"}
 
 
+@pytest.mark.long
 def test_every_arch_over_mpi(mpi, tmp_path):
     _, points = train(mpi, tmp_path / "t.db", "--backend", "mpi", "--ranks", "2",
                       "--arch", "allreduce,ps", "--overlap", "both", "--wait", "both")
@@ -99,6 +100,7 @@ def test_under_mpirun_with_files_read_ahead(mpi, tmp_path):
     assert its[0]["overlap"] is True and its[0]["ranks"] == 2
 
 
+@pytest.mark.long
 def test_own_allreduces_aggregate_the_buckets(mpi, tmp_path):
     """ddlcomm's ring, and auto (the pipelined shm here: one node), on the buckets' NumPy
     views at 3 ranks: trained, replicas identical, the algorithm stored."""

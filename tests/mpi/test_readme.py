@@ -3,7 +3,8 @@
 The ``sh`` and ``python`` blocks are run in the order they stand, in one
 folder (with ``.venv`` linked into it) and one database, so later examples
 find what earlier ones made (run ids, ``fit.json``).  The shrinking only lowers
-sizes, steps and iterations (:data:`SHRINK`), and every flag stays as written.
+sizes, steps and iterations (:data:`SHRINK`; a sweep left to its default sizes stops at
+:data:`MAX_BYTES`), and every flag stays as written.
 A ``python`` block that calls ``ddlcomm.init`` runs in 2 ranks under mpirun.
 """
 from __future__ import annotations
@@ -55,8 +56,11 @@ def shrink(command: str) -> str:
     command = re.sub(r"--sizes (\S+)", lambda m: f"--sizes {_cap_sizes(m.group(1))}", command)
     for flag, most in SHRINK.items():
         command = re.sub(rf"{flag} (\d+)", lambda m: f"{flag} {min(int(m.group(1)), most)}", command)
-    if " bench " in f" {command} " and "--budget" not in command:
-        command += " --budget 0.01"
+    if " bench " in f" {command} ":
+        if "--budget" not in command:
+            command += " --budget 0.01"
+        if "--sizes" not in command and "--model" not in command:    # the default sweep's top
+            command += f" --sizes 4B:{format_size(MAX_BYTES)}"
     if " train " in f" {command} ":
         for flag, value in (("--image-size", 32), ("--iters", 2), ("--warmup", 1), ("--batch", 2)):
             if flag not in command and not (flag == "--batch" and "--batch-sweep" in command):
@@ -67,6 +71,8 @@ def shrink(command: str) -> str:
 def test_shrink_keeps_every_flag():
     assert shrink("ddlcomm bench --sizes 1KiB:16MiBx4 --ranks 3") == \
         "ddlcomm bench --sizes 1KiB:64KiBx4 --ranks 3 --budget 0.01"
+    assert shrink("ddlcomm bench --workload ps-async --steps 200") == \
+        "ddlcomm bench --workload ps-async --steps 10 --budget 0.01 --sizes 4B:64KiB"
     assert shrink("x train --model resnet50 --iters 20") == \
         "x train --model resnet50 --iters 2 --image-size 32 --warmup 1 --batch 2"
     assert commands("# c\nddlcomm a \\\n    --b 1   # note\nmake run\n") == ["ddlcomm a      --b 1"]

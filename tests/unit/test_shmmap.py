@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ddlcomm.comm import shm_mapped
-from ddlcomm.dtypes import DTYPES, OPS
+from ddlcomm.dtypes import DTYPES
 from ddlcomm.kernels import available, reducer
 from thread_ranks import run_as_ranks
 

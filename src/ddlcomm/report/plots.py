@@ -167,7 +167,7 @@ def _mark_failed(ax: Any, ps: Sequence[Point], key: str, color: Any) -> bool:
     bad = [p for p in ps if p.get("check") == "failed" and (p.get(key) or 0) > 0]
     if bad:
         ax.scatter([p["bytes"] for p in bad], [p[key] for p in bad], marker="x", s=70,
-                   color=color, linewidths=2, zorder=5)
+                   color=color, linewidths=2, zorder=5, clip_on=False)     # whole at the axes' ends
     return bool(bad)
 
 
@@ -274,7 +274,9 @@ def bandwidth_figure(points: Sequence[Point], collective: str,
 
 
 def save(fig: Any, path_without_suffix: str | Path) -> dict[str, Path]:
-    """Write ``fig`` as PNG (110 dpi) and SVG next to each other, then close it.
+    """Write ``fig`` as PNG (110 dpi) and SVG next to each other, then close it.  Every
+    figure is laid out by matplotlib's constrained layout, its legend and labels within
+    the figure: no second draw to find a tight box (a fifth of a report's time).
 
     Returns ``{"png": Path, "svg": Path}``.  The SVG carries no metadata (no
     dates or URLs), so it can be inlined in a self-contained page.
@@ -284,8 +286,11 @@ def save(fig: Any, path_without_suffix: str | Path) -> dict[str, Path]:
     base.parent.mkdir(parents=True, exist_ok=True)
     paths = {"png": base.with_name(base.name + ".png"), "svg": base.with_name(base.name + ".svg")}
     try:
-        fig.savefig(paths["png"], dpi=_DPI, bbox_inches="tight")
-        fig.savefig(paths["svg"], bbox_inches="tight",
+        fig.savefig(paths["png"], dpi=_DPI)
+        # the layout the PNG's draw made, kept: constrained layout would lay the figure out
+        # again (a quarter of a figure's time), to the same positions
+        fig.set_layout_engine("none")
+        fig.savefig(paths["svg"],
                     metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
     finally:
         plt.close(fig)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ddlcomm.launch import shmclean
+from ddlcomm.launch.mpirun import not_started
 
 pytestmark = pytest.mark.mpi
 #: A sweep long enough to be stopped in the middle.
@@ -63,16 +64,28 @@ def _sigint_as_in_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def _start(cmd, env, stderr) -> subprocess.Popen:
+    return subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.DEVNULL,
+                            stderr=stderr, start_new_session=True,
+                            preexec_fn=_sigint_as_in_a_terminal)
+
+
 def _stop_after_points(cmd, env, db, sig, points=3, limit=120.0, before=None) -> int:
     """Start ``cmd``, send ``sig`` once ``points`` are stored (calling ``before(proc)`` just
-    before), return its exit code."""
-    proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True,
-                            preexec_fn=_sigint_as_in_a_terminal)
+    before), return its exit code.  A launcher that failed before any rank ran
+    (``mpirun.not_started``: Open MPI's transient, once in two thousand launches here) is
+    started once more, as ddlcomm's own launches and the tests' ``mpirun`` are."""
+    errors = db.with_name(db.name + ".stderr")
+    with open(errors, "w+") as stderr:
+        proc = _start(cmd, env, stderr)
     try:
         deadline = time.monotonic() + limit
         while _points(db) < points:
-            assert proc.poll() is None, "the sweep ended before it could be stopped"
+            if proc.poll() is not None and not_started(proc.returncode, errors.read_text()):
+                with open(errors, "w+") as stderr:
+                    proc = _start(cmd, env, stderr)
+            assert proc.poll() is None, "the sweep ended before it could be stopped:\n" + \
+                errors.read_text()[-2000:]
             assert time.monotonic() < deadline, "no points stored in time"
             time.sleep(0.2)
         if before:

@@ -158,8 +158,8 @@ def pytest_testnodedown(node, error) -> None:
 def pytest_collection_modifyitems(config, items) -> None:
     """A test that skips for want of a GPU must carry the ``gpu`` marker: scripts/gpu-check
     runs the marked ones on the GPU machine, and an unmarked one would never run there.
-    Those marked ``long`` run first: pytest-xdist hands the first items out among its
-    workers, so no worker is left running a long one alone at the end."""
+    Those marked ``long`` run first: make test has pytest-xdist hand the items out one at a
+    time (``--maxschedchunk 1``), so no worker is left running a long one alone at the end."""
     unmarked = [item.nodeid for item in items if item.get_closest_marker("gpu") is None and any(
         str(mark.kwargs.get("reason", "")).startswith("needs a GPU")
         for mark in item.iter_markers("skipif"))]

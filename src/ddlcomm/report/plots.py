@@ -287,8 +287,8 @@ def save(fig: Any, path_without_suffix: str | Path) -> dict[str, Path]:
     paths = {"png": base.with_name(base.name + ".png"), "svg": base.with_name(base.name + ".svg")}
     try:
         fig.savefig(paths["png"], dpi=_DPI)
-        # the layout the PNG's draw made, kept: constrained layout would lay the figure out
-        # again (a quarter of a figure's time), to the same positions
+        # the layout the PNG's draw made, kept for the SVG: constrained layout would lay the
+        # figure out again (a quarter of a figure's time) for the same figure
         fig.set_layout_engine("none")
         fig.savefig(paths["svg"],
                     metadata={"Creator": None, "Date": None, "Format": None, "Type": None})

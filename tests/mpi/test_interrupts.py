@@ -78,10 +78,13 @@ def _stop_after_points(cmd, env, db, sig, points=3, limit=120.0, before=None) ->
     errors = db.with_name(db.name + ".stderr")
     with open(errors, "w+") as stderr:
         proc = _start(cmd, env, stderr)
+    retried = False
     try:
         deadline = time.monotonic() + limit
         while _points(db) < points:
-            if proc.poll() is not None and not_started(proc.returncode, errors.read_text()):
+            if not retried and proc.poll() is not None and \
+                    not_started(proc.returncode, errors.read_text()):
+                retried = True
                 with open(errors, "w+") as stderr:
                     proc = _start(cmd, env, stderr)
             assert proc.poll() is None, "the sweep ended before it could be stopped:\n" + \

@@ -51,13 +51,13 @@ def test_look_ups_are_counted_and_priced_either_way():
         on(a)
         off(a)
     assert (on.calls, on.asked) == (3, 1) and (off.calls, off.asked) == (3, 3)
-    facts = kinds.lookup_facts(off, 3, False, a)
+    facts = kinds.lookup_facts(off, 3, a)
     assert facts["kind_lookups"] == 3 and facts["kind_lookups_per_call"] == 1.0
     assert facts["kind_lookup_us"] > 0
     assert facts["kind_lookup_us_per_call"] == pytest.approx(facts["kind_lookup_us"], abs=1e-4)
     assert off.calls == 3                        # pricing a look-up leaves the call's counts alone
     # a call that made none: what the driver was asked, no price
-    assert kinds.lookup_facts(kinds.lookup(True), 0, True, a) == {"kind_lookups": 0}
+    assert kinds.lookup_facts(kinds.lookup(True), 0, a) == {"kind_lookups": 0}
     assert kinds.cost_us(True, a, reps=10) > 0
 
 

@@ -229,7 +229,7 @@ def cost_us(cache: bool, buf, reps: int = COST_REPS) -> float:
     return (time.perf_counter() - start) / reps * 1e6
 
 
-def lookup_facts(look: KindCache | DriverAsked, calls: int, cache: bool, buf) -> dict:
+def lookup_facts(look: KindCache | DriverAsked, calls: int, buf) -> dict:
     """What a bound call's kind look-ups were and cost, for its point: ``kind_lookups`` (the
     driver asked, over all ``calls`` calls), and where it made calls ``kind_lookups_per_call``,
     ``kind_lookup_us`` (one look-up, :func:`cost_us` on ``buf``) and their product,
@@ -238,7 +238,7 @@ def lookup_facts(look: KindCache | DriverAsked, calls: int, cache: bool, buf) ->
     out: dict = {"kind_lookups": look.asked}
     if calls:
         per_call = look.calls / calls
-        one = cost_us(cache, buf)
+        one = cost_us(isinstance(look, KindCache), buf)       # priced as ``look`` looks up
         out.update(kind_lookups_per_call=round(per_call, 3), kind_lookup_us=round(one, 4),
                    kind_lookup_us_per_call=round(per_call * one, 4))
     return out

@@ -107,7 +107,7 @@ def bind(comm: Any, collective: str, algorithm: str, sendbuf: Any, recvbuf: Opti
             out["device_transport"] = link.transports_used()
         if reduce is not None and reduce.label is not None:
             out["kernel"] = reduce.label
-        return {**out, **kinds.lookup_facts(lookup, calls[0], kind_cache, send)}
+        return {**out, **kinds.lookup_facts(lookup, calls[0], send)}
     return BoundCall(call, facts)
 
 

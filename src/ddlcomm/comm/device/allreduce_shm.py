@@ -121,7 +121,7 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
         out = {"device_transport": "ipc" if p > 1 else "none", "kernel": reduce.label,
                "kind_cache": "on" if kind_cache else "off",
                "shm_reads": "whole" if whole else "slices"}
-        return {**out, **kinds.lookup_facts(lookup, calls[0], kind_cache, recv)}
+        return {**out, **kinds.lookup_facts(lookup, calls[0], recv)}
     return BoundCall(call, facts)
 
 

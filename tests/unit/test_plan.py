@@ -228,15 +228,11 @@ def test_object_form_points_are_never_in_place():
     ("binomial", ["broadcast", "gather"]),
 ])
 def test_left_out_collectives_are_those_that_have_every_algorithm(named, measured):
-    from ddlcomm.cli import build_parser
-    from ddlcomm.cli.bench import bench_plan
-    args = build_parser().parse_args(["bench", "--algorithm", named])
-    assert bench_plan(args, default_ranks=2).collectives == measured
+    from ddlcomm.bench.plan import resolve
+    assert resolve(options(algorithm=named), default_ranks=2).collectives == measured
 
 
 def test_algorithms_no_default_collective_has_are_still_refused():
-    from ddlcomm.cli import build_parser
-    from ddlcomm.cli.bench import bench_plan
-    args = build_parser().parse_args(["bench", "--algorithm", "ring,binomial"])
+    from ddlcomm.bench.plan import resolve
     with pytest.raises(UsageError, match="no algorithm ring for broadcast"):
-        bench_plan(args, default_ranks=2)
+        resolve(options(algorithm="ring,binomial"), default_ranks=2)

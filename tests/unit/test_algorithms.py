@@ -42,6 +42,19 @@ def test_auto_on_one_node_is_the_pipelined_shm_from_its_threshold():
     assert decide("allreduce", "auto", 1 << 20, 4, one_node=False)[0] == "rhd"
 
 
+def test_auto_over_gloo_runs_shm_at_every_size_on_one_node():
+    """Gloo's own all-reduce takes hundreds of µs even at 4 B: shm wins from the first byte;
+    the MPI libraries' 1-2 µs keep theirs below the threshold."""
+    for library in ("Gloo", "gloo"):
+        assert choose_auto("allreduce", 4, 4, pipelined_shm=True, library=library) == "shm"
+    assert choose_auto("allreduce", 4, 4, pipelined_shm=True, library="Open MPI") == "library"
+    assert choose_auto("allreduce", 4, 4, pipelined_shm=False, library="Gloo") == "library"
+    built = shm._shmpipe is not None
+    assert decide("allreduce", "auto", 4, 2, one_node=True, library="Gloo")[0] == \
+        ("shm" if built else "library")
+    assert decide("allreduce", "auto", 4, 2, one_node=True, library="MPICH")[0] == "library"
+
+
 def test_shared_memory_algorithms_are_allreduce_names():
     assert {name for _, name in SHARED_MEMORY} == {"shm", "shm-map", "hierarchical"} <= set(names("allreduce"))
     assert "hierarchical" not in names("broadcast")

@@ -11,7 +11,9 @@ this machine where one is given (:mod:`ddlcomm.comm.tuning`, ``bench
 --tuning``), else from what we measured on our machine and the cost model.  With every rank on one node and the
 pipelined shm all-reduce built (:func:`ddlcomm.comm.shm.pipelines`), the
 all-reduce runs ``shm`` from ``SHM_MIN_BYTES`` up and the library's below
-(docs/benchmarks.md, "The pipelined shm all-reduce").  Across nodes: below
+(docs/benchmarks.md, "The pipelined shm all-reduce"); over Gloo, whose own
+all-reduce takes hundreds of µs at any size, ``shm`` at every size
+(``SHM_MIN_BYTES_OF``).  Across nodes: below
 ``RING_MIN_BYTES`` the library's collective (small messages, where the
 library's latency wins: see docs/benchmarks.md, "ddlcomm's own
 all-reduce"); from there up, of the ring
@@ -46,6 +48,10 @@ RING_MIN_BYTES = 1 << 20
 #: On one node, from this size up ``auto`` runs the pipelined shm all-reduce (2 ranks,
 #: both MPIs: 4 KiB 2.4 against the library's 3.2 µs, 1 KiB a tie, below the library wins).
 SHM_MIN_BYTES = 4 << 10
+#: The same by library (lower case) where it differs.  Gloo's own all-reduce takes 0.2-7 ms
+#: from 4 B to 1 KiB on one node (its TCP and threads), shm 20-320 µs: 2.4-25x faster at
+#: 2-4 ranks (docs/benchmarks.md, "auto over Gloo"), so shm from the first byte.
+SHM_MIN_BYTES_OF = {"gloo": 0}
 #: Pieces of this many bytes pipeline each step of the ring and rhd all-reduces that
 #: ``--algorithm`` runs: the piece just received is reduced while still in cache
 #: (15-25% faster at 64-256 MiB, 2 ranks, both MPIs: docs/benchmarks.md).
@@ -80,11 +86,14 @@ def names(collective: str) -> list[str]:
     return ["library", "auto", *native.algorithms_for(collective), *shared]
 
 
-def choose_auto(collective: str, nbytes: int, nranks: int = 2, pipelined_shm: bool = False) -> str:
+def choose_auto(collective: str, nbytes: int, nranks: int = 2, pipelined_shm: bool = False,
+                library: Optional[str] = None) -> str:
     """The algorithm ``auto`` runs (pure): see the module docstring.  ``pipelined_shm``:
-    every rank is on one node and the pipelined shm all-reduce can run."""
+    every rank is on one node and the pipelined shm all-reduce can run; ``library``: the
+    backend's (:data:`SHM_MIN_BYTES_OF`)."""
     if pipelined_shm and collective == "allreduce" and nranks >= 2:
-        return "shm" if nbytes >= SHM_MIN_BYTES else "library"
+        least = SHM_MIN_BYTES_OF.get((library or "").lower(), SHM_MIN_BYTES)
+        return "shm" if nbytes >= least else "library"
     candidates = AUTO_CANDIDATES.get(collective)
     if candidates is None or nbytes < RING_MIN_BYTES or nranks < 2:
         return "library"
@@ -157,7 +166,7 @@ def decide(collective: str, algorithm: str, nbytes: int, nranks: int = 2, one_no
     if choice is None:
         pipelined = one_node and get_collective(collective).reduces and shm.pipelines(
             reducer("sum", "float32", suffix))
-        choice = choose_auto(collective, nbytes, nranks, pipelined)
+        choice = choose_auto(collective, nbytes, nranks, pipelined, library)
     if split(choice)[0] == "library":
         return "library", by
     if KERNEL_SEP in choice:                    # the table measured that kernel

@@ -53,6 +53,9 @@ def test_auto_over_gloo_runs_shm_at_every_size_on_one_node():
     assert decide("allreduce", "auto", 4, 2, one_node=True, library="Gloo")[0] == \
         ("shm" if built else "library")
     assert decide("allreduce", "auto", 4, 2, one_node=True, library="MPICH")[0] == "library"
+    # device tensors: the device shm meets through the backend's barriers, so the threshold stays
+    assert decide("allreduce", "auto", 4, 2, one_node=True, library="Gloo", on_device=True)[0] == \
+        "library"
 
 
 def test_shared_memory_algorithms_are_allreduce_names():

@@ -64,7 +64,17 @@ def test_only_runs_with_the_library_beside_an_own_algorithm_count():
     (table,) = versus(pts)
     assert table.runs == 2 and [r.nbytes for r in table.rows] == [64 << 10, 16 * MIB]
     assert versus(pts, from_bytes=MIB)[0].rows[0].nbytes == 16 * MIB
-    assert versus([point(1, "library", 4, 1.0), point(1, "auto", 4, 1.0)]) == []
+    assert versus([point(1, "auto", 4, 1.0), point(2, "library", 4, 1.0)]) == []
+
+
+def test_a_run_of_the_library_and_auto_alone_gives_autos_ratio():
+    """`--algorithm library,auto` compares something: auto against the library (it printed
+    "no run measured ... beside an own algorithm"); no best-own columns where none ran."""
+    (table,) = versus([point(1, "library", 4, 2.0), point(1, "auto", 4, 1.0, ran="shm")])
+    assert table.rows[0].auto.median == pytest.approx(0.5) and table.rows[0].best is None
+    text = render_versus([table], GOALS)
+    assert "0.50x [shm]" in text and "auto / lib below 1MiB: highest 0.50x at 4B" in text
+    assert "best own" not in text and "lib / best" not in text
 
 
 def test_each_dtype_has_its_own_table():
@@ -106,7 +116,7 @@ def test_the_cli_says_what_it_did_not_find(tmp_path, capsys):
     assert main(["results", "versus", "--db", str(db), "--collective", "foo"]) == 2
     assert "foo" in capsys.readouterr().err
     assert main(["results", "versus", "--db", str(db), "--from", "1GiB"]) == 0    # a query, not bad input
-    assert "no run measured allreduce's library beside an own algorithm at 1GiB or more" \
+    assert "no run measured allreduce's library beside an own algorithm or auto at 1GiB or more" \
         in capsys.readouterr().out
     # the command it suggests is one bench takes: gather's own algorithms, not ring and rhd
     assert main(["results", "versus", "--db", str(db), "--collective", "gather"]) == 0

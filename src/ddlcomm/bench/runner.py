@@ -34,7 +34,7 @@ from ..workloads import get_workload
 from ..workloads.paths import PATHS
 from .buffers import PointBuffers
 from .cimpl import measure_c
-from .plan import BenchPlan, CollectivePoint, PointSpec, check_whole_blocks
+from .plan import BenchPlan, CollectivePoint, PointSpec, check_whole_blocks, on_device
 from .staged import measure_staged
 from .watchdog import Watchdog
 
@@ -50,7 +50,8 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     if algorithm != "library":
         algorithm, by = algorithms.decide(
             spec.name, algorithm, count * dtype.itemsize, comm.size, one_node=same_node(comm),
-            tuning=tuning.load(plan.tuning) if plan.tuning else None, library=comm.library)
+            tuning=tuning.load(plan.tuning) if plan.tuning else None, library=comm.library,
+            on_device=on_device(plan))
         if by != "asked":
             extra["auto_by"] = by if by == "rules" else f"tuning {plan.tuning}"
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:

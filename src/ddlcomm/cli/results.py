@@ -159,7 +159,7 @@ def versus_runs(store: Store, args: argparse.Namespace) -> None:
     found = versus.versus(map(export.point_record, store.points(None)), args.collective, from_bytes)
     if not found:                                    # say what was asked, not just "no run"
         own = [name for name in algorithms.names(args.collective) if name not in ("library", "auto")]
-        print(f"(no run measured {args.collective}'s library beside an own algorithm"
+        print(f"(no run measured {args.collective}'s library beside an own algorithm or auto"
               + (f" at {format_size(from_bytes)} or more" if from_bytes > 4 else "")
               + (f": ddlcomm bench --collective {args.collective} --algorithm "
                  f"{','.join(['library', *own, 'auto'])})" if own else

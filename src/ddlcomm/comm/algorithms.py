@@ -12,8 +12,8 @@ this machine where one is given (:mod:`ddlcomm.comm.tuning`, ``bench
 pipelined shm all-reduce built (:func:`ddlcomm.comm.shm.pipelines`), the
 all-reduce runs ``shm`` from ``SHM_MIN_BYTES`` up and the library's below
 (docs/benchmarks.md, "The pipelined shm all-reduce"); over Gloo, whose own
-all-reduce takes hundreds of µs at any size, ``shm`` at every size
-(``SHM_MIN_BYTES_OF``).  Across nodes: below
+all-reduce takes hundreds of µs at any size, ``shm`` at every size on host
+buffers (``SHM_MIN_BYTES_OF``).  Across nodes: below
 ``RING_MIN_BYTES`` the library's collective (small messages, where the
 library's latency wins: see docs/benchmarks.md, "ddlcomm's own
 all-reduce"); from there up, of the ring
@@ -48,9 +48,11 @@ RING_MIN_BYTES = 1 << 20
 #: On one node, from this size up ``auto`` runs the pipelined shm all-reduce (2 ranks,
 #: both MPIs: 4 KiB 2.4 against the library's 3.2 µs, 1 KiB a tie, below the library wins).
 SHM_MIN_BYTES = 4 << 10
-#: The same by library (lower case) where it differs.  Gloo's own all-reduce takes 0.2-7 ms
-#: from 4 B to 1 KiB on one node (its TCP and threads), shm 20-320 µs: 2.4-25x faster at
-#: 2-4 ranks (docs/benchmarks.md, "auto over Gloo"), so shm from the first byte.
+#: The same by library (lower case) where it differs, on host buffers.  Gloo's own all-reduce
+#: takes 0.2-7 ms from 4 B to 1 KiB on one node (its TCP and threads), shm 20-320 µs: 2.4-25x
+#: faster at 2-4 ranks (docs/benchmarks.md, "auto over Gloo"), so shm from the first byte.
+#: Not on device buffers: the device shm meets through three of the backend's barriers a
+#: call, each about one of Gloo's small all-reduces (not measured there below 4 KiB).
 SHM_MIN_BYTES_OF = {"gloo": 0}
 #: Pieces of this many bytes pipeline each step of the ring and rhd all-reduces that
 #: ``--algorithm`` runs: the piece just received is reduced while still in cache
@@ -150,14 +152,16 @@ def kernel(algorithm: str, op: Optional[ReduceOp], dtype) -> Optional[Callable]:
 
 
 def decide(collective: str, algorithm: str, nbytes: int, nranks: int = 2, one_node: bool = False,
-           tuning: Optional[Tuning] = None, library: Optional[str] = None) -> tuple[str, str]:
+           tuning: Optional[Tuning] = None, library: Optional[str] = None,
+           on_device: bool = False) -> tuple[str, str]:
     """``auto`` made concrete for this size and rank count (the same on every rank):
     (the algorithm, what chose it: ``asked``, ``tuning`` or ``rules``).
 
     ``auto`` takes the measured choice of ``tuning`` for ``library``'s
     ``collective`` at ``nranks`` where the table has it, else :func:`choose_auto`'s;
     a kernel suffix is kept on ddlcomm's own algorithms (the library's has none).
-    ``one_node``: every rank runs on one node."""
+    ``one_node``: every rank runs on one node; ``on_device``: the buffers are device
+    tensors (:data:`SHM_MIN_BYTES_OF` is of host buffers)."""
     base, suffix = split(algorithm)
     if base != "auto":
         return algorithm, "asked"
@@ -166,7 +170,7 @@ def decide(collective: str, algorithm: str, nbytes: int, nranks: int = 2, one_no
     if choice is None:
         pipelined = one_node and get_collective(collective).reduces and shm.pipelines(
             reducer("sum", "float32", suffix))
-        choice = choose_auto(collective, nbytes, nranks, pipelined, library)
+        choice = choose_auto(collective, nbytes, nranks, pipelined, None if on_device else library)
     if split(choice)[0] == "library":
         return "library", by
     if KERNEL_SEP in choice:                    # the table measured that kernel

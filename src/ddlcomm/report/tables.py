@@ -630,11 +630,12 @@ def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: boo
     for t in tables:
         floor = {key: header for header, key in RATIO_COLUMNS}.get(t.floor, "x_floor")
         floored = any(r.x_floor for r in t.rows)         # none where nothing reduces (broadcast)
-        headers = ["size", *t.algorithms, "best own", "lib / best", "auto / lib",
-                   *([f"{floor} (best)"] if floored else [])]
+        owned = any(r.best for r in t.rows)              # none where the run had library,auto only
+        headers = ["size", *t.algorithms, *(["best own", "lib / best"] if owned else []),
+                   "auto / lib", *([f"{floor} (best)"] if floored else [])]
         rows = [[format_size(r.nbytes), *[format_us(r.times[a].median) if a in r.times else "-"
                                           for a in t.algorithms],
-                 r.best or "-", _spread_ratio(r.speedup),
+                 *([r.best or "-", _spread_ratio(r.speedup)] if owned else []),
                  _spread_ratio(r.auto) + (f" [{','.join(r.auto_ran)}]" if r.auto_ran else ""),
                  *([_spread_ratio(r.x_floor)] if floored else [])] for r in t.rows]
         kind, _, variant = t.memory.partition(", ")      # e.g. "device, kind cache off"
@@ -643,7 +644,8 @@ def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: boo
                  f"{', ' + variant if variant else ''} ({counted(t.runs, 'run')})")
         got = targets(t, **goals)
         summary = [
-            f"lib / best from {format_size(goals['speedup_from'])}: lowest {_ratio_at(got.min_speedup)}",
+            *([f"lib / best from {format_size(goals['speedup_from'])}: lowest "
+               f"{_ratio_at(got.min_speedup)}"] if owned else []),
             *([f"{floor} (best) from {format_size(goals['floor_from'])}: highest "
                f"{_ratio_at(got.max_x_floor)}"] if floored else []),
             *([f"auto / lib below {format_size(goals['auto_below'])}: highest {_ratio_at(got.max_auto)}"]

@@ -1,7 +1,8 @@
 """The library's collective against ddlcomm's own algorithms, measured side by side (pure).
 
 A run of ``ddlcomm bench --algorithm library,ring,rhd,shm,auto`` times each
-algorithm at each size in the same run.  :func:`versus` turns the points of
+algorithm at each size in the same run (``library,auto`` alone gives ``auto``'s
+ratio only).  :func:`versus` turns the points of
 such runs into one table per (library, memory, dtype, ranks; a reduction op other
 than sum, a table apart): for each size, every
 algorithm's median time (the median over the runs of each point's p50) and
@@ -85,7 +86,7 @@ def versus(points: Iterable[Point], collective: str = "allreduce",
            from_bytes: int = 0) -> list[Table]:
     """The side-by-side tables of ``collective``'s checked buffer points (flat records,
     :func:`ddlcomm.results.export.point_record`; sizes from ``from_bytes``), only where a
-    run measured the library and at least one own algorithm."""
+    run measured the library beside at least one own algorithm or ``auto``."""
     # (library, memory, dtype, ranks) -> run -> bytes -> algorithm -> point
     by: dict[tuple, dict[Any, dict[int, dict[str, Point]]]] = \
         defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
@@ -111,14 +112,20 @@ def versus(points: Iterable[Point], collective: str = "allreduce",
         by[key][p.get("run_id")][int(p["bytes"])][str(p.get("algorithm") or "library")] = p
     tables = []
     for (library, memory, dtype, ranks), runs in sorted(by.items()):
-        # on device buffers a host-only MPI has no collective of its own to run: ddlcomm's
-        # algorithms alone still give their times and x_floor
         runs = {r: sizes for r, sizes in runs.items()
-                if any(set(algs) - set(NOT_OWN) and ("library" in algs or memory.startswith("device"))
-                       for algs in sizes.values())}
+                if any(_compared(algs, memory.startswith("device")) for algs in sizes.values())}
         if runs:
             tables.append(_table(library, memory, dtype, ranks, runs))
     return tables
+
+
+def _compared(algorithms: Iterable[str], device: bool) -> bool:
+    """Whether one size of a run compares anything: the library beside an own algorithm or
+    ``auto`` (on device buffers an own algorithm alone: a host-only MPI has no collective of
+    its own to run there, and ddlcomm's algorithms still give their times and x_floor)."""
+    names = set(algorithms)
+    own = bool(names - set(NOT_OWN))
+    return own and ("library" in names or device) or {"library", "auto"} <= names
 
 
 def _table(library: str, memory: str, dtype: str, ranks: int,

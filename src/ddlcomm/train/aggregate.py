@@ -174,7 +174,8 @@ class AllreduceAggregator:
         bucket itself (the device algorithms hand the backend host messages only)."""
         nbytes = wire.tensor.numel() * wire.tensor.element_size()
         name, _ = algorithms.decide("allreduce", self.algorithm, nbytes, self.comm.size,
-                                    one_node=self.one_node, library=self.comm.library)
+                                    one_node=self.one_node, library=self.comm.library,
+                                    on_device=wire.kind != "view")
         if name == "library":
             return wired(self.comm.bind("allreduce", wire.buf, wire.buf, op="avg"), [wire], [wire])
         buf = wire.buf if wire.kind == "view" else wire.tensor

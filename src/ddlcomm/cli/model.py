@@ -145,9 +145,16 @@ def _add_selection(p: argparse.ArgumentParser, what: str, library_too: str = "")
     p.add_argument("--form", help=f"only {what} of this form (buffer, object)")
 
 
-def _add_dtype(p: argparse.ArgumentParser) -> None:
+def _add_points(p: argparse.ArgumentParser) -> None:
+    """Which stored points a command reads (calibrate, tune): databases, runs, the selection,
+    dtype and collectives."""
+    p.add_argument("--db", action="append", metavar="PATH",
+                   help="results database (repeat for several; default: the default database)")
+    p.add_argument("--run", help="only these run ids (comma list; with several --db: in each)")
+    _add_selection(p, "the points")
     p.add_argument("--dtype", help="only the points of this dtype (needed where the points "
                                    "have several: float16 and float32 reduce at their own speed)")
+    p.add_argument("--collective", help="only these collectives (comma list)")
 
 
 def _selection(args: argparse.Namespace) -> dict:
@@ -157,12 +164,7 @@ def _selection(args: argparse.Namespace) -> dict:
 def _add_calibrate(msub) -> None:
     """``model calibrate``'s options."""
     c = msub.add_parser("calibrate", help="fit α, β, γ to stored points, with residuals")
-    c.add_argument("--db", action="append", metavar="PATH",
-                   help="results database (repeat for several; default: the default database)")
-    c.add_argument("--run", help="only these run ids (comma list; with several --db: in each)")
-    _add_selection(c, "the points")
-    _add_dtype(c)
-    c.add_argument("--collective", help="only these collectives (comma list)")
+    _add_points(c)
     c.add_argument("--holdout", action="append", metavar="SPEC",
                    help="leave points out of the fit and report the error on them: ranks=4, "
                         "ranks=4:64, bytes=1MiB:64MiB, bytes=64KiB,1MiB, run=7 (repeatable)")
@@ -204,12 +206,7 @@ def _add_tune(msub) -> None:
                             "at each size (each by its fastest run's --metric), per library, "
                             "collective and rank count, as bands that `--algorithm auto` "
                             "follows when `bench --tuning FILE` names the table."))
-    t.add_argument("--db", action="append", metavar="PATH",
-                   help="results database (repeat for several; default: the default database)")
-    t.add_argument("--run", help="only these run ids (comma list; with several --db: in each)")
-    _add_selection(t, "the points")
-    _add_dtype(t)
-    t.add_argument("--collective", help="only these collectives (comma list)")
+    _add_points(t)
     t.add_argument("--metric", default="p50", choices=["p50", "avg", "min", "max"],
                    help="which stored time ranks the algorithms (default p50: the median "
                         "call, as `results versus` ranks them; avg lets a few slow calls decide)")

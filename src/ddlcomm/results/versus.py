@@ -125,7 +125,7 @@ def _compared(algorithms: Iterable[str], device: bool) -> bool:
     its own to run there, and ddlcomm's algorithms still give their times and x_floor)."""
     names = set(algorithms)
     own = bool(names - set(NOT_OWN))
-    return own and ("library" in names or device) or {"library", "auto"} <= names
+    return (own and ("library" in names or device)) or {"library", "auto"} <= names
 
 
 def _table(library: str, memory: str, dtype: str, ranks: int,

@@ -173,12 +173,13 @@ class AllreduceAggregator:
         the bucket's size) on the bucket where it lies: a CPU bucket's NumPy view, a GPU
         bucket itself (the device algorithms hand the backend host messages only)."""
         nbytes = wire.tensor.numel() * wire.tensor.element_size()
+        on_host = wire.kind == "view"
         name, _ = algorithms.decide("allreduce", self.algorithm, nbytes, self.comm.size,
                                     one_node=self.one_node, library=self.comm.library,
-                                    on_device=wire.kind != "view")
+                                    on_device=not on_host)
         if name == "library":
             return wired(self.comm.bind("allreduce", wire.buf, wire.buf, op="avg"), [wire], [wire])
-        buf = wire.buf if wire.kind == "view" else wire.tensor
+        buf = wire.buf if on_host else wire.tensor
         return algorithms.bind(self.comm, "allreduce", name, buf, buf, get_op("avg"), 0)
 
     def _hook(self, index: int):

@@ -3,6 +3,7 @@ owner died (killed outright, so its exit handlers never ran), recognised by the 
 every set gives what it creates (:mod:`.namespaces`)."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -18,6 +19,7 @@ from .processes import owner_alive
 _NETNS_RE = re.compile(rf"^{PREFIX}-(\d+)-(\d+)-c\d+$")
 _SET_RE = re.compile(r"^(\d+)-(\d+)$")
 _ALIAS_RE = re.compile(re.escape(ALIAS_PREFIX) + r"(\d+) set=(\S+)")
+CLEANUP_LOCK = STATE_DIR.parent / "ddlcomm-cleanup.lock"
 
 
 def remove_set(ident: str, netns: Sequence[str], nsdirs: Sequence[Path],
@@ -87,15 +89,18 @@ def cleanup_stale() -> list[str]:
     ``ddlc-<pid>-<seq>-c<i>`` and links aliased ``ddlcomm owner=<pid> ...``
     whose pid is dead (or reused by a process started later).  Ends processes
     still inside those namespaces.  Returns what was removed (names), for the
-    log.  Sets of live owners are never touched.
+    log.  Sets of live owners are never touched.  Two cleanups (two sets starting at
+    once) take turns, so that one set's leftovers are removed by one of them, whole.
     """
     if os.geteuid() != 0 or shutil.which("ip") is None and not os.path.exists("/usr/sbin/ip"):
         return []
-    is_dead = _DeadOwners()
-    removed = _stale_state_dirs(is_dead)     # first: they know all their names
-    removed += _stale_netns(is_dead)
-    removed += _stale_cgroups(is_dead)
-    removed += _stale_links(is_dead)
+    with open(CLEANUP_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        is_dead = _DeadOwners()
+        removed = _stale_state_dirs(is_dead)     # first: they know all their names
+        removed += _stale_netns(is_dead)
+        removed += _stale_cgroups(is_dead)
+        removed += _stale_links(is_dead)
     return sorted(set(removed))
 
 

@@ -31,7 +31,7 @@ def iterations(points):
     return [p for p in points if p["phase"] == "iteration"]
 
 
-def check_trained(points, expected: set):
+def check_trained(points, expected: set, heap: str = "steady"):
     its = iterations(points)
     assert {(p["arch"], p["overlap"], p["peer"]) for p in its} == expected
     for p in its:
@@ -41,6 +41,7 @@ def check_trained(points, expected: set):
         assert p["loss_decreased"] and p["loss_last"] < p["loss_first"], (what, p["loss"][:5], p["loss"][-5:])
         assert len(p["loss"]) == 53 and p["iterations"] == 50 and p["warmup"] == 3
         assert p["images_per_s"] > 0 and p["t_iter_s"] > 0
+        assert p["heap"] == heap, what
     phases = {p["phase"] for p in points}
     assert {"io", "h2d", "forward", "backward", "update", "iteration"} <= phases
     assert {p["check"] for p in points} == {"passed"}
@@ -104,10 +105,10 @@ def test_under_mpirun_with_files_read_ahead(mpi, tmp_path):
 def test_own_allreduces_aggregate_the_buckets(mpi, tmp_path):
     """ddlcomm's ring, and auto (the pipelined shm here: one node), on the buckets' NumPy
     views at 3 ranks: trained, replicas identical, the algorithm stored."""
-    for algorithm in ("ring", "auto"):
+    for algorithm, heap in (("ring", "glibc"), ("auto", "steady")):
         _, points = train(mpi, tmp_path / f"{algorithm}.db", "--backend", "mpi", "--ranks", "3",
-                          "--algorithm", algorithm, "--fusion", "64KiB")
-        check_trained(points, {("allreduce", False, "ddlcomm")})
+                          "--algorithm", algorithm, "--fusion", "64KiB", "--heap", heap)
+        check_trained(points, {("allreduce", False, "ddlcomm")}, heap)
         assert {p["algorithm"] for p in iterations(points)} == {algorithm}
 
 

@@ -20,8 +20,10 @@ def test_defaults():
     (job,) = jobs()
     assert job.ranks == 2 and job.backend == "mpi"
     (cfg,) = job.configs
-    assert (cfg.model, cfg.arch, cfg.overlap, cfg.fusion, cfg.batch, cfg.iters) == \
-        ("smallcnn", "allreduce", False, 25 << 20, 128, 20)
+    assert (cfg.model, cfg.arch, cfg.overlap, cfg.fusion, cfg.batch, cfg.iters, cfg.heap) == \
+        ("smallcnn", "allreduce", False, 25 << 20, 128, 20, "steady")
+    (job,) = jobs("--heap", "glibc")
+    assert job.configs[0].heap == "glibc"
 
 
 def test_product_of_arch_overlap_and_peer():
@@ -87,6 +89,7 @@ def test_job_round_trips_through_json():
     (["--arch", "ps", "--ranks", "1"], "needs a server"),
     (["--arch", "ps", "--wait", "sleep"], "--wait applies to --arch allreduce"),
     (["--wait", "nap"], "invalid choice"),
+    (["--heap", "jemalloc"], "invalid choice"),
     (["--batch-sweep", "1,2", "--ranks", "2"], "one worker"),
     (["--batch", "2", "--batch-sweep", "1,2"], "not both"),
     (["--batch", "0"], "--batch must be at least 1"),

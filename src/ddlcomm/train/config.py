@@ -57,6 +57,7 @@ class TrainConfig:
     check: bool = True
     device: str = "cpu"              # cpu | cuda (GPU local_rank % gpus)
     algorithm: str = "library"       # the buckets' all-reduce: the backend's, or ddlcomm's own
+    heap: str = "steady"             # the C library's heap in the ranks (memory/heap.py)
 
     def label(self) -> str:
         if self.peer == "ddp":
@@ -126,6 +127,7 @@ class TrainOptions:
     oversubscribe: bool = False
     device: Optional[str] = None
     algorithm: str = "library"
+    heap: str = "steady"
 
 
 def base_config(o: TrainOptions) -> TrainConfig:
@@ -168,7 +170,8 @@ def base_config(o: TrainOptions) -> TrainConfig:
         threads=parse_positive_int(o.threads, "--threads", 1,
                                    MAX_RANKS_PER_CORE * usable_cores()), data=data,
         prefetch=parse_positive_int(o.prefetch or "4", "--prefetch"),
-        comm_reps=parse_positive_int(o.comm_reps, "--comm-reps", 1, MAX_ITERS), check=o.check)
+        comm_reps=parse_positive_int(o.comm_reps, "--comm-reps", 1, MAX_ITERS), check=o.check,
+        heap=o.heap)
 
 
 def plan_jobs(o: TrainOptions, launcher_size: Optional[int]) -> list[TrainJob]:

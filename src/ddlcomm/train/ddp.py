@@ -23,7 +23,7 @@ from .config import TrainConfig
 from .gather import gather_named
 from .device import get_device
 from .loop import (ConfigRecords, build, device_facts, loss_summary, make_data, param_bytes,
-                   replicas_identical)
+                   replicas_identical, set_up_rank)
 from .nets import get_net
 from .timed import Steps, progress, timed_loop
 
@@ -52,7 +52,7 @@ def run_ddp(comm, gloo_comm, cfg: TrainConfig) -> list[dict]:
     job's nccl); rank 0 returns records."""
     import torch        # lazy: torch is an optional dependency (the torch extra)
     from torch.nn.parallel import DistributedDataParallel as DDP  # torch is optional (as above)
-    torch.set_num_threads(cfg.threads)
+    rank_facts = set_up_rank(cfg)
     spec = get_net(cfg.model)
     place = get_device(cfg.device).open(comm.local_rank)
     model = build(cfg, place)
@@ -85,7 +85,7 @@ def run_ddp(comm, gloo_comm, cfg: TrainConfig) -> list[dict]:
                         f"(DDP), loss {iteration['loss_first']:.3f} -> {iteration['loss_last']:.3f}, "
                         f"replicas {replicas}")
     return ConfigRecords(gloo_comm, cfg, check, comm.size, param_bytes(model.parameters()),
-                         device_facts(place, gathered["gpu"])).records(
+                         {**device_facts(place, gathered["gpu"]), **rank_facts}).records(
         gathered["phases"], gathered["t_iter"], iteration, phase_names=PHASES)
 
 

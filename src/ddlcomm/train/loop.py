@@ -32,6 +32,7 @@ from ..measure.checks import agree_all
 from ..measure.records import make_record
 from ..measure.stats import relative_error
 from ..errors import UsageError
+from ..memory import heap
 from . import phases as ph
 from . import predict
 from .aggregate import Buckets, make_aggregator, ready_order
@@ -43,7 +44,7 @@ from .nets import get_net
 from .timed import Steps, progress, timed_loop
 from .wire import wire_for
 
-__all__ = ["run_config", "progress", "build", "make_data", "loss_summary", "replicas_identical",
+__all__ = ["run_config", "set_up_rank", "progress", "build", "make_data", "loss_summary", "replicas_identical",
            "ConfigRecords", "ParamBytes", "param_bytes"]
 
 #: Iterations whose loss is averaged at each end of the curve to say whether it fell.
@@ -54,6 +55,14 @@ def make_data(cfg: TrainConfig, classes: int, rank: int, size: int):
     if cfg.data is not None:
         return FolderData(data_files(cfg.data), cfg.batch, rank, size, cfg.prefetch)
     return SyntheticData(cfg.batch, cfg.image_size, classes, seed=1000 * cfg.seed + rank + 1)
+
+
+def set_up_rank(cfg: TrainConfig) -> dict:
+    """This rank's process as ``cfg`` asks (torch's threads, the C library's heap); what its
+    records say of it."""
+    import torch        # lazy: torch is an optional dependency (the torch extra)
+    torch.set_num_threads(cfg.threads)
+    return {"heap": heap.apply(cfg.heap)}
 
 
 def build(cfg: TrainConfig, place: Placed = HOST):
@@ -128,6 +137,7 @@ class Training:
     agg: Any                    # AllreduceAggregator or PSAggregator
     opt: Any                    # the local optimizer (allreduce); None for ps
     place: Placed = HOST
+    rank_facts: dict = field(default_factory=dict)      # what set_up_rank set
 
     @property
     def worker(self) -> bool:
@@ -192,7 +202,7 @@ def run_config(comm, cfg: TrainConfig, place: Optional[Placed] = None,
     GPU's plumbing with the CPU standing in.
     """
     import torch        # lazy: torch is an optional dependency (the torch extra)
-    torch.set_num_threads(cfg.threads)
+    rank_facts = set_up_rank(cfg)
     spec = get_net(cfg.model)
     place = place or get_device(cfg.device).open(comm.local_rank)
     model = build(cfg, place)
@@ -221,7 +231,7 @@ def run_config(comm, cfg: TrainConfig, place: Optional[Placed] = None,
         agg = make_aggregator(cfg.arch, comm, bk, cfg.overlap, optimizer, cfg.wait, place,
                               any_thread, cfg.algorithm)
         opt = optimizer() if cfg.arch == "allreduce" else None
-        return _train(Training(comm, cfg, model, data, criterion, bk, agg, opt, place))
+        return _train(Training(comm, cfg, model, data, criterion, bk, agg, opt, place, rank_facts))
     finally:
         data.close()
 
@@ -253,7 +263,7 @@ def _train(t: Training) -> list[dict]:
         ok = identical is not False and math.isfinite(iteration["loss_last"])
         check = "passed" if ok else "failed"
     out = ConfigRecords(t.comm, t.cfg, check, t.workers, param_bytes(t.bk.params),
-                        device_facts(t.place, gathered["gpu"])).records(
+                        {**device_facts(t.place, gathered["gpu"]), **t.rank_facts}).records(
         workers_only["phases"], workers_only["t_iter"], iteration)
     _print_summary(t.comm.rank, iteration)
     return out

@@ -60,7 +60,7 @@ def scaling_points(points: Iterable[Point]) -> list[dict]:
         rec = {k: copy.deepcopy(v) for k, v in p.items() if k not in ("run_id", "extra")}
         rec["extra"] = {
             **{k: e[k] for k in ("workload", "model", "arch", "peer", "overlap", "wait", "fusion",
-                                 "batch", "image_size", "workers", "threads", "data", "device",
+                                 "batch", "image_size", "workers", "threads", "heap", "data", "device",
                                  "sync", "gpu", "ranks_per_gpu", "gpu_name", "gpus")
                if k in e},
             "phase": "scaling", "t_iter_s": tn, "baseline_t_iter_s": t1,

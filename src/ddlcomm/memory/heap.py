@@ -1,0 +1,55 @@
+"""The C library's heap in a process that computes: whether memory it frees stays for reuse.
+
+glibc adapts two thresholds as a process frees memory. Freeing a block that had its own
+mapping (one above the mmap threshold) raises that threshold to the block's size (up to
+:data:`MMAP_BYTES`), and the trim threshold, past which freed memory at the heap's top goes
+back to the kernel, to twice that. So how many of a training step's temporaries are
+faulted in anew each step (zero-filled pages, in the step's time) depends on the largest
+block any code happened to free before. Open MPI's all-reduce of a 25 MiB bucket frees a
+25 MiB temporary; ddlcomm's own all-reduces allocate nothing a call. After the former
+ResNet-50's CPU backward took 18 page faults a step, after the latter 16,000, and 1.45x
+the time (docs/benchmarks.md, "The heap under training").
+
+``steady`` sets both thresholds before training, so every configuration computes on the
+same heap whatever its collective allocates; ``glibc`` leaves the C library's adaptive
+defaults. A C library without ``mallopt`` (not glibc) keeps its own: the run records
+``libc``.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Callable, Optional
+
+#: --heap's choices.
+HEAPS = ("steady", "glibc")
+#: What a run records where the C library has no mallopt: its own heap, untouched.
+OTHER_LIBC = "libc"
+#: mallopt's parameters (glibc's malloc.h).
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+#: Freed memory at the heap's top is kept up to this many bytes.
+TRIM_BYTES = 1 << 30
+#: Blocks from this size up get a mapping of their own: glibc's largest mmap threshold on
+#: 64-bit (DEFAULT_MMAP_THRESHOLD_MAX; mallopt refuses more).
+MMAP_BYTES = 32 << 20
+
+
+def _mallopt() -> Optional[Callable[[int, int], int]]:
+    """glibc's mallopt, or None where the C library has none."""
+    try:
+        return ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return None
+
+
+def apply(heap: str) -> str:
+    """Set this process's heap as ``heap`` (one of :data:`HEAPS`) says; returns the heap the
+    process computes on: ``heap``, or :data:`OTHER_LIBC` where mallopt is missing or refused."""
+    if heap not in HEAPS:
+        raise ValueError(f"unknown heap {heap!r}: choose from {', '.join(HEAPS)}")
+    mallopt = _mallopt()
+    if mallopt is None:
+        return OTHER_LIBC
+    if heap == "glibc":
+        return heap
+    ok = mallopt(M_TRIM_THRESHOLD, TRIM_BYTES) == 1 and mallopt(M_MMAP_THRESHOLD, MMAP_BYTES) == 1
+    return heap if ok else OTHER_LIBC

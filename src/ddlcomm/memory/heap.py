@@ -6,9 +6,9 @@ mapping (one above the mmap threshold) raises that threshold to the block's size
 back to the kernel, to twice that. So how many of a training step's temporaries are
 faulted in anew each step (zero-filled pages, in the step's time) depends on the largest
 block any code happened to free before. Open MPI's all-reduce of a 25 MiB bucket frees a
-25 MiB temporary; ddlcomm's own all-reduces allocate nothing a call. After the former
-ResNet-50's CPU backward took 18 page faults a step, after the latter 16,000, and 1.45x
-the time (docs/benchmarks.md, "The heap under training").
+25 MiB temporary; ddlcomm's own all-reduces, and Gloo's, allocate nothing that size. After
+the former ResNet-50's CPU backward took 18 page faults a step, after the latter 16,000,
+and 1.3-1.5x the time (docs/benchmarks.md, "The heap under training").
 
 ``steady`` sets both thresholds before training, so every configuration computes on the
 same heap whatever its collective allocates; ``glibc`` leaves the C library's adaptive

@@ -44,8 +44,8 @@ from .nets import get_net
 from .timed import Steps, progress, timed_loop
 from .wire import wire_for
 
-__all__ = ["run_config", "set_up_rank", "progress", "build", "make_data", "loss_summary", "replicas_identical",
-           "ConfigRecords", "ParamBytes", "param_bytes"]
+__all__ = ["run_config", "set_up_rank", "progress", "build", "make_data", "loss_summary",
+           "replicas_identical", "ConfigRecords", "ParamBytes", "param_bytes"]
 
 #: Iterations whose loss is averaged at each end of the curve to say whether it fell.
 LOSS_WINDOW = 3
@@ -346,7 +346,7 @@ class ConfigRecords:
     check: str                  # passed | failed | skipped
     workers: int
     params: ParamBytes
-    facts: dict = field(default_factory=dict)    # where it trained (:func:`device_facts`)
+    facts: dict = field(default_factory=dict)    # where and how: device_facts, set_up_rank's
 
     def records(self, table3: np.ndarray, iters_t: np.ndarray, iteration: dict,
                 phase_names: Collection[str] = ph.PHASES) -> list[dict]:

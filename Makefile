@@ -24,6 +24,12 @@ system-packages:
 	  (apt-get update -qq && apt-get install -y -qq libmemkind0) >/dev/null 2>&1 \
 	    || echo "note: libmemkind0 not installed; --memory hbw will say so"; \
 	fi
+	@# jemalloc: a test preloads it to check that train records an allocator mallopt cannot reach.
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! dpkg -s libjemalloc2 >/dev/null 2>&1; then \
+	  echo "== installing libjemalloc2 (a preloaded allocator, for tests/unit/test_heap.py)"; \
+	  (apt-get update -qq && apt-get install -y -qq libjemalloc2) >/dev/null 2>&1 \
+	    || echo "note: libjemalloc2 not installed; tests/unit/test_heap.py will say so"; \
+	fi
 	@# Slurm and munge for the local cluster of tests/mpi/test_slurm.py (scripts/slurm-cluster);
 	@# libpmix-dev: the PMIx library Debian's srun --mpi=pmix opens (Open MPI under srun).
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \

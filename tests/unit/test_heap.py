@@ -1,7 +1,9 @@
 """memory/heap: what ``steady`` does to the C library's heap, in a fresh process each."""
 from __future__ import annotations
 
+import ctypes.util
 import json
+import os
 import subprocess
 import sys
 
@@ -29,9 +31,9 @@ print(json.dumps({"used": used, "faults": faults}))
 """
 
 
-def rounds(name: str) -> dict:
+def rounds(name: str, **env: str) -> dict:
     out = subprocess.run([sys.executable, "-c", ROUNDS, name], capture_output=True, text=True,
-                         timeout=60, check=True)
+                         timeout=60, check=True, env={**os.environ, **env})
     return json.loads(out.stdout)
 
 
@@ -54,6 +56,16 @@ def test_glibc_faults_a_block_in_again_until_its_thresholds_grow(glibc):
     got = rounds("glibc")
     assert got["used"] == "glibc"
     assert min(got["faults"][:2]) > 1000, got
+
+
+def test_an_allocator_preloaded_in_glibcs_stead_is_recorded(glibc):
+    # jemalloc never hears of mallopt: the run must not say its heap was made steady
+    jemalloc = ctypes.util.find_library("jemalloc")
+    if jemalloc is None:
+        pytest.skip("libjemalloc is not installed (make test's system-packages installs it)")
+    assert not heap.preloaded()
+    got = rounds("steady", LD_PRELOAD=jemalloc)
+    assert got["used"] == heap.PRELOADED, got
 
 
 def test_unknown_heap_is_refused():

@@ -13,7 +13,8 @@ and 1.3-1.5x the time (docs/benchmarks.md, "The heap under training").
 ``steady`` sets both thresholds before training, so every configuration computes on the
 same heap whatever its collective allocates; ``glibc`` leaves the C library's adaptive
 defaults. A C library without ``mallopt`` (not glibc) keeps its own: the run records
-``libc``.
+``libc``. An allocator preloaded in glibc's stead (jemalloc, tcmalloc through
+``LD_PRELOAD``) never hears of mallopt: the run records ``preloaded``.
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from typing import Callable, Optional
 HEAPS = ("steady", "glibc")
 #: What a run records where the C library has no mallopt: its own heap, untouched.
 OTHER_LIBC = "libc"
+#: What a run records where malloc is not the C library's (an allocator preloaded).
+PRELOADED = "preloaded"
 #: mallopt's parameters (glibc's malloc.h).
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 #: Freed memory at the heap's top is kept up to this many bytes.
@@ -41,14 +44,30 @@ def _mallopt() -> Optional[Callable[[int, int], int]]:
         return None
 
 
+def _malloc_of(lib: ctypes.CDLL) -> Optional[int]:
+    return ctypes.cast(lib.malloc, ctypes.c_void_p).value
+
+
+def preloaded() -> bool:
+    """Whether the malloc this process calls is not glibc's own (one preloaded before it)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return _malloc_of(ctypes.CDLL(None)) != _malloc_of(libc)
+
+
 def apply(heap: str) -> str:
     """Set this process's heap as ``heap`` (one of :data:`HEAPS`) says; returns the heap the
-    process computes on: ``heap``, or :data:`OTHER_LIBC` where mallopt is missing or refused."""
+    process computes on: ``heap``, :data:`PRELOADED` where malloc is not glibc's, or
+    :data:`OTHER_LIBC` where mallopt is missing or refused."""
     if heap not in HEAPS:
         raise ValueError(f"unknown heap {heap!r}: choose from {', '.join(HEAPS)}")
     mallopt = _mallopt()
     if mallopt is None:
         return OTHER_LIBC
+    if preloaded():
+        return PRELOADED
     if heap == "glibc":
         return heap
     ok = mallopt(M_TRIM_THRESHOLD, TRIM_BYTES) == 1 and mallopt(M_MMAP_THRESHOLD, MMAP_BYTES) == 1

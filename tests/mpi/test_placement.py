@@ -86,6 +86,7 @@ def test_numpys_arrays_record_each_ranks_huge_pages(mpi, tmp_path):
     _, points = bench(mpi, tmp_path / "n.db", "--collective", "broadcast,allreduce",
                       "--sizes", "1MiB,16MiB", "--form", "buffer", "--ranks", "2", "--iters", "3")
     assert {p["check"] for p in points} == {"passed"} and len(points) == 4
+    assert {p["heap"] for p in points} == {"glibc"}           # the C library's, left as it is
     if not pagescan.available():
         assert all(p["pages"] == {"memory": "numpy"} for p in points)
         pytest.skip("this kernel has no PAGEMAP_SCAN (Linux 6.7 and later)")
@@ -94,6 +95,12 @@ def test_numpys_arrays_record_each_ranks_huge_pages(mpi, tmp_path):
         assert len(shares) == 2 and all(0.0 <= s <= 1.0 for s in shares), p["pages"]
         if p["bytes"] < 4 << 20 and vm.thp_mode() == "madvise":
             assert shares == [0.0, 0.0]
+
+
+def test_a_steady_heap_is_recorded(mpi, tmp_path):
+    _, points = bench(mpi, tmp_path / "s.db", "--heap", "steady", "--form", "object",
+                      "--collective", "allreduce", "--sizes", "1MiB", "--ranks", "2", "--iters", "3")
+    assert [(p["heap"], p["check"]) for p in points] == [("steady", "passed")]
 
 
 def test_c_buffer_object_in_hugepages(mpi, tmp_path):

@@ -236,3 +236,13 @@ def test_algorithms_no_default_collective_has_are_still_refused():
     from ddlcomm.bench.plan import resolve
     with pytest.raises(UsageError, match="no algorithm ring for broadcast"):
         resolve(options(algorithm="ring,binomial"), default_ranks=2)
+
+
+def test_the_heap_is_glibcs_unless_asked():
+    from ddlcomm.cli import build_parser
+    from ddlcomm.cli.bench import bench_plan
+    parse = build_parser().parse_args
+    assert bench_plan(parse(["bench"]), default_ranks=2).heap == "glibc"
+    assert bench_plan(parse(["bench", "--heap", "steady"]), default_ranks=2).heap == "steady"
+    with pytest.raises(UsageError, match="invalid choice"):
+        parse(["bench", "--heap", "tcmalloc"])

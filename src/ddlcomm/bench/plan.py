@@ -109,6 +109,7 @@ class BenchPlan:
     hbw_fallback: Optional[str] = None
     kind_cache: bool = True               # device buffers' kinds looked up once (on) or every call
     tuning: Optional[str] = None          # a measured table for --algorithm auto (comm/tuning.py)
+    heap: str = "glibc"                   # the C library's heap in the ranks (memory/heap.py)
     containers: int = 0                   # 0: ranks on the host, no containers
     bind: str = "none"
     in_place: bool = False
@@ -331,6 +332,7 @@ class BenchOptions:
     root: str
     tag: Optional[str]
     tuning: Optional[str] = None
+    heap: str = "glibc"
 
 
 def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
@@ -361,7 +363,7 @@ def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
         warmup=parse_positive_int(o.warmup, "--warmup", 0, MAX_ITERS) if o.warmup is not None else None,
         budget_s=parse_seconds(o.budget, "--budget"),
         timeout_s=parse_seconds(o.timeout, "--timeout"),
-        root=parse_positive_int(o.root, "--root", 0), tuning=_tuning(o.tuning),
+        root=parse_positive_int(o.root, "--root", 0), tuning=_tuning(o.tuning), heap=o.heap,
         extra={"tag": o.tag} if o.tag else {})
     check(plan)
     check_kind_cache(plan, o.kind_cache)

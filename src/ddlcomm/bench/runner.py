@@ -27,6 +27,7 @@ from ..measure import timing
 from ..measure.calls import prepare
 from ..measure.checks import verdict
 from ..measure.records import backend_facts, collective_records, merge_facts
+from ..memory import heap
 from ..memory import kind as memory_kind
 from ..memory.gpu import use_gpu
 from ..units import counted
@@ -201,11 +202,13 @@ def run_sweep(comms: dict, plan: BenchPlan, watchdog: Watchdog, store: Any,
                         dynamic_ncols=not plain,
                         mininterval=5.0 if plain else 0.1, ncols=100 if plain else None)
     failed = 0
+    heap_used = heap.apply(plan.heap)
     place = use_gpu(first.local_rank) if needs_gpu(plan) else None
     gpu = None if place is None else (place["gpu"], place["gpu_uuid"])
     where = first.allgather_object((format_cpulist(sorted(os.sched_getaffinity(0))),
                                     socket.gethostname(), gpu))
     common = placement_fields(plan, first.size, [w[0] for w in where], [w[1] for w in where])
+    common["heap"] = heap_used
     if gpu is not None:
         common.update(gpu_fields([w[2][1] for w in where], [w[2][0] for w in where]))
     try:

@@ -20,6 +20,7 @@ from ..comm import registry
 from ..errors import UsageError
 from ..launch.containers import check_available
 from ..launch.env import detect
+from ..memory import heap
 from . import common
 
 
@@ -87,6 +88,12 @@ def add_parser(sub) -> None:
                    help="ddlcomm's own algorithms on --memory device: look each buffer's kind "
                         "(host or device) up once (on, the default) or ask the CUDA driver on "
                         "every call (off), as awan2019 compares; recorded with each point")
+    b.add_argument("--heap", choices=heap.HEAPS, default="glibc",
+                   help="the C library's heap in the ranks: glibc (default) leaves its adaptive "
+                        "thresholds, so the object form's calls pay the page faults of a heap "
+                        "that has seen no block larger than the point's (1.3-3.7x the time at "
+                        "1-16 MiB, 2 ranks); steady fixes them first (trim 1 GiB, mmap 32 MiB), "
+                        "as a process that has freed a large block runs; recorded with each point")
     b.add_argument("--hbw-fallback", choices=["dram"],
                    help="with --memory hbw on a machine without high-bandwidth memory: "
                         "use DRAM instead of failing (recorded with every point)")

@@ -92,7 +92,7 @@ def add_parser(sub) -> None:
                    help="the C library's heap in the ranks: glibc (default) leaves its adaptive "
                         "thresholds, so the object form's calls pay the page faults of a heap "
                         "that has seen no block larger than the point's (1.3-3.7x the time at "
-                        "1-16 MiB, 2 ranks); steady fixes them first (trim 1 GiB, mmap 32 MiB), "
+                        f"1-16 MiB, 2 ranks); steady fixes them first ({heap.steady_thresholds()}), "
                         "as a process that has freed a large block runs; recorded with each point")
     b.add_argument("--hbw-fallback", choices=["dram"],
                    help="with --memory hbw on a machine without high-bandwidth memory: "

@@ -83,12 +83,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="torch threads per rank (default 1: a core per worker, as a GPU per worker)")
     t.add_argument("--heap", choices=heap.HEAPS, default="steady",
                    help="the C library's heap in the ranks: steady (default) keeps what a step "
-                        "frees for the next (glibc's trim threshold 1 GiB, mmap threshold 32 MiB), "
-                        "so no configuration computes slower for what its collective happened to "
-                        "allocate; glibc leaves its adaptive defaults, under which ResNet-50's CPU "
-                        "backward ran 1.3-1.5x slower after ddlcomm's or Gloo's all-reduces than "
-                        "after Open MPI's, which frees a bucket-sized temporary (each step's "
-                        "temporaries faulted in anew)")
+                        f"frees for the next ({heap.steady_thresholds()}), so no configuration "
+                        "computes slower for what its collective happened to allocate; glibc "
+                        "leaves its adaptive defaults, under which ResNet-50's CPU backward ran "
+                        "1.3-1.5x slower after ddlcomm's or Gloo's all-reduces than after Open "
+                        "MPI's, which frees a bucket-sized temporary (each step's temporaries "
+                        "faulted in anew)")
     t.add_argument("--data", metavar="DIR",
                    help="train on the .npz files (arrays x (N,3,H,W), y (N,)) of DIR, read ahead by "
                         "a reader thread, instead of synthetic data")

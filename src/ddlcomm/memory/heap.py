@@ -13,14 +13,16 @@ and 1.3-1.5x the time (docs/benchmarks.md, "The heap under training").
 ``steady`` sets both thresholds before training, so every configuration computes on the
 same heap whatever its collective allocates; ``glibc`` leaves the C library's adaptive
 defaults (``train``'s default is steady, ``bench``'s glibc: there the object form's calls,
-which allocate, pay those faults, 1.3-3.7x their time at 1-16 MiB on 2 ranks). A C library without ``mallopt`` (not glibc) keeps its own: the run records
-``libc``. An allocator preloaded in glibc's stead (jemalloc, tcmalloc through
+which allocate, pay those faults, 1.3-3.7x their time at 1-16 MiB on 2 ranks). A C library
+without ``mallopt`` (not glibc) keeps its own: the run records ``libc``. An allocator preloaded in glibc's stead (jemalloc, tcmalloc through
 ``LD_PRELOAD``) never hears of mallopt: the run records ``preloaded``.
 """
 from __future__ import annotations
 
 import ctypes
 from typing import Callable, Optional
+
+from ..units import format_size
 
 #: --heap's choices.
 HEAPS = ("steady", "glibc")
@@ -35,6 +37,12 @@ TRIM_BYTES = 1 << 30
 #: Blocks from this size up get a mapping of their own: glibc's largest mmap threshold on
 #: 64-bit (DEFAULT_MMAP_THRESHOLD_MAX; mallopt refuses more).
 MMAP_BYTES = 32 << 20
+
+
+def steady_thresholds() -> str:
+    """What ``steady`` sets, in words (the commands' --help)."""
+    return (f"glibc's trim threshold {format_size(TRIM_BYTES)}, "
+            f"mmap threshold {format_size(MMAP_BYTES)}")
 
 
 def _mallopt() -> Optional[Callable[[int, int], int]]:

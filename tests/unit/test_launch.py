@@ -104,8 +104,16 @@ def test_environment(monkeypatch, family, euid):
 def test_environment_adds_both_root_variables(monkeypatch):
     monkeypatch.setattr(mpirun.os, "geteuid", lambda: 0, raising=False)
     env = MPILauncher("mpirun", "openmpi").environment({})
-    assert env == {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    assert env == {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                   **mpirun.OPENMPI_LOCAL_BTL}
     assert MPILauncher("mpirun", "hydra").environment({}) == {}
+
+
+def test_open_mpi_ranks_leave_out_the_ofi_btl_unless_the_user_chose():
+    ompi = MPILauncher("mpirun", "openmpi")
+    assert ompi.environment({})["OMPI_MCA_btl"] == "^ofi"
+    assert ompi.environment({"OMPI_MCA_btl": "self,tcp"})["OMPI_MCA_btl"] == "self,tcp"
+    assert "OMPI_MCA_btl" not in MPILauncher("mpiexec", "hydra").environment({})
 
 
 def test_oversubscribed_mpich_throttles_progress():

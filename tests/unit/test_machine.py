@@ -175,7 +175,7 @@ def test_verdict(query, gpu_query, built, want):
 
 
 def test_singleton_env_drops_the_launchers_variables():
-    env = {"PATH": "/bin", "OMPI_COMM_WORLD_RANK": "0", "OMPI_MCA_btl": "self", "PMIX_RANK": "0",
+    env = {"PATH": "/bin", "OMPI_COMM_WORLD_RANK": "0", "OMPI_MCA_btl": "^ofi", "PMIX_RANK": "0",
            "PMI_FD": "9", "MPI_LOCALRANKID": "0", "OMPI_ALLOW_RUN_AS_ROOT": "1",
            "MPIR_CVAR_ENABLE_GPU": "1", "HYDRA_X": "1"}
     assert mpi.singleton_env(env) == {"PATH": "/bin", "OMPI_MCA_btl": "self",

@@ -30,7 +30,9 @@ LAUNCHER_PREFIXES = ("PMIX_", "PMI_", "PRTE_", "HYDRA_", "MPI_LOCAL", "OMPI_COMM
                      "OMPI_ARGV", "OMPI_COMMAND", "OMPI_TOOL_NAME", "OMPI_FIRST_RANKS", "OMPI_APP_CTX")
 #: The BTLs of the Open MPI singleton child (see :func:`singleton_env`): itself only.  With
 #: the shared-memory BTL it left a segment in /dev/shm at every probe (``sm_segment.*``),
-#: and with ofi it looked for fabric providers for 1.0 of its 1.02 s MPI_Init.
+#: and with ofi it looked for fabric providers for 1.0 of its 1.02 s MPI_Init.  It talks
+#: to nobody, so this holds whatever the environment chose: a rank ddlcomm started has
+#: :data:`ddlcomm.launch.mpirun.OPENMPI_LOCAL_BTL` (sm included) in its environment.
 SINGLETON_BTL = "self"
 #: MPICH's MPIX_GPU_query_support() kind for CUDA (mpi_proto.h: MPIX_GPU_SUPPORT_CUDA).
 MPIX_GPU_SUPPORT_CUDA = 0
@@ -51,10 +53,10 @@ def parse_library_version(text: str) -> tuple[str, str]:
 
 def singleton_env(environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` without the variables of an enclosing launcher's job, and with Open MPI's
-    BTLs cut to ``self`` unless the user chose BTLs (pure): the process talks to nobody,
-    and the CUDA answer comes from the accelerator framework, not from a BTL."""
+    BTLs cut to ``self`` (pure): the process talks to nobody, and the CUDA answer comes
+    from the accelerator framework, not from a BTL."""
     env = {k: v for k, v in environ.items() if not k.startswith(LAUNCHER_PREFIXES)}
-    env.setdefault("OMPI_MCA_btl", SINGLETON_BTL)
+    env["OMPI_MCA_btl"] = SINGLETON_BTL
     return env
 
 

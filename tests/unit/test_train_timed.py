@@ -169,3 +169,19 @@ def test_a_diverged_loss_curve_is_nan_without_a_warning():
         warnings.simplefilter("error")
         s = loss_summary(np.array([[np.nan, np.nan, 2.0], [np.nan, 1.0, 2.0]]))
     assert np.isnan(s["loss"][0]) and s["loss"][1:] == [1.0, 2.0] and not s["loss_decreased"]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_the_replica_comparison_is_numpys_equal_nan(dtype):
+    """loop.same_values against np.array_equal(equal_nan=True): every mix of equal, unequal,
+    NaN on one side or both, signed zeros and infinities."""
+    from ddlcomm.train.loop import same_values
+    rng = np.random.default_rng(7)
+    values = np.array([0.0, -0.0, 1.5, -2.0, np.inf, -np.inf, np.nan], dtype)
+    for _ in range(300):
+        a = rng.choice(values, size=int(rng.integers(0, 6)))
+        b = a.copy()
+        if a.size and rng.random() < 0.7:
+            i = rng.integers(0, a.size)
+            b[i] = rng.choice(values)
+        assert same_values(a, b) == np.array_equal(a, b, equal_nan=True), (a, b)

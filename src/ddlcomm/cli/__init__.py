@@ -4,7 +4,10 @@ and handing over to the pieces.
 Every error a user can cause ends with one line on stderr and a non-zero exit:
 2 for bad input, 1 when a result failed its check, 3 when a rank failed, 130
 when interrupted.  A command module has ``add_parser(sub)`` and
-``run(args, argv) -> int``; :data:`COMMANDS` names them.
+``run(args, argv) -> int``; :data:`COMMANDS` names them.  Every command's parser is
+built at each start, so ``bench`` and ``train`` import their sessions (the
+collectives, the reports, the launch) inside ``run``: a refused ``ddlcomm bench``
+took 0.45 s with them at the top, 0.33 s without.
 """
 from __future__ import annotations
 

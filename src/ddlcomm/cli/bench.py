@@ -12,7 +12,6 @@ import sys
 from dataclasses import fields
 from typing import Optional
 
-from ..bench import session
 from ..bench.plan import (BenchOptions, BenchPlan, check_fits, check_ranks, mem_available, resolve,
                           staged_note, usable_cores)
 from ..bench.runs import RUN_ID_ENV
@@ -137,6 +136,7 @@ def refuse_own_launch_options(plan: BenchPlan) -> None:
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
+    from ..bench import session     # here: a refused command need not import what runs one
     info = detect()
     plan = bench_plan(args, default_ranks=None if info else 2)
     note = staged_note(plan)

@@ -10,7 +10,6 @@ from dataclasses import fields
 from typing import Optional
 
 from ..memory import heap
-from ..train import session
 from ..train.config import OVERLAP, PEERS, WAIT_CHOICES, TrainJob, TrainOptions
 from ..train.config import plan_jobs as _plan_jobs
 from ..train.device import DEVICES
@@ -112,5 +111,6 @@ def plan_jobs(args: argparse.Namespace, launcher_size: Optional[int]) -> list[Tr
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
+    from ..train import session     # here: the other commands need not import what trains
     db = common.db_path(args)
     return session.main(options(args), argv, db, common.report_dir(args, db), args.tag)

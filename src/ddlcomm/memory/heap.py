@@ -14,8 +14,9 @@ and 1.3-1.5x the time (docs/benchmarks.md, "The heap under training").
 same heap whatever its collective allocates; ``glibc`` leaves the C library's adaptive
 defaults (``train``'s default is steady, ``bench``'s glibc: there the object form's calls,
 which allocate, pay those faults, 1.3-3.7x their time at 1-16 MiB on 2 ranks). A C library
-without ``mallopt`` (not glibc) keeps its own: the run records ``libc``. An allocator preloaded in glibc's stead (jemalloc, tcmalloc through
-``LD_PRELOAD``) never hears of mallopt: the run records ``preloaded``.
+without ``mallopt`` (not glibc) keeps its own: the run records ``libc``. An allocator
+preloaded in glibc's stead (jemalloc, tcmalloc through ``LD_PRELOAD``) never hears of
+mallopt: the run records ``preloaded``.
 """
 from __future__ import annotations
 

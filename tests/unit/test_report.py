@@ -388,3 +388,18 @@ def test_a_log_axis_under_a_decade_is_labelled_in_plain_numbers():
         labels = [t.get_text() for t in ax.get_yticklabels(minor=True) if t.get_text()]
         assert ("3" in labels and not any("10^" in t for t in labels)) if minor else labels == []
         plt.close(fig)
+
+
+def test_a_log_axis_labels_its_decades_in_plain_text():
+    """The decades as 10⁵, not mathtext ($10^{5}$), whose parsing was half a report's time."""
+    from ddlcomm.report import plots
+    assert [plots.decade_label(v) for v in (1e-3, 1.0, 10.0, 1e5, 2.5, 0.0)] == \
+        ["10⁻³", "10⁰", "10¹", "10⁵", "2.5", ""]
+    plt = plots._pyplot()
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 3], [0.01, 3, 20000])
+    plots.log_y(ax)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert "10⁻²" in labels and "10⁴" in labels and not any("$" in t for t in labels), labels
+    plt.close(fig)

@@ -109,11 +109,28 @@ def _style(styles: Optional[Mapping[str, Mapping[str, str]]], label: str) -> dic
 
 
 def log_y(ax: Any) -> None:
-    """A log time or bandwidth axis; a range under a decade is labelled on its minor ticks,
-    in plain numbers (matplotlib wrote them as ``3×10^0``)."""
+    """A log time or bandwidth axis: its decades in plain text (:func:`decade_label`); a
+    range under a decade is labelled on its minor ticks, in plain numbers (matplotlib wrote
+    them as ``3×10^0``)."""
     from matplotlib.ticker import FuncFormatter     # matplotlib is slow to import: when drawn
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: decade_label(v)))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if _labelled(ax, v) else ""))
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def decade_label(value: float) -> str:
+    """A log axis's major tick as text: ``10⁵``, ``10⁻³`` (Unicode superscripts), other values
+    as ``%g``.  matplotlib's own labels are mathtext (``$10^{5}$``), whose parsing took over
+    half of a run report's time (docs/benchmarks.md, "A report's figures")."""
+    if value <= 0:
+        return ""
+    power = round(math.log10(value))
+    if math.isclose(value, 10.0 ** power, rel_tol=1e-9):
+        return "10" + str(power).translate(_SUPERSCRIPT)
+    return f"{value:g}"
 
 
 def _labelled(ax: Any, value: float) -> bool:

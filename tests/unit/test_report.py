@@ -190,6 +190,15 @@ def test_failed_points_break_the_lines_and_leave_the_averages(points):
     assert "mean time" in bandwidth_figure(gather, "gather").axes[0].get_ylabel()
 
 
+@pytest.fixture
+def text_only(monkeypatch):
+    """Run reports without their figures, for tests of the page's words: drawing them took
+    most of such a test's 9-15 s (the figures have tests of their own)."""
+    from ddlcomm.report import html
+    monkeypatch.setattr(html, "_figures", lambda *args: "")
+
+
+@pytest.mark.usefixtures("text_only")
 def test_run_report_warns_of_a_run_that_did_not_end(points, tmp_path):
     run = dict(RUN, status="interrupted", error="interrupted (SIGTERM) during allreduce 512KiB")
     page = write_run_report(run, points, tmp_path / "r").read_text()
@@ -291,6 +300,7 @@ def test_series_of_two_factors_share_a_colour_per_factor():
             if line.get_label()[0] != "_"} == set(looks.values())
 
 
+@pytest.mark.usefixtures("text_only")
 def test_a_run_failed_by_its_checks_alone_is_not_called_cut_short(points, tmp_path):
     run = dict(RUN, status="failed", error="1 points failed their check")
     page = write_run_report(run, points, tmp_path / "r").read_text()
@@ -301,6 +311,7 @@ def test_a_run_failed_by_its_checks_alone_is_not_called_cut_short(points, tmp_pa
     assert "the run is <b>failed</b>: ranks ended with exit code 3 during gather" in page
 
 
+@pytest.mark.usefixtures("text_only")
 def test_points_whose_arrays_were_partly_on_huge_pages_are_named(points, tmp_path):
     """A size whose NumPy arrays some rank had partly on huge pages gets one line under its
     table (and in the report): its time depends on where the allocator put them."""

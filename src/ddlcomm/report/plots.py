@@ -123,8 +123,9 @@ _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 def decade_label(value: float) -> str:
     """A log axis's major tick as text: ``10⁵``, ``10⁻³`` (Unicode superscripts), other values
-    as ``%g``.  matplotlib's own labels are mathtext (``$10^{5}$``), whose parsing took over
-    half of a run report's time (docs/benchmarks.md, "A report's figures")."""
+    as ``%g``.  matplotlib's own labels are mathtext (``$10^{5}$``): without its parsing the
+    default suite's report takes 16% less time (docs/benchmarks.md, "The log axes' decades
+    in plain text")."""
     if value <= 0:
         return ""
     power = round(math.log10(value))

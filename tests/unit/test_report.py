@@ -414,3 +414,11 @@ def test_a_log_axis_labels_its_decades_in_plain_text():
     labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
     assert "10⁻²" in labels and "10⁴" in labels and not any("$" in t for t in labels), labels
     plt.close(fig)
+    fig, ax = plt.subplots()            # under a decade: the decade in it as plainly as the rest
+    ax.plot([1, 2, 3], [6, 12, 40])
+    plots.log_y(ax)
+    fig.canvas.draw()
+    major = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    minor = [t.get_text() for t in ax.get_yticklabels(minor=True) if t.get_text()]
+    assert "10" in major and "20" in minor and all(t.isascii() for t in major + minor), (major, minor)
+    plt.close(fig)

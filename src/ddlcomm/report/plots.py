@@ -111,10 +111,11 @@ def _style(styles: Optional[Mapping[str, Mapping[str, str]]], label: str) -> dic
 def log_y(ax: Any) -> None:
     """A log time or bandwidth axis: its decades in plain text (:func:`decade_label`); a
     range under a decade is labelled on its minor ticks, in plain numbers (matplotlib wrote
-    them as ``3×10^0``)."""
+    them as ``3×10^0``), and so is a decade within it (``10``, not ``10¹``, beside ``20``)."""
     from matplotlib.ticker import FuncFormatter     # matplotlib is slow to import: when drawn
     ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: decade_label(v)))
+    ax.yaxis.set_major_formatter(FuncFormatter(
+        lambda v, _: f"{v:g}" if _labelled(ax, v) else decade_label(v)))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if _labelled(ax, v) else ""))
 
 

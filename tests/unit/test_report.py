@@ -402,7 +402,8 @@ def test_a_log_axis_under_a_decade_is_labelled_in_plain_numbers():
 
 
 def test_a_log_axis_labels_its_decades_in_plain_text():
-    """The decades as 10⁵, not mathtext ($10^{5}$), whose parsing was half a report's time."""
+    """The decades as 10⁵, not mathtext ($10^{5}$), whose parsing was over half of a report's
+    samples under py-spy (the report of the default suite: 16% less time without it)."""
     from ddlcomm.report import plots
     assert [plots.decade_label(v) for v in (1e-3, 1.0, 10.0, 1e5, 2.5, 0.0)] == \
         ["10⁻³", "10⁰", "10¹", "10⁵", "2.5", ""]

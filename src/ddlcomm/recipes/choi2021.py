@@ -156,7 +156,7 @@ def unavailable() -> list[tuple[str, str]]:
                            "path host-staged", "path nccl-chief")]
     out = missing
     facts = mpi_facts.facts()
-    for env, name in MPIS:                      # every MPI whose direct path is not run
+    for _, name in MPIS:                        # every MPI whose direct path is not run
         if facts.get("library") != name:
             out.append((f"path direct ({name})", "not run: only this environment's MPI "
                         f"({facts.get('library', 'MPI')}) is asked whether it is CUDA-aware"))

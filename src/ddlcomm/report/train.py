@@ -272,7 +272,7 @@ def layers_figure(points: Sequence[Point]) -> Any:
         raise ValueError("no per-tensor backward times to draw")
     fig, axes = plt.subplots(len(firsts), 1, figsize=(7.2, 2.6 * len(firsts)), squeeze=False,
                              layout="constrained")
-    for ax, (model, f) in zip(axes[:, 0], firsts.items()):
+    for ax, f in zip(axes[:, 0], firsts.values()):
         ms = [t * 1e3 for t, _ in f["layers"]]
         mib = [b / (1 << 20) for _, b in f["layers"]]
         x = range(len(ms))

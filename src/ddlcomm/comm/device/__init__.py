@@ -50,7 +50,7 @@ def algorithms_for(collective: str) -> list[str]:
 def check_tensors(comm: Any, sendbuf: Any, recvbuf: Optional[Any]) -> tuple[Any, Optional[Any]]:
     """Flat views of ``sendbuf`` and ``recvbuf`` (the same view when in place), checked:
     contiguous tensors of one dtype and device."""
-    for buf, what in ((sendbuf, "send"), (recvbuf, "receive")):
+    for buf in (sendbuf, recvbuf):
         if buf is not None:
             buffers.check_tensor(buf)
     if recvbuf is not None and (recvbuf.dtype != sendbuf.dtype or recvbuf.device != sendbuf.device):

@@ -43,7 +43,7 @@ def kind_from_memory_type(code: int) -> str:
         return MEMORY_TYPES[int(code)]
     except KeyError:
         raise UnsupportedError(f"the CUDA driver reports memory type {code!r}, which ddlcomm "
-                               "does not know", "expected 0-3 (unregistered, host, device, managed)")
+                               "does not know", "expected 0-3 (unregistered, host, device, managed)") from None
 
 
 def address(buf) -> tuple[int, int]:

@@ -29,8 +29,8 @@ reduce at the root), ``avg`` divided by the number of ranks at the end.
 >>> ring(comm, grads, grads, "sum", chunk_bytes=1 << 20)       # in place, pipelined
 
 Each module also has ``schedule(p, nbytes) -> Schedule`` (rounds, bytes and
-reduced bytes on the critical path, for the α-β-γ cost model) and
-``steps(p)``; :func:`schedule` here looks them up by name.
+reduced bytes on the critical path, for the α-β-γ cost model); :func:`schedule`
+here looks it up by name.
 """
 from __future__ import annotations
 

@@ -95,11 +95,3 @@ def schedule(p: int, nbytes: float, chunk_bytes: Optional[int] = None) -> c.Sche
     if core != p:
         return c.Schedule(steps_core + 2, moved + 2 * nbytes, reduced + nbytes)
     return c.Schedule(steps_core, moved, reduced)
-
-
-def steps(p: int) -> int:
-    """Rounds of messages: 2·log2(p) on powers of two, 2 more otherwise."""
-    return schedule(p, 0).rounds
-
-
-rhd_steps = steps

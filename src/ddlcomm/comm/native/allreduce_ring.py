@@ -67,11 +67,3 @@ def schedule(p: int, nbytes: float, chunk_bytes: Optional[int] = None) -> c.Sche
     per_step = max(1, c.nchunks(block, chunk_bytes))
     return c.Schedule(rounds=(p - 1) * per_step + (p - 1),
                       bytes=2 * (p - 1) * block, reduced_bytes=(p - 1) * block)
-
-
-def steps(p: int) -> int:
-    """Rounds of messages without chunking: 2(p-1)."""
-    return 2 * (c.check_p(p) - 1)
-
-
-ring_steps = steps

@@ -72,12 +72,3 @@ def schedule(p: int, nbytes: float, chunk_bytes: Optional[int] = DEFAULT_CHUNK_B
     piece = nbytes / m
     rounds = p - 2 + m
     return c.Schedule(rounds, rounds * piece)
-
-
-def steps(p: int, nchunks: int = 1) -> int:
-    """Rounds of messages: p - 2 + nchunks (p - 1 for one piece)."""
-    p = c.check_p(p)
-    return 0 if p == 1 else p - 2 + nchunks
-
-
-pipelined_steps = steps

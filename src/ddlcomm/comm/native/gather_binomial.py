@@ -79,11 +79,3 @@ def subtrees(p: int) -> list[int]:
     holds min(2^k, p - 2^k))."""
     p = c.check_p(p)
     return [min(1 << k, p - (1 << k)) for k in range((p - 1).bit_length())]
-
-
-def steps(p: int) -> int:
-    """Rounds of messages: ceil(log2 p)."""
-    return c.log2_ceil(c.check_p(p))
-
-
-binomial_steps = steps

@@ -38,11 +38,3 @@ def schedule(p: int, nbytes: float) -> c.Schedule:
     """Cost at the root: p-1 messages of n bytes."""
     p = c.check_p(p)
     return c.Schedule(p - 1, (p - 1) * nbytes)
-
-
-def steps(p: int) -> int:
-    """Messages into the root: p - 1."""
-    return c.check_p(p) - 1
-
-
-linear_steps = steps

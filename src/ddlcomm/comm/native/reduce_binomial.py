@@ -83,11 +83,3 @@ def schedule(p: int, nbytes: float) -> c.Schedule:
     """Critical-path cost: ceil(log2 p) rounds, each moving and reducing the whole buffer."""
     rounds = c.log2_ceil(c.check_p(p))
     return c.Schedule(rounds, rounds * nbytes, rounds * nbytes)
-
-
-def steps(p: int) -> int:
-    """Rounds of messages: ceil(log2 p)."""
-    return c.log2_ceil(c.check_p(p))
-
-
-binomial_steps = steps

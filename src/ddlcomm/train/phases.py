@@ -19,8 +19,6 @@ from ..workloads.models import fuse
 
 #: Phases timed in every iteration, in the order they are stored and stacked.
 PHASES = ("io", "h2d", "forward", "backward", "update", "comm_exposed", "comm_hidden")
-#: The stacked breakdown: what adds up to an iteration (hidden communication does not).
-STACKED = ("io", "h2d", "forward", "backward", "update", "comm_exposed")
 #: A worker's own work (no communication): what makes one worker the slowest.
 WORK = ("io", "h2d", "forward", "backward", "update")
 

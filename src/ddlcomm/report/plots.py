@@ -136,8 +136,9 @@ def decade_label(value: float) -> str:
 
 
 def _labelled(ax: Any, value: float) -> bool:
-    """Whether a minor tick gets a label: only where the axis spans less than a decade
-    (else the decades' labels say it, and minor ones would crowd them)."""
+    """Whether a tick is labelled as a plain number: only where the axis spans less than a
+    decade (else a minor tick gets no label, since the decades' labels say it and minor ones
+    would crowd them, and a decade gets :func:`decade_label`'s)."""
     lo, hi = sorted(ax.get_ylim())
     return lo > 0 and hi / lo < 10 and value > 0
 

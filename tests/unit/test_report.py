@@ -387,18 +387,25 @@ def test_an_algorithms_pieces_are_ordered_by_size():
         "library", "shm", "shm@128KiB", "shm@256KiB", "shm@1MiB"]
 
 
-def test_a_log_axis_under_a_decade_is_labelled_in_plain_numbers():
-    """matplotlib labelled the minor ticks of a narrow log range as 3×10^0."""
+def log_axis_labels(values) -> tuple[list[str], list[str]]:
+    """The major and minor tick labels of a log axis (``plots.log_y``) over ``values``."""
     from ddlcomm.report import plots
     plt = plots._pyplot()
+    fig, ax = plt.subplots()
+    ax.plot(range(len(values)), values)
+    plots.log_y(ax)
+    fig.canvas.draw()
+    labels = [[t.get_text() for t in ax.get_yticklabels(minor=minor) if t.get_text()]
+              for minor in (False, True)]
+    plt.close(fig)
+    return labels[0], labels[1]
+
+
+def test_a_log_axis_under_a_decade_is_labelled_in_plain_numbers():
+    """matplotlib labelled the minor ticks of a narrow log range as 3×10^0."""
     for values, minor in (([2.1, 2.5, 3.4], True), ([2, 500, 30000], False)):
-        fig, ax = plt.subplots()
-        ax.plot([1, 2, 3], values)
-        plots.log_y(ax)
-        fig.canvas.draw()
-        labels = [t.get_text() for t in ax.get_yticklabels(minor=True) if t.get_text()]
+        labels = log_axis_labels(values)[1]
         assert ("3" in labels and not any("10^" in t for t in labels)) if minor else labels == []
-        plt.close(fig)
 
 
 def test_a_log_axis_labels_its_decades_in_plain_text():
@@ -407,19 +414,7 @@ def test_a_log_axis_labels_its_decades_in_plain_text():
     from ddlcomm.report import plots
     assert [plots.decade_label(v) for v in (1e-3, 1.0, 10.0, 1e5, 2.5, 0.0)] == \
         ["10⁻³", "10⁰", "10¹", "10⁵", "2.5", ""]
-    plt = plots._pyplot()
-    fig, ax = plt.subplots()
-    ax.plot([1, 2, 3], [0.01, 3, 20000])
-    plots.log_y(ax)
-    fig.canvas.draw()
-    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    labels = log_axis_labels([0.01, 3, 20000])[0]
     assert "10⁻²" in labels and "10⁴" in labels and not any("$" in t for t in labels), labels
-    plt.close(fig)
-    fig, ax = plt.subplots()            # under a decade: the decade in it as plainly as the rest
-    ax.plot([1, 2, 3], [6, 12, 40])
-    plots.log_y(ax)
-    fig.canvas.draw()
-    major = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
-    minor = [t.get_text() for t in ax.get_yticklabels(minor=True) if t.get_text()]
+    major, minor = log_axis_labels([6, 12, 40])   # under a decade: the decade in it as plainly
     assert "10" in major and "20" in minor and all(t.isascii() for t in major + minor), (major, minor)
-    plt.close(fig)

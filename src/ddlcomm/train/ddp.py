@@ -25,6 +25,7 @@ from .device import get_device
 from .loop import (ConfigRecords, build, device_facts, loss_summary, make_data, param_bytes,
                    replicas_identical, set_up_rank)
 from .nets import get_net
+from .sgd import SGD
 from .timed import Steps, progress, timed_loop
 
 #: DDP's phases: its communication is inside backward, so none is timed apart.
@@ -59,7 +60,7 @@ def run_ddp(comm, gloo_comm, cfg: TrainConfig) -> list[dict]:
     ddp = DDP(model, device_ids=[place.gpu] if place.on_gpu else None,
               bucket_cap_mb=max(cfg.fusion, 1) / (1 << 20))
     data = make_data(cfg, spec.classes, comm.rank, comm.size)
-    opt = torch.optim.SGD(ddp.parameters(), lr=cfg.lr, momentum=0.9)
+    opt = SGD(ddp.parameters(), lr=cfg.lr, momentum=0.9)
     criterion = torch.nn.CrossEntropyLoss()
     try:
         data.next()         # the batch ddlcomm's untimed first pass takes: both train on the same

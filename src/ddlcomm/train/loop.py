@@ -41,6 +41,7 @@ from .data import FolderData, SyntheticData, data_files
 from .device import HOST, Placed, get_device
 from .gather import gather_named
 from .nets import get_net
+from .sgd import SGD
 from .timed import Steps, progress, timed_loop
 from .wire import wire_for
 
@@ -235,7 +236,7 @@ def run_config(comm, cfg: TrainConfig, place: Optional[Placed] = None,
         place.sync()
 
         def optimizer():
-            return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
+            return SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
         # Backends that hold an MPI handle run MPI at THREAD_FUNNELED: main thread only.
         any_thread = not registry.get_spec(comm.name).mpi_handle
         agg = make_aggregator(cfg.arch, comm, bk, cfg.overlap, optimizer, cfg.wait, place,

@@ -25,7 +25,8 @@ from .nets import get_net
 #: The networks keep less than this many bytes of activations (the outputs counted by
 #: :func:`activation_bytes`) per byte of input image (vgg16: 90; tests/unit/test_train_nets.py
 #: checks every network): where even this many fit, the meta-device pass (1.3 s on its first
-#: call) is skipped.
+#: call, most of it torch importing ``torch._dynamo`` for Linear's meta decomposition) is
+#: skipped.
 ACTIVATIONS_PER_INPUT_BYTE = 128
 
 

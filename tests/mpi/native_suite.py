@@ -216,6 +216,8 @@ class Suite(Checks):
              "allreduce's receive buffer needs 5 elements, got 4"),
             (lambda: ring(comm, a, np.ones(5, np.float64)),
              "allreduce's receive buffer is float64, not float32 like the send buffer"),
+            (lambda: ring(comm, a, a.reshape(5, 1)),
+             "allreduce's receive buffer overlaps the send buffer"),
             (lambda: ring(comm, a, chunk_bytes=0),
              "chunk_bytes must be a positive number of bytes, not 0"),
             (lambda: ring(comm, a, reduce="fast"),

@@ -18,6 +18,16 @@ def test_arrays_overlap_where_they_share_bytes():
     assert not buffers.overlap(a, np.arange(8, dtype=np.float32))
 
 
+def test_only_the_send_buffer_itself_may_share_its_bytes():
+    a = np.arange(8, dtype=np.float32)
+    buffers.check_apart(a, a, "x")
+    buffers.check_apart(a[4:], a[:4], "x")
+    for view in (a.reshape(2, 4), a[2:6]):
+        with pytest.raises(UsageError, match="^x overlaps the send buffer ") as err:
+            buffers.check_apart(view, a, "x")
+        assert "pass the send buffer itself as recvbuf" in err.value.hint
+
+
 @pytest.mark.skipif(torch is None, reason="torch is not installed")
 def test_tensors_and_arrays_overlap_where_they_share_bytes():
     t = torch.arange(8, dtype=torch.float32)

@@ -121,6 +121,10 @@ def test_device_algorithms_and_tensor_checks():
     send = torch.ones(2, 3)
     flat, same = check_tensors(None, send, send)
     assert flat is same and flat.shape == (6,)
+    with pytest.raises(UsageError, match="the receive buffer overlaps the send buffer"):
+        check_tensors(None, send, send.view(-1))      # the same bytes, not the same tensor
+    apart = torch.ones(6)
+    assert check_tensors(None, send, apart)[1].data_ptr() == apart.data_ptr()
 
 
 @pytest.mark.parametrize("args, message", [

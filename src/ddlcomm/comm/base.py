@@ -262,9 +262,7 @@ class Communicator(abc.ABC):
             have, want = buffers.numpy_dtype(recvbuf), buffers.numpy_dtype(sendbuf)
             if have != want:
                 raise UsageError(f"{what} is {have}, not {want} as the send buffer")
-            if buffers.overlap(recvbuf, sendbuf):
-                raise UsageError(f"{what} overlaps the send buffer",
-                                 "pass the send buffer itself as recvbuf to work in place")
+            buffers.check_apart(recvbuf, sendbuf, what)
         got = recvbuf.size if recvbuf.__class__ is np.ndarray else buffers.count(recvbuf)
         if got != count:
             raise UsageError(f"{what} needs {count} elements, got {got}")

@@ -73,6 +73,15 @@ def overlap(a: Any, b: Any) -> bool:
     return a0 < b1 and b0 < a1
 
 
+def check_apart(recvbuf: Any, sendbuf: Any, what: str) -> None:
+    """Refuse a receive buffer that shares bytes with the send buffer without being it:
+    every algorithm reads the send buffer while it writes the result, so only the send
+    buffer itself (``recvbuf is sendbuf``) means in place."""
+    if recvbuf is not sendbuf and overlap(recvbuf, sendbuf):
+        raise UsageError(f"{what} overlaps the send buffer",
+                         "pass the send buffer itself as recvbuf to work in place")
+
+
 def _span(buf: Any) -> tuple[int, int]:
     """The addresses a contiguous array or tensor occupies: [start, end)."""
     if isinstance(buf, np.ndarray):

@@ -49,7 +49,7 @@ def algorithms_for(collective: str) -> list[str]:
 
 def check_tensors(comm: Any, sendbuf: Any, recvbuf: Optional[Any]) -> tuple[Any, Optional[Any]]:
     """Flat views of ``sendbuf`` and ``recvbuf`` (the same view when in place), checked:
-    contiguous tensors of one dtype and device."""
+    contiguous tensors of one dtype and device, apart unless the same tensor."""
     for buf in (sendbuf, recvbuf):
         if buf is not None:
             buffers.check_tensor(buf)
@@ -59,6 +59,8 @@ def check_tensors(comm: Any, sendbuf: Any, recvbuf: Optional[Any]) -> tuple[Any,
     if recvbuf is not None and recvbuf.numel() != sendbuf.numel():
         raise UsageError(f"the receive buffer has {recvbuf.numel()} elements, the send buffer "
                          f"{sendbuf.numel()}: they must match")
+    if recvbuf is not None:
+        buffers.check_apart(recvbuf, sendbuf, "the receive buffer")
     send = sendbuf.view(-1)
     recv = None if recvbuf is None else send if recvbuf is sendbuf else recvbuf.view(-1)
     return send, recv

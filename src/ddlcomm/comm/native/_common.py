@@ -23,6 +23,7 @@ import numpy as np
 
 from ...dtypes import ReduceOp
 from ...errors import UsageError
+from ..buffers import check_apart
 
 if TYPE_CHECKING:
     from ..base import Communicator
@@ -59,6 +60,7 @@ def check_recv(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.n
         raise UsageError(f"{what} is {recvbuf.dtype}, not {sendbuf.dtype} like the send buffer")
     if recvbuf.size != count:
         raise UsageError(f"{what} needs {count} elements, got {recvbuf.size}")
+    check_apart(recvbuf, sendbuf, what)
     return recvbuf
 
 

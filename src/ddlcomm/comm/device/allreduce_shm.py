@@ -12,14 +12,16 @@ mapper (CUDA IPC) and maps every peer's, once.  A call then, by slices:
    into its own (device-to-device); barrier, so that nobody writes a buffer
    another rank still reads.
 
-or, up to :data:`WHOLE_MAX_BYTES` read in all, whole: step 1, then every rank
-reduces the whole message from every input into its output in one pass (in
-place: into a scratch buffer, copied over its input after the others have
-read it); barrier.  That reads p·n bytes a rank where slices read about 2n,
-but waits for the GPU once where slices wait twice.  Where processes share a
-GPU without MPS each wait costs about a time slice (0.55-0.6 ms with 4
-ranks on the H200, docs/benchmarks.md "The H200 node"): at 4 ranks and 16 MiB
-a pass over the extra 2·4·16 MiB takes some 30 µs of its memory bandwidth.
+or, out of place and up to :data:`WHOLE_MAX_BYTES` read in all, whole: step 1,
+then every rank reduces the whole message from every input into its output in
+one pass; barrier.  That reads p·n bytes a rank where slices read about 2n,
+but waits for the GPU once after step 1 where slices wait twice.  Where
+processes share a GPU without MPS each wait costs about a time slice
+(0.55-0.6 ms with 4 ranks on the H200, docs/benchmarks.md "The H200 node"):
+at 4 ranks and 16 MiB a pass over the extra 2·4·16 MiB takes some 30 µs of
+its memory bandwidth.  In place it would wait twice too (its result must wait
+in scratch memory until the others have read its input, and be copied over
+it), so in place always goes by slices.
 
 The backend carries only the barriers.  In place (``recvbuf is sendbuf``)
 by slices is safe: step 2 writes only this rank's slice, which no other rank
@@ -46,7 +48,8 @@ from .peers import mapper_for, offset_bytes, whole
 
 
 #: Bytes read in all (message x ranks) up to which each rank reduces the whole message
-#: (one wait for the GPU) rather than its slice and then the all-gather (two); module-level
+#: (one wait for the GPU) rather than its slice and then the all-gather (two), out of
+#: place; module-level
 #: so that tests can run either way.  64 MiB: an estimate from the H200's time slices
 #: and memory bandwidth (module docstring), not yet measured both ways there.
 WHOLE_MAX_BYTES = 64 << 20
@@ -98,7 +101,7 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
     name = "sum" if op.divide_by_ranks else op.name
     reduce = many_reducer(name, send.dtype, bool(send.is_cuda), kernel)
     p = comm.size
-    whole = p > 1 and _nbytes(send) * p <= WHOLE_MAX_BYTES
+    whole = p > 1 and recv is not send and _nbytes(send) * p <= WHOLE_MAX_BYTES
     settle = tail_sync(send, p, op)
     lookup = kinds.lookup(kind_cache)
     if p == 1:
@@ -120,31 +123,25 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
     def facts() -> dict:
         out = {"device_transport": "ipc" if p > 1 else "none", "kernel": reduce.label,
                "kind_cache": "on" if kind_cache else "off",
-               "shm_reads": "whole" if whole else "slices"}
+               "shm_reads": "none" if p == 1 else "whole" if whole else "slices"}
         return {**out, **kinds.lookup_facts(lookup, calls[0], recv)}
     return BoundCall(call, facts)
 
 
 def _whole(comm: Any, peers: Any, send: Any, recv: Any, op: ReduceOp, reduce: Callable,
            settle: Callable) -> Callable[[], None]:
-    """A call's steps where every rank reduces the whole message from every input (in place:
-    into a scratch buffer, copied over its input once the others have read it)."""
+    """A call's steps where every rank reduces the whole message from every input into its
+    own output (out of place: no rank writes what another reads)."""
     inputs = map_peers(comm, peers, send)
-    scratch = recv.new_empty(recv.shape) if recv is send else None
 
     def steps() -> None:
         peers.sync()
         comm.barrier()
         if len(send):
-            reduce(inputs, recv if scratch is None else scratch)
+            reduce(inputs, recv)
         comm.barrier()              # every rank has read every input
-        if scratch is not None:
-            recv.copy_(scratch)
         op.finish(recv, comm.size)
-        if scratch is not None:
-            peers.sync()            # the copy done on return
-        else:
-            settle()                # avg's division done on return
+        settle()                    # avg's division done on return
     return steps
 
 

@@ -174,9 +174,11 @@ def _is_tensor(obj: object) -> bool:
 
 
 def _torch_combine(name: str, a: object, b: object) -> object:
-    """Tensors folded elementwise (Python's min/max ask a tensor's truth, an error)."""
+    """Tensors folded elementwise (Python's min/max ask a tensor's truth, an error), on the
+    first tensor's device: a CUDA tensor pickled by a rank on another GPU arrives there."""
     import torch        # lazy: only here when a tensor came
-    return getattr(torch, name)(torch.as_tensor(a), torch.as_tensor(b))
+    device = (a if _is_tensor(a) else b).device
+    return getattr(torch, name)(torch.as_tensor(a, device=device), torch.as_tensor(b, device=device))
 
 
 _PY_COMBINE: dict[str, Callable[[object, object], object]] = {

@@ -113,6 +113,15 @@ def test_combine_tensors_elementwise(op, want):
     assert OPS[op].combine(a, 2).tolist() == OPS[op].combine(a, torch.tensor([2, 2])).tolist()
 
 
+def test_combine_folds_on_the_first_tensors_device():
+    """A CUDA tensor another rank pickled arrives on that rank's GPU; the fold runs on the
+    first tensor's device (the meta device stands in for a second one here)."""
+    torch = pytest.importorskip("torch")
+    there = torch.tensor([1, 5], device="meta")
+    assert OPS["sum"].combine(there, torch.tensor([3, 4])).device == there.device
+    assert OPS["max"].combine(2, there).device == there.device
+
+
 def test_finish_divides_only_for_avg():
     out = np.array([6.0, 9.0])
     assert OPS["avg"].finish(out, 3).tolist() == [2.0, 3.0]

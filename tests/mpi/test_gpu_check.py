@@ -167,6 +167,10 @@ def test_mps_measures_nothing_where_its_daemon_does_not_start(tmp_path):
     summary = (got / "summary.txt").read_text()
     assert "mps: the daemon did not start: nothing measured under it" in summary, summary
     assert "accept:nccl:2:mps" not in summary and not (got / "accept.db").exists()
+    # too little time left: not tried, and not said to have failed
+    res, got = _gpu_check(tmp_path / "late", 1.5, "mps")
+    summary = (got / "summary.txt").read_text()
+    assert "mps: skipped (deadline): not tried" in summary and "did not start" not in summary
 
 
 def test_a_pack_past_the_largest_file_comes_back_in_parts(tmp_path):
@@ -194,3 +198,12 @@ def test_every_gpu_test_is_in_gpu_checks_list():
     left_out = {t for t in collected if t not in listed and t.split("::")[0] not in listed}
     assert not left_out, f"GPU tests gpu-check does not run: {sorted(left_out)}"
     assert all(any(t == e or t.startswith(e + "::") for t in collected) for e in listed), listed
+
+
+def test_a_recipe_is_not_started_without_the_time_for_its_report(tmp_path):
+    """Under 90 s left a recipe's own deadline (left less 75 s for its report) would be below
+    15 s or negative, which the recipe refuses: not started, and said so."""
+    res, got = _gpu_check(tmp_path, 2, "recipes:choi2021")
+    summary = (got / "summary.txt").read_text()
+    assert "skipped (deadline) recipe choi2021: under 90 s left" in summary, summary
+    assert "reproduce" not in summary

@@ -257,8 +257,13 @@ def test_awan2019_gpu_half_and_what_does_not_run(monkeypatch):
     assert set(missing) == {f"GPU half: {label}" for label, _, _ in awan2019.GPU_RUNS} \
         | {f"GPU training: {label}" for label, _, _ in awan2019.GPU_TRAINING}
     assert set(missing.values()) == {"no CUDA device"}
+    assert not any(s.label.startswith("GPU ") for s in awan2019.steps(False))
     monkeypatch.setattr(awan2019, "cuda_available", lambda: (True, "H100"))
     assert awan2019.unavailable() == []
+    # the GPU half first: a run the GPU machine's time limit cuts short keeps it
+    labels = [s.label for s in awan2019.steps(False)]
+    gpu = [i for i, label in enumerate(labels) if label.startswith("GPU ")]
+    assert gpu == list(range(len(gpu))) and len(gpu) < len(labels)
 
 
 def test_awan2019_gpu_panels_and_lines():

@@ -35,6 +35,7 @@ from ddlcomm.comm.device import allreduce_shm
 from ddlcomm.comm.device.peers import shared_tensor
 from ddlcomm.dtypes import get_op
 from ddlcomm.errors import UnsupportedError
+from ddlcomm.memory.gpu import use_gpu
 from suite_kit import THIN_HELP, Checks, conclude, data, guarded, reference, thinned
 
 DTYPES = ("float32", "float16", "bfloat16", "int32")
@@ -232,8 +233,7 @@ def main() -> int:
     args = parser.parse_args()
     comm = ddlcomm.init(args.backend)
     if args.device == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", comm.rank)) %
-                              torch.cuda.device_count())
+        use_gpu(comm.local_rank)            # the library's rule: GPU local_rank % gpus
     start = time.perf_counter()
     suite = guarded(comm, lambda: run(comm, args.device, args.thin))
     elapsed = time.perf_counter() - start

@@ -34,7 +34,7 @@ from ddlcomm.comm import device as dev
 from ddlcomm.comm.device import allreduce_shm
 from ddlcomm.comm.device.peers import shared_tensor
 from ddlcomm.dtypes import get_op
-from ddlcomm.errors import UnsupportedError
+from ddlcomm.errors import UnsupportedError, UsageError
 from ddlcomm.memory.gpu import use_gpu
 from suite_kit import THIN_HELP, Checks, conclude, data, guarded, reference, thinned
 
@@ -196,10 +196,26 @@ def shm_refused_across_nodes(suite: Suite) -> None:
         os.environ.pop("DDLCOMM_NODE", None)
 
 
+def shm_refused_in_place_on_some_ranks(suite: Suite) -> None:
+    """The device shm all-reduce refuses, on every rank alike, in place on some ranks only:
+    those run other steps (by slices) than the rest (whole), and the job would hang."""
+    comm = suite.comm
+    if comm.size == 1:
+        return
+    send = suite.tensor(np.ones(4, np.float32), "float32", True)
+    recv = send if comm.rank == 0 else suite.tensor(np.zeros(4, np.float32), "float32", True)
+    try:
+        dev.bind(comm, "allreduce", "shm", send, recv, get_op("sum"))
+        suite.check("shm in place on rank 0 only refused", False)
+    except UsageError as exc:
+        suite.check(f"shm in place on rank 0 only refused: {exc}", "on ranks [0] only" in str(exc))
+
+
 def run(comm, device: str, thin: bool = False) -> Suite:
     suite = Suite(comm, device)
     bench_path(suite)
     shm_refused_across_nodes(suite)
+    shm_refused_in_place_on_some_ranks(suite)
     for coll, alg, transports in VARIANTS:
         for transport in transports:
             # the device shm all-reduce both ways: every rank reducing the whole message

@@ -102,6 +102,7 @@ class NCCLCommunicator(TorchDistCommunicator):
         try:
             self._barrier()               # NCCL's communicator is created here
         except Exception as exc:          # noqa: BLE001 - NCCL's refusal, said in one line
+            torchdist.leave_at_exit()     # a group whose NCCL never started: not destroyed
             raise BackendUnavailable(f"NCCL refused to start on GPU {self.place['gpu']} "
                                      f"({self.sharing.how}): {type(exc).__name__}: {exc}",
                                      "use one rank per GPU" if self.sharing.env else

@@ -298,6 +298,13 @@ def _destroy_ours() -> None:
 atexit.register(_destroy_ours)      # (a no-op where ddlcomm made no group: torch stays unloaded)
 
 
+def leave_at_exit() -> None:
+    """Leave ddlcomm's group undestroyed at exit: one whose backend refused to start,
+    where destroying it (since torch 2.6 a blocking finalize for NCCL) could wait for
+    peers that are gone."""
+    _OURS["made"] = False
+
+
 #: What torch.distributed's backends say where a peer is gone (its connection closed: the
 #: rank died or ended) or did not answer within the timeout, against what a library user
 #: catches as one error on every backend (:class:`~ddlcomm.errors.RankFailure`).

@@ -52,27 +52,29 @@ def _dtype_name(dtype) -> str:
     return str(dtype).rpartition(".")[2]
 
 
-def _torch_kernel(op: str, on_cuda: bool) -> tuple[Callable, Optional[Callable], str]:
-    """torch's elementwise function for ``op``, what waits for it (the current CUDA stream's
-    synchronisation; None on the CPU) and its label; on CUDA refused without a GPU."""
+def _torch_kernel(op: str, on_cuda: bool) -> tuple[Callable, str]:
+    """torch's elementwise function for ``op`` and its label; on CUDA refused without a GPU."""
     if on_cuda:
         ok, why = cuda_available()
         if not ok:
             raise UnsupportedError(f"device reduction needs a GPU: {why}")
-    torch = _torch()
-    return (getattr(torch, _TORCH_OPS[op]),
-            torch.cuda.current_stream().synchronize if on_cuda else None,
-            "torch-CUDA" if on_cuda else "torch-CPU")
+    return getattr(_torch(), _TORCH_OPS[op]), "torch-CUDA" if on_cuda else "torch-CPU"
+
+
+def wait_for(out) -> None:
+    """The work queued on ``out``'s device done on return: that device's current stream
+    synchronised, whichever GPU is current (nothing for a CPU tensor: done already)."""
+    if out.is_cuda:
+        _torch().cuda.current_stream(out.device).synchronize()
 
 
 def torch_reducer(op: str, dtype, on_cuda: bool = True) -> Callable:
     """``f(a, b, out)`` on tensors: ``out = a (op) b`` by torch's kernel; on CUDA synchronised."""
-    fn, sync, label = _torch_kernel(op, on_cuda)
+    fn, label = _torch_kernel(op, on_cuda)
 
     def reduce(a, b, out) -> None:
         fn(a, b, out=out)
-        if sync is not None:
-            sync()
+        wait_for(out)
     reduce.label = label
     reduce.__qualname__ = f"torch_{_TORCH_OPS[op]}"
     return reduce
@@ -118,8 +120,7 @@ def copy_pass(a, b, out) -> None:
     """``out = b`` on ``out``'s device, done on return: one pass of the GPU-memory floor
     (``a`` is unused: the signature of a reducer, for :func:`ddlcomm.measure.timing.pass_us`)."""
     out.copy_(b)
-    if out.is_cuda:
-        _torch().cuda.current_stream(out.device).synchronize()
+    wait_for(out)
 
 
 @functools.lru_cache(maxsize=None)
@@ -198,7 +199,7 @@ def many_reducer(op: str, dtype, on_cuda: bool, kernel: str = "auto") -> Callabl
     if kernel == "cupy":
         raise UnsupportedError(f"the cupy kernel cannot reduce {name} "
                                f"{f'here: {why_not}' if on_cuda else 'on the CPU'}", "use shm+torch")
-    fn, sync, label = _torch_kernel(op, on_cuda)
+    fn, label = _torch_kernel(op, on_cuda)
 
     def reduce(inputs: Sequence, out) -> None:
         inputs = aliased_first(inputs, out)
@@ -208,8 +209,7 @@ def many_reducer(op: str, dtype, on_cuda: bool, kernel: str = "auto") -> Callabl
             fn(inputs[0], inputs[1], out=out)
             for other in inputs[2:]:
                 fn(out, other, out=out)
-        if sync is not None:
-            sync()
+        wait_for(out)
     reduce.label = label
     return reduce
 

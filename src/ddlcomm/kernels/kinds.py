@@ -114,6 +114,7 @@ def _cudart_query() -> Callable[[int], int]:
         attrs = _Attributes()
         err = fn(ctypes.byref(attrs), ctypes.c_void_p(ptr))
         if err != 0:
+            lib.cudaGetLastError()       # cleared: CUDA would report it at the next launch
             raise UnsupportedError(f"cudaPointerGetAttributes({ptr:#x}) failed with CUDA error {err}")
         return attrs.type
     return query

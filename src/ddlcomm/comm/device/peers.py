@@ -21,8 +21,9 @@ travel over the backend, and the peer opens them as a tensor of its own:
   plumbing, not CUDA.
 
 Every mapper also allocates buffers its peers can map (``alloc``: the
-algorithms' scratch) and waits for this rank's queued work (``sync``), which
-must be done before a peer is told a buffer is ready.
+algorithms' scratch) and waits for this rank's queued work on the buffers'
+device (``sync``; a mapper is made for one device, which need not be the current
+one), which must be done before a peer is told a buffer is ready.
 """
 from __future__ import annotations
 
@@ -53,6 +54,9 @@ class CudaIpc:
 
     name = "cuda-ipc"
 
+    def __init__(self, device: Any) -> None:
+        self.device = device             # the buffers' GPU, whichever one is current
+
     def export(self, storage: Any) -> bytes:
         # torch.multiprocessing is optional: only with CUDA tensors
         from torch.multiprocessing.reductions import reduce_tensor
@@ -68,7 +72,7 @@ class CudaIpc:
         return torch.empty(max(nbytes, 1), dtype=torch.uint8, device=like.device)
 
     def sync(self) -> None:
-        _torch().cuda.current_stream().synchronize()
+        _torch().cuda.current_stream(self.device).synchronize()
 
 
 #: data_ptr of every live posix-shm tensor's storage -> (path, bytes).
@@ -104,6 +108,9 @@ class PosixShm:
 
     name = "posix-shm"
 
+    def __init__(self, device: Any) -> None:
+        self.device = device
+
     def export(self, storage: Any) -> bytes:
         found = _SEGMENTS.get(storage.data_ptr())
         if found is None:
@@ -126,16 +133,16 @@ class PosixShm:
         return None
 
 
-#: Mappers by name.
-MAPPERS: dict[str, Callable[[], Any]] = {"cuda-ipc": CudaIpc, "posix-shm": PosixShm}
+#: Mappers by name, each made for the device of the buffers it maps.
+MAPPERS: dict[str, Callable[[Any], Any]] = {"cuda-ipc": CudaIpc, "posix-shm": PosixShm}
 
 
 def mapper_for(tensor: Any, name: str = "auto") -> Any:
-    """The mapper ``name``, or for ``auto`` the one of ``tensor``'s memory: CUDA IPC for
-    CUDA tensors, the posix-shm stand-in for CPU tensors."""
+    """The mapper ``name`` for ``tensor``'s device, or for ``auto`` the one of ``tensor``'s
+    memory: CUDA IPC for CUDA tensors, the posix-shm stand-in for CPU tensors."""
     if name == "auto":
         name = "cuda-ipc" if tensor.is_cuda else "posix-shm"
     try:
-        return MAPPERS[name]()
+        return MAPPERS[name](tensor.device)
     except KeyError:
         raise UnsupportedError(f"no peer mapper {name!r}", f"choose {', '.join(MAPPERS)}") from None

@@ -74,13 +74,10 @@ class MPIEnv:
         """Run ``program`` on ``nranks`` ranks; a hang fails the test after ``timeout`` s.
         A launcher that failed to start before any rank ran (``not_started``) is started
         once more, as ddlcomm's own launches are."""
-        from ddlcomm.launch.mpirun import not_started
+        from ddlcomm.launch.mpirun import once_more_if_not_started
         cmd = self.launcher.command(nranks, program)
         environment = self.launcher.environment(self.env(**env), self.launcher.oversubscribed(nranks))
-        res = run(cmd, environment, timeout)
-        if not_started(res.returncode, res.stdout + res.stderr):
-            res = run(cmd, environment, timeout)
-        return res
+        return once_more_if_not_started(lambda: run(cmd, environment, timeout))
 
     def version(self) -> str:
         out = subprocess.run([str(self.python), "-c",

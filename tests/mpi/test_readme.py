@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ddlcomm.launch.mpirun import not_started
+from ddlcomm.launch.mpirun import once_more_if_not_started
 from ddlcomm.units import format_size, parse_size
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,11 +97,8 @@ def test_readme_examples_run(tmp_path):
 def _run(command: str, folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     """``command`` in a shell; started once more where it is an Open MPI launch (an example's
     own ``mpirun``) whose PMIx server failed to start, as ddlcomm's own launches are."""
-    def once() -> subprocess.CompletedProcess:
-        return subprocess.run(command, shell=True, cwd=folder, env=env, text=True,
-                              capture_output=True, timeout=600)
-    res = once()
-    return once() if not_started(res.returncode, res.stdout + res.stderr) else res
+    return once_more_if_not_started(lambda: subprocess.run(
+        command, shell=True, cwd=folder, env=env, text=True, capture_output=True, timeout=600))
 
 
 def _python(body: str, folder: Path) -> str:

@@ -330,3 +330,18 @@ def test_hydras_signal_codes_read_as_the_shells():
     assert [hydra.exit_code(rc) for rc in (0, 1, 2, 3, 9, 15, 130)] == [0, 1, 2, 3, 137, 143, 130]
     assert prte.exit_code(9) == 9
     assert ended_with(hydra.exit_code(9)) .startswith("ranks ended with exit code 137 (SIGKILL: killed outright")
+
+
+def test_a_launch_not_started_is_launched_once_more():
+    import subprocess
+    said = iter([(213, mpirun.NOT_STARTED), (213, mpirun.NOT_STARTED), (0, "")])
+    runs = []
+
+    def launch() -> subprocess.CompletedProcess:
+        code, err = next(said)
+        runs.append(code)
+        return subprocess.CompletedProcess([], code, "", err)
+    assert mpirun.once_more_if_not_started(launch).returncode == 213     # once more, not again
+    assert runs == [213, 213]
+    failed = mpirun.once_more_if_not_started(lambda: subprocess.CompletedProcess([], 1, "out", "a rank failed"))
+    assert failed.returncode == 1 and failed.stdout == "out"

@@ -47,7 +47,7 @@ from ..collectives import get_collective
 from ..comm import registry
 from ..errors import (BackendUnavailable, DdlcommError, RankFailure, UnsupportedError,
                       UsageError)
-from ..launch.mpirun import MPILauncher, family_of, not_started
+from ..launch.mpirun import MPILauncher, family_of, once_more_if_not_started
 from ..units import parse_positive_int, parse_size
 
 if TYPE_CHECKING:
@@ -490,9 +490,7 @@ def run(ranks: int, collective: str, dtype: str, sizes: Iterable[int], iters: in
         def launch() -> subprocess.CompletedProcess:
             return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s,
                                   stdin=subprocess.DEVNULL)
-        out = launch()
-        if not_started(out.returncode, out.stderr):     # no rank ran: once more
-            out = launch()
+        out = once_more_if_not_started(launch)
     except subprocess.TimeoutExpired:
         raise RankFailure(f"the C reference did not finish within {timeout_s:g} s",
                           "lower --iters or the sizes") from None

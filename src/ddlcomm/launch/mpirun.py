@@ -14,7 +14,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from ..errors import BackendUnavailable
 from .placement import physical_cores
@@ -153,6 +153,14 @@ def not_started(returncode: int, output: str) -> bool:
     """Whether a launcher that ended with ``returncode`` and said ``output`` failed before
     any rank ran, as :data:`NOT_STARTED` says (pure): worth starting once more."""
     return returncode != 0 and NOT_STARTED in output
+
+
+def once_more_if_not_started(launch: Callable[[], subprocess.CompletedProcess]
+                             ) -> subprocess.CompletedProcess:
+    """``launch()``'s result (a launcher run with its output captured), launched once more
+    where it failed before any rank ran (:func:`not_started`)."""
+    res = launch()
+    return launch() if not_started(res.returncode, (res.stdout or "") + (res.stderr or "")) else res
 
 
 #: Set in a launcher's environment by :func:`run`: the file each rank touches as it starts

@@ -109,7 +109,7 @@ class PosixShm:
     name = "posix-shm"
 
     def __init__(self, device: Any) -> None:
-        self.device = device
+        """``device`` is the CPU's: host memory has no stream to wait on (see :meth:`sync`)."""
 
     def export(self, storage: Any) -> bytes:
         found = _SEGMENTS.get(storage.data_ptr())

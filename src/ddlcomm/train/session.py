@@ -60,16 +60,25 @@ def main(options: TrainOptions, argv: Sequence[str], db_path: Path, report_dir: 
     return launch(jobs, argv, db_path, config, report_dir)
 
 
+def _start_with_mpirun(job: TrainJob, argv: Sequence[str], env: dict) -> int:
+    found = mpirun.find()
+    return found.exit_code(mpirun.run(found.command(job.ranks, program(argv)),
+                                      found.environment(env, found.oversubscribed(job.ranks))))
+
+
+def _start_with_spawn(job: TrainJob, argv: Sequence[str], env: dict) -> int:
+    return spawn.run(job.ranks, program(argv), env)
+
+
+#: How to start the ranks, by the launcher kind the backends name (see comm.registry).
+STARTERS = {"mpirun": _start_with_mpirun, "spawn": _start_with_spawn}
+
+
 def start(job: TrainJob, argv: Sequence[str], env: dict) -> int:
     """Start ``job.ranks`` ranks of this command with ``env``; their exit code."""
     backends = [job.backend] + (["gloo"] if job.needs_gloo else [])
-    launcher = registry.common_launcher(backends)
-    env = dict(env, **{JOB_ENV: job.to_json()})
-    if launcher == "mpirun":
-        found = mpirun.find()
-        return found.exit_code(mpirun.run(found.command(job.ranks, program(argv)),
-                                          found.environment(env, found.oversubscribed(job.ranks))))
-    return spawn.run(job.ranks, program(argv), env)
+    return STARTERS[registry.common_launcher(backends)](job, argv,
+                                                       dict(env, **{JOB_ENV: job.to_json()}))
 
 
 def launch(jobs: list[TrainJob], argv: Sequence[str], db_path: Path, config: dict,

@@ -1,6 +1,15 @@
 """The end of a bench run: its summary line and its report, in-process."""
 from __future__ import annotations
 
+import os
+import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
 from ddlcomm.bench.session import finish
 from ddlcomm.results import Store
 from test_store import make_point
@@ -189,3 +198,28 @@ def test_a_lost_peer_in_torch_distributed_is_a_rank_failure():
     assert peer_failure("gloo", RuntimeError("Tensors must be contiguous")) is None
     # the words on a later line (a backtrace's) are not the error's
     assert peer_failure("gloo", RuntimeError("Invalid scalar type\nframe #3: Timed out")) is None
+
+
+def test_a_run_whose_ranks_were_not_started_is_failed_with_why(tmp_path):
+    """An environment with mpi4py but no mpirun (nor mpiexec on PATH): the run was left
+    'running', read as stale once its owner had exited, with no word of why."""
+    import ddlcomm
+    cfg = Path(sys.prefix) / "pyvenv.cfg"
+    if not cfg.exists():
+        pytest.skip("needs the tests to run in a venv (make test's), to make one without mpirun")
+    bare = tmp_path / "env"
+    (bare / "bin").mkdir(parents=True)
+    shutil.copy(cfg, bare)
+    (bare / "bin" / "python").symlink_to(sys.executable)
+    path = [str(Path(ddlcomm.__file__).parents[1]), *site.getsitepackages()]
+    db = tmp_path / "d.db"
+    proc = subprocess.run([str(bare / "bin" / "python"), "-m", "ddlcomm", "bench", "--sizes", "4B",
+                           "--no-report", "--db", str(db)], capture_output=True, text=True,
+                          timeout=120, env={"PATH": str(bare / "bin"), "HOME": str(tmp_path),
+                                            "PYTHONPATH": os.pathsep.join(path)})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("ddlcomm: error: no MPI launcher"), proc.stderr
+    with Store(db) as store:
+        run = store.run(1)
+    assert run["status"] == "failed"
+    assert run["error"].startswith("the ranks were not started: no MPI launcher")

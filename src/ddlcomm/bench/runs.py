@@ -105,6 +105,10 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
             rc = EXIT_USAGE                 # every rank refused alike, rank 0 said why
     except (KeyboardInterrupt, SystemExit):
         rc = EXIT_INTERRUPTED
+    except DdlcommError as exc:         # no rank started (no launcher, no containers)
+        with Store(db_path) as store:
+            store.end_if_running(run_id, "failed", f"the ranks were not started: {exc}")
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -142,6 +142,30 @@ def test_failing_rank_ends_the_job(mpi, tmp_path, fault):
     assert sizes == [4 * 2 ** k for k in range(12)]      # 4B .. 8KiB kept
 
 
+def test_where_a_run_ended_is_read_from_its_points_as_stored(mpi, tmp_path):
+    """Where no rank said where the run ended (every rank killed outright), the owner names
+    the first point of the plan not stored. A barrier (stored with 0 bytes) and a
+    block-cutting collective at 3 ranks (stored in whole blocks, 4 and 8 B not run) made it
+    name a point that had run: 'during barrier' whatever point the ranks were in."""
+    from ddlcomm.bench.session import _where_it_ended
+    from ddlcomm.cli import build_parser
+    from ddlcomm.cli.bench import bench_plan
+    from ddlcomm.results import Store
+    args = ["--collective", "barrier,reduce_scatter,allreduce", "--sizes", "4B:64B", "--ranks", "3",
+            "--algorithm", "library,auto", "--iters", "2", "--form", "buffer"]
+    db = tmp_path / "w.db"
+    res = _bench(mpi, args, db)
+    assert res.returncode == 0, res.stdout + res.stderr
+    plan = bench_plan(build_parser().parse_args(["bench", *args]), default_ranks=2)
+    with Store(db) as store:
+        points = store.points(1)
+    assert len(points) == 18 and _where_it_ended(plan, points) == ""
+    for k, point in enumerate(points):
+        said = _where_it_ended(plan, points[:k])
+        assert said.startswith(f" during {point['collective']} ("), (k, said)
+        assert ("auto, " in said) == (point["algorithm"] == "auto"), (k, said)
+
+
 def test_auto_follows_a_tuning_table(mpi, tmp_path):
     """--algorithm auto --tuning FILE: the table's choice where it has this library,
     collective and rank count (recorded as auto_by), the rules elsewhere."""

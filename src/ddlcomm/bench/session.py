@@ -15,7 +15,9 @@ from functools import partial
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ..collectives import COLLECTIVES
 from ..comm import registry
+from ..dtypes import get_dtype
 from ..launch import commands, mpirun, spawn
 from ..launch.containers import ContainerSet
 from ..launch.env import LaunchInfo
@@ -87,10 +89,16 @@ def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path],
 
 
 def _where_it_ended(plan: BenchPlan, points: list) -> str:
-    """Points run in plan order, so the first one not stored is where the ranks ended."""
-    done = {(p["collective"], p["backend"], p["algorithm"], p["form"], p["bytes"]) for p in points}
-    for spec in plan.points():
-        if (spec.name, spec.backend, spec.algorithm, spec.form, spec.nbytes) not in done:
+    """Points run in plan order, so the first one not stored is where the ranks ended; each
+    is looked for as its record stores it (a collective's bytes in whole elements at the
+    run's ranks, a barrier's none; the data path among the facts, host where none)."""
+    done = {(p["collective"], p["backend"], p["algorithm"], p["form"],
+             p["extra"].get("path", "host"), p["bytes"]) for p in points}
+    dtype = get_dtype(plan.dtype)
+    for spec in plan.points(plan.ranks):
+        nbytes = spec.nbytes if spec.kind == "workload" else \
+            COLLECTIVES[spec.name].count_for(spec.nbytes, dtype, plan.ranks) * dtype.itemsize
+        if (spec.name, spec.backend, spec.algorithm, spec.form, spec.path, nbytes) not in done:
             return f" during {spec.label(len(plan.backends) > 1)}"
     return ""
 

@@ -171,6 +171,17 @@ def test_a_damaged_cached_build_is_built_again(tmp_path, monkeypatch):
 
 
 @needs_mpicc
+def test_a_cache_that_cannot_be_written_says_so(tmp_path, monkeypatch):
+    """A cache folder that cannot be made: the rank's error was the bare NotADirectoryError
+    (and a rename that failed read as 'cannot run mpicc', with the hint to install an MPI)."""
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a-file" / "cache"))
+    with pytest.raises(BackendUnavailable, match="cannot keep the C reference's build in .*"
+                       "Not a directory.*XDG_CACHE_HOME"):
+        cref.build()
+
+
+@needs_mpicc
 def test_the_cache_key_follows_the_wrappers_c_compiler(monkeypatch):
     """Open MPI's -showme:version names Open MPI alone: an OMPI_CC naming another compiler
     reused the build of the first."""

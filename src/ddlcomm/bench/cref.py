@@ -181,29 +181,38 @@ def _compile(name: str, flags: Sequence[str], mpicc: Optional[str], force: bool)
     target = outdir / name
     if _built(target) and not force:
         return target
-    outdir.mkdir(parents=True, exist_ok=True)
-    with open(outdir / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)       # released when the file closes
-        if _built(target) and not force:
-            return target                      # another process built it meanwhile
-        fd, tmp = tempfile.mkstemp(prefix=name + ".", dir=outdir)
-        os.close(fd)
-        try:
-            out = subprocess.run([str(cc), *flags, "-o", tmp, str(src)],
-                                 capture_output=True, text=True, timeout=300)
-            if out.returncode != 0 or not _built(Path(tmp)):
-                tail = "\n".join((out.stderr or out.stdout).strip().splitlines()[-15:])
-                raise BackendUnavailable(f"compiling {src.name} with {cc} failed"
-                                         + (f":\n{tail}" if tail else ": it wrote no program"),
-                                         "check that the MPI's mpicc and a C compiler work")
-            os.chmod(tmp, 0o755)
-            os.replace(tmp, target)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise BackendUnavailable(f"cannot run {cc}: {exc}", _INSTALL_HINT) from None
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+        with open(outdir / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)       # released when the file closes
+            if _built(target) and not force:
+                return target                      # another process built it meanwhile
+            fd, tmp = tempfile.mkstemp(prefix=name + ".", dir=outdir)
+            os.close(fd)
+            try:
+                _run_mpicc(cc, [*flags, "-o", tmp, str(src)], Path(tmp))
+                os.chmod(tmp, 0o755)
+                os.replace(tmp, target)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+    except OSError as exc:
+        raise BackendUnavailable(f"cannot keep the C reference's build in {outdir}: {exc}",
+                                 "set XDG_CACHE_HOME to a folder you may write") from None
     return target
+
+
+def _run_mpicc(cc: Path, args: Sequence[str], out: Path) -> None:
+    """Compile with ``cc args``, which must write the program or library ``out``."""
+    try:
+        done = subprocess.run([str(cc), *args], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BackendUnavailable(f"cannot run {cc}: {exc}", _INSTALL_HINT) from None
+    if done.returncode != 0 or not _built(out):
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
+        raise BackendUnavailable(f"compiling {source_path().name} with {cc} failed"
+                                 + (f":\n{tail}" if tail else ": it wrote no program"),
+                                 "check that the MPI's mpicc and a C compiler work")
 
 
 def _built(path: Path) -> bool:

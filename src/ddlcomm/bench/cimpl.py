@@ -9,24 +9,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..collectives import get_collective
-from ..dtypes import get_dtype, get_op
-from ..errors import UnsupportedError
 from ..measure import timing
 from ..measure.checks import verdict
 from ..measure.records import collective_records
 from .buffers import PointBuffers
-from .cref import ABILITIES, CReference
-from .plan import BenchPlan, PointSpec
+from .cref import CReference
+from .plan import BenchPlan, CollectivePoint, PointSpec
 
-_REFERENCES: dict[int, object] = {}
+_REFERENCES: dict[int, CReference] = {}
 
 
-def reference(comm):
-    """The C reference bound to ``comm`` (built and loaded on first use)."""
-    if not ABILITIES.runs_on(comm.name):
-        raise UnsupportedError(f"--impl c needs the mpi backend, not {comm.name}",
-                               "run the C reference with --backend mpi")
+def _reference(comm) -> CReference:
+    """The C reference bound to ``comm`` (built and loaded on first use; it refuses a
+    backend other than mpi)."""
     ref = _REFERENCES.get(id(comm))
     if ref is None:
         ref = _REFERENCES[id(comm)] = CReference(comm)
@@ -34,18 +29,10 @@ def reference(comm):
 
 
 def measure_c(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
-    """Check, calibrate and time one collective through the C loop; rank 0 returns its record."""
-    coll = get_collective(spec.name)
-    dtype = get_dtype(plan.dtype)
-    ref = reference(comm)
-    if spec.name not in ABILITIES.collectives:
-        raise UnsupportedError(f"the C reference has no {spec.name}",
-                               f"--impl c covers {', '.join(ABILITIES.collectives)}")
-    if coll.reduces and plan.op not in ABILITIES.ops:
-        raise UnsupportedError(f"the C reference reduces with {' or '.join(ABILITIES.ops)} "
-                               f"only, not {plan.op}")
-    op = get_op(plan.op) if coll.reduces else None
-    count = coll.count_for(spec.nbytes, dtype, comm.size)
+    """Check, calibrate and time one collective through the C loop; rank 0 returns its record
+    (what the C reference can time was checked with the plan: ``ABILITIES.check_request``)."""
+    coll, dtype, op, count, _ = CollectivePoint.of(plan, spec, comm.size)
+    ref = _reference(comm)
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:
         send, recv = coll.buffers(dtype, count, comm.rank, comm.size, op, plan.root, False,
                                   bufs.alloc)

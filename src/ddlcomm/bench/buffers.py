@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..memory import allocate, kind, pagescan
+from ..memory import allocate, on_device, pagescan
 from ..collectives import numpy_alloc
 from ..dtypes import DType, dtype_of
 from ..memory.gpu import copy_in, copy_out
@@ -36,7 +36,7 @@ class PointBuffers:
         #: NumPy's arrays of this point (memory None), for their pages
         self._arrays: list = []
         #: buffers are device tensors (host arrays are only the fill/verify copies)
-        self.on_device = memory is not None and kind(memory).on_device
+        self.on_device = on_device(memory)
 
     def _allocate(self, dtype: DType, count: int):
         buf = allocate(self.memory, max(1, count * dtype.itemsize), self.hbw_fallback)

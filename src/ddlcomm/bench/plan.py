@@ -170,7 +170,7 @@ def staged_backends(backends: list[str], memory_kind: Optional[str],
     (an MPI).  A GPU pointer goes to an MPI only on
     ``--path direct``, asked for, and checked (``workloads.paths.Direct``).  Workloads keep
     the path they are given (a PS server's point-to-point runs along its own)."""
-    if "library" not in algorithms or memory_kind is None or not memory.kind(memory_kind).on_device:
+    if "library" not in algorithms or not memory.on_device(memory_kind):
         return []
     specs = {b: registry.get_spec(b) for b in backends}
     return [b for b, spec in specs.items() if "device" not in spec.memories and spec.device_if_cuda_aware]
@@ -464,7 +464,7 @@ def _forms(o: BenchOptions) -> list[str]:
     if o.impl is not None and o.form is not None:
         raise UsageError("give --form or --impl, not both", "--impl c,buffer,object covers both")
     forms = parse_impls(o.impl) if o.impl is not None else parse_forms("both" if o.form is None else o.form)
-    if o.memory is None or not memory.kind(o.memory).on_device:
+    if not memory.on_device(o.memory):
         return forms
     if o.form is None and o.impl is None:
         return ["buffer"]
@@ -529,11 +529,12 @@ def check(plan: BenchPlan) -> None:
             raise UsageError("--algorithm applies to collectives (workloads use the library's)")
         if on_device(plan):
             check_device_algorithms(plan)
-        if not on_device(plan):
+        else:
             for algorithm in plan.algorithms:
-                if algorithms.split(algorithm)[1] in kernels_device.DEVICE_KERNELS:
-                    raise UsageError(f"{algorithm}: the {algorithms.split(algorithm)[1]} kernel "
-                                     "reduces device buffers", "add --memory device, or use +c or +numpy")
+                kernel = algorithms.split(algorithm)[1]
+                if kernel in kernels_device.DEVICE_KERNELS:
+                    raise UsageError(f"{algorithm}: the {kernel} kernel reduces device buffers",
+                                     "add --memory device, or use +c or +numpy")
         mapped = [a for a in plan.algorithms if algorithms.split(a)[0] == "shm-map"]
         if mapped and plan.memory is not None and memory.parse(plan.memory)[0] == "pinned":
             raise UsageError(f"--algorithm {mapped[0]} moves the buffers' pages, and --memory pinned's "
@@ -560,8 +561,7 @@ def check_kind_cache(plan: BenchPlan, given: Optional[str]) -> None:
 
 def own_only(plan: BenchPlan) -> bool:
     """Collectives by ddlcomm's own algorithms only (no library, no auto that may pick it)."""
-    return not plan.workloads and all(algorithms.split(a)[0] not in ("library", "auto")
-                                      for a in plan.algorithms)
+    return not plan.workloads and not any(_calls_library(a) for a in plan.algorithms)
 
 
 #: ``--kind-cache`` values.
@@ -579,7 +579,7 @@ def parse_kind_cache(text: Optional[str]) -> bool:
 
 def on_device(plan: BenchPlan) -> bool:
     """Whether the run's buffers are device memory."""
-    return plan.memory is not None and memory.kind(plan.memory).on_device
+    return memory.on_device(plan.memory)
 
 
 def check_device_algorithms(plan: BenchPlan) -> None:
@@ -592,9 +592,9 @@ def check_device_algorithms(plan: BenchPlan) -> None:
 def check_device_algorithm(name: str, algorithm: str, where: str) -> None:
     """Refuse ``algorithm`` for collective ``name`` on device buffers (``where`` says which,
     e.g. "--memory device") unless it runs there with a device kernel."""
-    base, kernel = algorithms.split(algorithm)
-    if base in ("library", "auto"):
+    if _calls_library(algorithm):
         return
+    base, kernel = algorithms.split(algorithm)
     if base not in device.algorithms_for(name):
         raise UsageError(f"{name} by {base} does not run on {where}",
                          f"on device buffers {name} has: library, "

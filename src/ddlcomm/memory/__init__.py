@@ -102,6 +102,11 @@ def kind(spec: str) -> MemoryKind:
     return KINDS[parse(spec)[0]]
 
 
+def on_device(spec: str | None) -> bool:
+    """Whether buffers of the memory kind ``spec`` live on the GPU (None: NumPy's, on the host)."""
+    return spec is not None and kind(spec).on_device
+
+
 def _spec(name: str, arg: str | None) -> str:
     return name if arg is None else f"{name}:{arg}"
 

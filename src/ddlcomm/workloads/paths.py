@@ -36,7 +36,7 @@ from typing import Sequence
 from ..collectives import get_collective
 from ..errors import UnsupportedError, UsageError
 from ..machine import mpi as mpi_facts
-from ..memory import kind as memory_kind
+from ..memory import on_device
 from ..memory.gpu import cuda_available
 from . import chief
 from .sides import HostSide, TorchSide, pinned_alloc
@@ -56,7 +56,7 @@ class Host(DataPath):
     backend_memory = None
 
     def open(self, comm, plan, alloc, server: bool) -> PathRun:
-        if plan.memory is not None and memory_kind(plan.memory).on_device:
+        if on_device(plan.memory):
             return _DirectRun(TorchSide("cuda"))       # the backend takes device tensors
         return _HostRun(HostSide(alloc))
 

@@ -170,19 +170,17 @@ def check_plan(comms: dict, plan: BenchPlan) -> None:
             comm.check_supported(spec.name)
 
 
-def preflight(comms: dict, plan: BenchPlan, watchdog: Watchdog) -> list:
+def preflight(comms: dict, plan: BenchPlan, watchdog: Watchdog) -> None:
     """Every rank answers on every backend within the limit, and the job has the size asked for."""
-    who = None
     for name, comm in comms.items():
         with watchdog.guard(f"pre-flight on {name} (every rank answering)", min(plan.timeout_s, 60.0)):
-            who = comm.allgather_object((comm.rank, socket.gethostname(), os.getpid()))
+            comm.allgather_object((comm.rank, socket.gethostname(), os.getpid()))
         if plan.ranks is not None and comm.size != plan.ranks:
             raise EveryRankError(f"the launcher started {comm.size} ranks but --ranks {plan.ranks} "
                                  "was asked", "start as many ranks as --ranks says, or leave --ranks out")
         if plan.root >= comm.size:          # under a launcher of yours, first known here
             raise EveryRankError(f"--root {plan.root} is not one of the {comm.size} ranks "
                                  "the launcher started", f"use --root 0 to {comm.size - 1}")
-    return who
 
 
 def run_sweep(comms: dict, plan: BenchPlan, watchdog: Watchdog, store: Any,

@@ -34,21 +34,21 @@ def _containers(plan: BenchPlan):
     """The run's containers (removed on exit, also on failure), or none."""
     if not plan.containers:
         return contextlib.nullcontext(None)
-    return ContainerSet(plan.containers, plan.ranks or 2, plan.bind)
+    return ContainerSet(plan.containers, plan.ranks, plan.bind)
 
 
 def _start_with_mpirun(plan: BenchPlan, argv: Sequence[str], env: dict) -> int:
     launcher = mpirun.find()
     with _containers(plan) as cset:
-        cmd, extra = commands.mpirun_command(launcher, cset, plan.ranks or 2, program(argv),
+        cmd, extra = commands.mpirun_command(launcher, cset, plan.ranks, program(argv),
                                              plan.bind)
         return launcher.exit_code(mpirun.run(cmd, launcher.environment({**extra, **env})))
 
 
 def _start_with_spawn(plan: BenchPlan, argv: Sequence[str], env: dict) -> int:
-    nranks = plan.ranks or 2
     with _containers(plan) as cset:
-        return spawn.run(nranks, program(argv), env, prefixes=commands.spawn_prefixes(cset, nranks, plan.bind),
+        return spawn.run(plan.ranks, program(argv), env,
+                         prefixes=commands.spawn_prefixes(cset, plan.ranks, plan.bind),
                          master_addr=commands.master_addr(cset))
 
 
@@ -58,7 +58,8 @@ STARTERS = {"mpirun": _start_with_mpirun, "spawn": _start_with_spawn}
 
 def launch(plan: BenchPlan, argv: Sequence[str], db_path: Path,
            report_dir: Optional[Path]) -> int:
-    """Own a run: create it, start the ranks, wait, finish. Returns the exit code."""
+    """Own a run: create it, start the ranks, wait, finish. Returns the exit code.
+    (``plan.ranks`` is set: outside a launcher the plan is resolved with its default.)"""
     launcher = registry.common_launcher(plan.backends)
     run_id, rc = own(db_path, run_info(argv, plan.as_config()),
                      {PROGRESS_ENV: "tty" if sys.stderr.isatty() else "plain"},

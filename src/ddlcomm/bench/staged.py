@@ -50,8 +50,8 @@ def measure_staged(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
         times, iterations, warmup = timing.calibrate(
             comm, timing.phases(comm, stage.run, len(phases)), plan.budget_s, plan.iters,
             plan.warmup)
-        copied = copy_bytes(comm, stage.copied())
-        bars = path.copy_bars(comm, stage.copied())
+        mine = stage.copied()
+        copied, bars = copy_bytes(comm, mine), path.copy_bars(comm, mine)
     facts = backend_facts(comm)
     return _records(comm, coll, dtype, op, count, times, phases, plan.root, in_place,
                     iterations, warmup, check, copied, bars,

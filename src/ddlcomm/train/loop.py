@@ -175,6 +175,7 @@ class AggregatorSteps(Steps):
         self.ready_sum = np.zeros(len(t.bk.order))
         self.windows: list[float] = []        # per iteration: backward after the first start
         self._start = None
+        self._backward: Optional[tuple] = None    # (iteration, start, end, first start stamp)
 
     def forward(self, x, y):
         return self.t.criterion(self.t.model(x), y)
@@ -184,13 +185,18 @@ class AggregatorSteps(Steps):
         self.t.agg.begin()
 
     def backward_done(self, iteration: int, start: float, end: float) -> None:
-        agg = self.t.agg
-        started = agg.started
+        # the stamps are read in adjust(), once the iteration's clock has stopped: on a GPU
+        # each is a CUDA event's elapsed_time, which would count as exposed communication
+        self._backward = (iteration, start, end, self.t.agg.started)
+
+    def _read_stamps(self, iteration: int, start: float, end: float, started) -> None:
+        """Backward's window after the first all-reduce started, and each gradient's time
+        (the aggregator's stamps stay until the next ``begin``)."""
+        agg, seconds = self.t.agg, self.t.place.seconds
         self.windows.append(0.0 if started is None else
-                            max(0.0, end - self.t.place.seconds([started], self._start, start)[0]))
+                            max(0.0, end - seconds([started], self._start, start)[0]))
         if iteration >= self.t.cfg.warmup and len(agg.ready) == len(self.t.bk.order):
-            ready = self.t.place.seconds(agg.ready, self._start, start)
-            self.ready_sum += ph.layer_times(ready, start, end)
+            self.ready_sum += ph.layer_times(seconds(agg.ready, self._start, start), start, end)
 
     def finish(self) -> None:
         self.t.agg.finish()
@@ -199,6 +205,9 @@ class AggregatorSteps(Steps):
         self.t.agg.step(self.t.opt)
 
     def adjust(self, seconds: dict[str, float]) -> None:
+        if self._backward is not None:
+            self._read_stamps(*self._backward)
+            self._backward = None
         if not self.computes:                 # the server: its update happened inside finish
             seconds["update"] = self.t.agg.t_apply
             seconds["comm_exposed"] -= self.t.agg.t_apply

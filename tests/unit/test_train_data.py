@@ -41,6 +41,22 @@ def test_files_read_ahead_in_batches_across_files(tmp_path):
     assert float(got[0][0].max()) == pytest.approx(5 / 255)     # uint8 scaled to [0, 1]
 
 
+
+def test_a_batch_across_a_uint8_and_a_float_file_has_every_pixel_scaled(tmp_path):
+    """A batch spanning a uint8 file and a float one was one float array: its uint8 rows
+    escaped the scaling to [0, 1] (pixels of 255 where 1.0 was meant)."""
+    (tmp_path / "d").mkdir()
+    np.savez(tmp_path / "d" / "a.npz", x=np.full((3, 3, 4, 4), 255, np.uint8), y=np.zeros(3, int))
+    np.savez(tmp_path / "d" / "b.npz", x=np.full((3, 3, 4, 4), 0.5, np.float32), y=np.ones(3, int))
+    data = FolderData(data_files(tmp_path / "d"), batch=4, rank=0, size=1)
+    try:
+        got = [data.next()[0] for _ in range(3)]     # 6 images an epoch: a a a b, b b + a a, a b b b
+    finally:
+        data.close()
+    rows = torch.cat(got).flatten(1)[:, 0].tolist()
+    assert rows == [1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 1.0, 1.0, 1.0, 0.5, 0.5, 0.5]
+    assert all(x.dtype == torch.float32 for x in got)
+
 @pytest.mark.parametrize("change", ["overwrite", "remove"])
 def test_a_file_that_changes_while_training_reads_it_is_named(tmp_path, change):
     """NumPy's advice on a file overwritten mid-run (allow_pickle=...) or a bare

@@ -144,6 +144,11 @@ def _read(f: Path) -> tuple[np.ndarray, np.ndarray]:
                          "leave the data files in place while a run trains on them") from None
 
 
+def pixels(x: np.ndarray) -> np.ndarray:
+    """Images as float32 pixels: uint8 ones scaled to 0..1, float ones as they are."""
+    return x / np.float32(255) if x.dtype == np.uint8 else np.asarray(x, np.float32)
+
+
 class FolderData:
     """Batches from ``.npz`` files, read ahead by one thread into a queue of ``prefetch`` batches."""
 
@@ -160,7 +165,9 @@ class FolderData:
         self._thread.start()
 
     def _batches(self, files: list[Path]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        carry_x, carry_y = None, None
+        """Batches of float32 pixels (:func:`pixels`) and labels, epoch after epoch; a batch
+        may span files (of uint8 and float pixels alike)."""
+        carry_x, carry_y = [], []                       # a batch begun in earlier files
         while True:                                     # epochs, until stopped
             seen = 0
             for f in files:
@@ -168,12 +175,17 @@ class FolderData:
                 if x.ndim != 4 or x.shape[1] != 3 or len(y) != len(x):
                     raise UsageError(f"{f}: x must be (N, 3, H, W) and y (N,), got {x.shape}, {y.shape}")
                 seen += len(x)
-                if carry_x is not None:
-                    x, y = np.concatenate([carry_x, x]), np.concatenate([carry_y, y])
-                n = len(x) // self.batch * self.batch
-                for i in range(0, n, self.batch):
-                    yield x[i:i + self.batch], y[i:i + self.batch]
-                carry_x, carry_y = x[n:], y[n:]
+                first = min(len(x), (self.batch - sum(map(len, carry_y))) % self.batch)
+                if carry_y:
+                    carry_x.append(pixels(x[:first]))
+                    carry_y.append(y[:first])
+                    if sum(map(len, carry_y)) < self.batch:
+                        continue
+                    yield np.concatenate(carry_x), np.concatenate(carry_y)
+                n = first + (len(x) - first) // self.batch * self.batch
+                for i in range(first, n, self.batch):
+                    yield pixels(x[i:i + self.batch]), y[i:i + self.batch]
+                carry_x, carry_y = ([pixels(x[n:])], [y[n:]]) if n < len(x) else ([], [])
             if seen < self.batch:                       # an epoch would never fill a batch
                 raise UsageError(f"this rank's share of --data ({len(files)} files) holds "
                                  f"{seen} images, fewer than a batch of {self.batch}",
@@ -184,9 +196,7 @@ class FolderData:
         import torch
         try:
             for x, y in self._batches(files):
-                xt = torch.from_numpy(np.ascontiguousarray(x, np.float32))
-                if x.dtype == np.uint8:
-                    xt = xt / 255.0
+                xt = torch.from_numpy(np.ascontiguousarray(x))
                 if not self._put((xt, torch.from_numpy(np.asarray(y, np.int64)))):
                     return
         except BaseException as exc:       # noqa: BLE001 - handed to the training loop

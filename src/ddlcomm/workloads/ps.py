@@ -72,6 +72,7 @@ class PSSync:
             if server:
                 for x, t, acc, n in zip(params, tables, sums, counts):
                     side.apply_mean(x, t, p, n, acc, scale)
+                side.sync()
             t3 = clock()
             return (*b, *g, t3 - t2, t3 - t0)
 

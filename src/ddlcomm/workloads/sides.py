@@ -28,6 +28,7 @@ class Side(Protocol):
     def read(self, buf: Any) -> np.ndarray: ...
     def subtract(self, x: Any, y: Any) -> None: ...
     def apply_mean(self, x: Any, table: Any, p: int, n: int, acc: Any, scale: float) -> None: ...
+    def sync(self) -> None: ...
 
 
 class HostSide:
@@ -50,6 +51,9 @@ class HostSide:
         np.sum(table.reshape(p, n)[1:], axis=0, out=acc)
         np.multiply(acc, acc.dtype.type(scale), out=acc)
         np.subtract(x, acc, out=x)
+
+    def sync(self) -> None:
+        """Host arithmetic is done on return."""
 
 
 class TorchSide:
@@ -76,14 +80,14 @@ class TorchSide:
         return host
 
     def subtract(self, x: Any, y: Any) -> None:
+        """Queued on the device's stream: done once :attr:`sync` returns."""
         x.sub_(y)
-        self.sync()
 
     def apply_mean(self, x, table, p: int, n: int, acc, scale: float) -> None:
+        """As :meth:`HostSide.apply_mean`, queued on the device's stream."""
         self.torch.sum(table.view(p, n)[1:], dim=0, out=acc)
         acc.mul_(float(scale))
         x.sub_(acc)
-        self.sync()
 
     def to_host(self, tensor: Any, host: np.ndarray) -> None:
         """``tensor`` -> ``host`` (pinned where the device is a GPU), finished on return."""

@@ -101,11 +101,9 @@ def launch(jobs: list[TrainJob], argv: Sequence[str], db_path: Path, config: dic
 def finish(db_path: Path, run_id: int, rc: int, report_dir: Optional[Path], scaling: bool) -> int:
     """Add scaling points, mark the run, print the summary, write the report."""
     with Store(db_path) as store:
-        points = store.points(run_id)
         if rc == 0 and scaling:
-            for rec in scaling_points(points):
+            for rec in scaling_points(store.points(run_id)):
                 store.add_point(run_id, rec)
-            points = store.points(run_id)
         points, failed, run = settle(store, run_id, rc)
     if points:
         print(train_report.render_summary(points), flush=True)

@@ -234,6 +234,8 @@ def run_config(comm, cfg: TrainConfig, place: Optional[Placed] = None,
     criterion = torch.nn.CrossEntropyLoss()
     try:
         x, y = (t.to(place.target) for t in data.next())
+        if cfg.arch == "ps" and comm.rank == 0:
+            data.close()        # the server's reader would read ahead and poll while it is timed
         order = comm.broadcast_object(first_pass(model, criterion, x, y, cfg) if comm.rank == 0
                                       else None, 0)
         bk = Buckets(list(model.parameters()), order, cfg.fusion,

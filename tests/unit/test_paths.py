@@ -12,7 +12,7 @@ from ddlcomm.bench.runner import gpu_fields
 from ddlcomm.errors import UnsupportedError, UsageError
 from ddlcomm.measure import timing
 from ddlcomm.workloads import paths
-from ddlcomm.workloads.stages import Stage, run_stages
+from ddlcomm.workloads.stages import Stage, added, run_stages
 
 
 def test_a_stage_of_one_part_is_the_collective():
@@ -24,7 +24,7 @@ def test_a_staged_collective_times_its_parts_and_their_sum():
     stage = Stage("broadcast", (("d2h", lambda: None), ("broadcast", lambda: None),
                                 ("h2d", lambda: None)))
     assert stage.phases() == ("broadcast.d2h", "broadcast.broadcast", "broadcast.h2d", "broadcast")
-    *parts, whole = run_stages([stage, stage])
+    *parts, whole = added(run_stages([stage, stage]))
     assert len(parts) == 3 and whole == pytest.approx(sum(parts))
 
 

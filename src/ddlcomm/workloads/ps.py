@@ -27,7 +27,7 @@ from ..measure.checks import close, verdict
 from ..measure.timing import clock
 from . import base
 from .paths import get_path
-from .stages import copied, run_stages
+from .stages import added, copied, run_stages
 
 PUSH, PULL = 11, 12
 DEFAULT_ASYNC_STEPS = 100
@@ -74,7 +74,7 @@ class PSSync:
                     side.apply_mean(x, t, p, n, acc, scale)
                 side.sync()
             t3 = clock()
-            return (*b, *g, t3 - t2, t3 - t0)
+            return (*added(b), *added(g), t3 - t2, t3 - t0)
 
         phases = (*bcasts[0].phases(), *gathers[0].phases(), base.APPLY, "step")
         check = "skipped"

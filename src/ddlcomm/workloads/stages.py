@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-import numpy as np
-
 from ..measure.timing import clock
 from .sides import Side
 
@@ -66,13 +64,15 @@ def copied(stages: Sequence[Stage]) -> dict[str, int]:
     return total
 
 
-def run_stages(stages: Sequence[Stage]) -> list[float]:
-    """Run the stages (one per message) and add their phase times up."""
-    total: Optional[np.ndarray] = None
-    for stage in stages:
-        times = np.array(stage.run())
-        total = times if total is None else total + times
-    return [] if total is None else list(total)
+def run_stages(stages: Sequence[Stage]) -> list[Sequence[float]]:
+    """Run the stages (one per message); each one's phase times (add them up with
+    :func:`added` once the step's clock has stopped)."""
+    return [stage.run() for stage in stages]
+
+
+def added(runs: Sequence[Sequence[float]]) -> list[float]:
+    """Each phase's time over the messages' runs (:func:`run_stages`), added up."""
+    return [sum(phase) for phase in zip(*runs)]
 
 
 class PathRun:

@@ -14,16 +14,14 @@ communication), update.  The replicas are checked the same way.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from . import phases as ph
 from .config import TrainConfig
 from .gather import gather_named
 from .device import get_device
-from .loop import (ConfigRecords, build, device_facts, loss_summary, make_data, param_bytes,
-                   replicas_identical, set_up_rank)
+from .loop import (ConfigRecords, build, check_verdict, device_facts, loss_summary, make_data,
+                   param_bytes, replicas_identical, replicas_word, set_up_rank)
 from .nets import get_net
 from .sgd import SGD
 from .timed import Steps, progress, timed_loop
@@ -78,13 +76,10 @@ def run_ddp(comm, gloo_comm, cfg: TrainConfig) -> list[dict]:
     if gathered is None:
         return []
     iteration = _iteration_fields(cfg, comm.size, gathered, identical, timings.wall_s)
-    check = "skipped"
-    if cfg.check:
-        check = "passed" if identical and math.isfinite(iteration["loss_last"]) else "failed"
-    replicas = "identical" if identical else "not checked" if identical is None else "DIFFER"
+    check = check_verdict(cfg.check, identical, iteration["loss_last"])
     progress(comm.rank, f"  {iteration['t_iter_s']:.3f} s/iter, {iteration['images_per_s']:.1f} images/s "
                         f"(DDP), loss {iteration['loss_first']:.3f} -> {iteration['loss_last']:.3f}, "
-                        f"replicas {replicas}")
+                        f"replicas {replicas_word(identical)}")
     return ConfigRecords(gloo_comm, cfg, check, comm.size, param_bytes(model.parameters()),
                          {**device_facts(place, gathered["gpu"]), **rank_facts}).records(
         gathered["phases"], gathered["t_iter"], iteration, phase_names=PHASES)

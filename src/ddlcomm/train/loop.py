@@ -94,6 +94,19 @@ def replicas_identical(comm, flat: np.ndarray) -> bool:
     return agree_all(comm, same)    # NaN everywhere is identical (the loss check fails it)
 
 
+def check_verdict(check: bool, identical: Optional[bool], loss_last: float) -> str:
+    """A configuration's check (ddlcomm's or DDP's): replicas not found to differ and a
+    finite last loss; skipped without ``--check``."""
+    if not check:
+        return "skipped"
+    return "passed" if identical is not False and math.isfinite(loss_last) else "failed"
+
+
+def replicas_word(identical: Optional[bool]) -> str:
+    """How the summary line says the replicas' check."""
+    return "identical" if identical else "not checked" if identical is None else "DIFFER"
+
+
 def loss_summary(losses: np.ndarray) -> dict:
     """The loss curve averaged over workers (rows) and whether it fell."""
     with warnings.catch_warnings():           # an iteration whose every loss is NaN stays NaN
@@ -280,10 +293,7 @@ def _train(t: Training) -> list[dict]:
     keep = slice(1, None) if t.cfg.arch == "ps" else slice(None)     # workers only
     workers_only = {name: a[keep] for name, a in gathered.items()}
     iteration = _iteration_fields(t, workers_only, identical, alone, timings.wall_s)
-    check = "skipped"
-    if t.cfg.check:
-        ok = identical is not False and math.isfinite(iteration["loss_last"])
-        check = "passed" if ok else "failed"
+    check = check_verdict(t.cfg.check, identical, iteration["loss_last"])
     out = ConfigRecords(t.comm, t.cfg, check, t.workers, param_bytes(t.bk.params),
                         {**device_facts(t.place, gathered["gpu"]), **t.rank_facts}).records(
         workers_only["phases"], workers_only["t_iter"], iteration)
@@ -337,8 +347,7 @@ def _print_summary(rank: int, it: dict) -> None:
     progress(rank, f"  {it['t_iter_s']:.3f} s/iter, {it['images_per_s']:.1f} images/s, "
                    f"exposed comm {critical['comm_exposed'] * 1e3:.1f} ms, "
                    f"hidden {critical['comm_hidden'] * 1e3:.1f} ms, loss {it['loss_first']:.3f}"
-                   f" -> {it['loss_last']:.3f}, replicas "
-                   f"{'identical' if identical else 'not checked' if identical is None else 'DIFFER'}"
+                   f" -> {it['loss_last']:.3f}, replicas {replicas_word(identical)}"
                    + f", predicted {pred['t_iter']:.3f} s ({it['predicted_error']:+.1%})")
 
 

@@ -18,8 +18,6 @@ from . import base
 from .paths import get_path
 from .stages import added, copied, run_stages
 
-PHASES = ("allreduce", base.APPLY, "step")
-
 
 @dataclass(frozen=True)
 class AllreduceWorkload:

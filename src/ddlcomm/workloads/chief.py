@@ -143,8 +143,3 @@ def world_workers(world) -> int:
 
 def _dtype_count(tensor):
     return tensor_dtype(tensor), tensor.numel()
-
-
-def open_chief(comm, plan, server: bool, backend: str = "nccl", device: str = "cuda") -> ChiefRun:
-    """nccl-chief in this rank (``server``: the workload has a PS server, rank 0)."""
-    return ChiefRun(comm, server, backend, device)

@@ -146,7 +146,7 @@ class NCCLChief(DataPath):
         chief.check_plan(plan)
 
     def open(self, comm, plan, alloc, server: bool) -> PathRun:
-        return chief.open_chief(comm, plan, server, self.backend, self.device)
+        return chief.ChiefRun(comm, server, self.backend, self.device)
 
 
 def refuse_cuda_unaware(backends: Sequence[str]) -> None:

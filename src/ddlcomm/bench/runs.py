@@ -34,6 +34,11 @@ EXIT_RANK_FAILED = 3
 EXIT_INTERRUPTED = 130
 
 
+def owners_run() -> Optional[int]:
+    """In a rank, the run its owner made (:data:`RUN_ID_ENV`); None under a launcher of yours."""
+    return int(os.environ[RUN_ID_ENV]) if RUN_ID_ENV in os.environ else None
+
+
 def program(argv: Sequence[str]) -> list[str]:
     """This command again, as each rank runs it."""
     return [sys.executable, "-m", "ddlcomm", *argv]
@@ -280,7 +285,7 @@ def starting(db_path: Path):
     """While a rank starts (the backends' start-up, before :func:`rank_run`'s own handler),
     SIGINT, SIGTERM or SIGHUP still end the run as interrupted: an owner killed in its first
     seconds sent its launcher SIGTERM, and the ranks died of it, the run left 'running'."""
-    run_id = int(os.environ[RUN_ID_ENV]) if RUN_ID_ENV in os.environ else None
+    run_id = owners_run()
 
     def act(signame: str) -> None:
         message = f"interrupted ({signame}) while the ranks started"
@@ -303,7 +308,7 @@ def rank_run(comm, db_path: Path, timeout_s: float, info: Callable[[], dict],
     number of failed checks.  Any exception or timeout prints the rank's
     message, marks the run failed and ends every rank.
     """
-    state: dict = {"run_id": int(os.environ[RUN_ID_ENV]) if RUN_ID_ENV in os.environ else None}
+    state: dict = {"run_id": owners_run()}
     owner = state["run_id"] is None
 
     def record(status: str, message: str) -> bool:

@@ -2,8 +2,11 @@
 dataset of one machine kept to one machine."""
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -117,3 +120,21 @@ def test_a_merge_stopped_midway_has_said_how_far_it_got(tmp_path, capsys, monkey
     out, err = capsys.readouterr()
     assert out.strip() == f"{a}: 1 run (3 points) merged"
     assert "the runs merged so far are whole and stay" in err and "ddlcomm: interrupted" in err
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="needs root and unshare, to mount a folder read-only")
+def test_a_source_on_a_read_only_mount_is_merged(tmp_path):
+    """Sources were opened to be written (their schema, WAL mode): a database on a read-only
+    mount, which `results list` reads, was refused as 'cannot open database ... (merge from
+    databases that ddlcomm wrote)'."""
+    src, ro, dest = tmp_path / "src", tmp_path / "ro", tmp_path / "m.db"
+    src.mkdir()
+    ro.mkdir()
+    fill(src / "a.db", 2)
+    script = (f"mount --bind {src} {ro} && mount -o remount,bind,ro {ro} && "
+              f"{sys.executable} -m ddlcomm results merge {ro / 'a.db'} --db {dest}")
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"{ro / 'a.db'}: 2 runs (6 points) merged"

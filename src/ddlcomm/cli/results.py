@@ -132,7 +132,7 @@ def merge_sources(names: list[str], db: Path) -> list[Path]:
         if path.resolve() == db.resolve():
             raise UsageError(f"{path} is the database merged into (--db)", "name other databases")
         try:
-            Store(path).close()
+            Store(path, readonly=True).close()
         except StoreError as exc:            # said of the source, not of --db
             raise StoreError(exc.args[0], "merge from databases that ddlcomm wrote") from None
         sources.append(path)

@@ -53,20 +53,16 @@ def merge(dest: Store, sources: Sequence[Path], one_machine: bool = False,
     each source is done: a long merge stopped midway has said how far it got)."""
     if one_machine:
         check_one_machine([dest.path, *sources])
-    stores = [Store(path) for path in sources]
-    try:
-        out = []
-        for path, store in zip(sources, stores):
-            done = Merged(str(path))
+    out = []
+    for path in sources:
+        done = Merged(str(path))
+        with Store(path, readonly=True) as store:           # a source is read, never written
             for run in reversed(store.runs()):                  # oldest first
                 points = store.points(run["id"])
                 if dest.import_run(run, points) is None:
                     done.already += 1
                 else:
                     done.runs, done.points = done.runs + 1, done.points + len(points)
-            out.append(done)
-            said(done)
-        return out
-    finally:
-        for store in stores:
-            store.close()
+        out.append(done)
+        said(done)
+    return out

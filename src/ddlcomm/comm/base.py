@@ -14,10 +14,14 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
-from ..collectives import Collective, get_collective
+from ..collectives import COLLECTIVES, Collective, get_collective
 from ..dtypes import DTYPES, OPS, ByNumpy, DType, ReduceOp, dtype_of, get_op
 from ..errors import DdlcommError, UnsupportedError, UsageError
 from . import buffers, objects
+from .buffers import check_writable
+
+#: The collectives whose receive buffer may be the send buffer (in place).
+IN_PLACE = [c.name for c in COLLECTIVES.values() if c.in_place_ok]
 
 
 class Request(Protocol):
@@ -42,12 +46,6 @@ def rank_of(root: Any, size: int, what: str, role: str = "root") -> int:
     if not 0 <= root < size:
         raise UsageError(f"{role} {root} is not a rank of this {what} (size {size})")
     return root
-
-
-def check_writable(array: np.ndarray, what: str) -> None:
-    """Refuse a read-only array as a buffer ddlcomm writes into (tensors are always writable)."""
-    if isinstance(array, np.ndarray) and not array.flags.writeable:
-        raise UsageError(f"{what} is read-only", "pass a writable array (e.g. a.copy())")
 
 
 def _writable(buf: Any) -> bool:
@@ -253,10 +251,14 @@ class Communicator(abc.ABC):
         return int(tag)
 
     def _check_recv(self, recvbuf: Optional[np.ndarray], sendbuf: np.ndarray, count: int,
-                    what: str) -> np.ndarray:
-        """``recvbuf`` if it is a writable array of ``count`` elements of sendbuf's dtype."""
+                    what: str, in_place: bool = False) -> np.ndarray:
+        """``recvbuf`` if it is a writable array of ``count`` elements of sendbuf's dtype, the
+        send buffer itself only where the collective runs ``in_place``."""
         if recvbuf is None:
             raise UsageError(f"{what} needs {count} elements, got none")
+        if recvbuf is sendbuf and not in_place:
+            raise UsageError(f"{what} is its send buffer: only {' and '.join(IN_PLACE)} run in place",
+                             "pass another receive buffer, or none for a new one")
         if recvbuf is not sendbuf:
             self.check_buffer(recvbuf)
             have, want = buffers.numpy_dtype(recvbuf), buffers.numpy_dtype(sendbuf)
@@ -284,7 +286,7 @@ class Communicator(abc.ABC):
 
     def _recv_or_part(self, recvbuf: Optional[np.ndarray], sendbuf: np.ndarray, count: int,
                       what: str, call: Callable[[np.ndarray, np.ndarray], None],
-                      shaped: bool = False) -> np.ndarray:
+                      shaped: bool = False, in_place: bool = False) -> np.ndarray:
         """The checked receive buffer (a new one where None: of the send buffer's shape where
         ``shaped``, the result being one like it, else flat); where it is refused, ``call``
         (the collective from a send buffer into a receive buffer) runs into scratch memory
@@ -292,7 +294,7 @@ class Communicator(abc.ABC):
         if recvbuf is None:
             return buffers.empty_like(sendbuf) if shaped else buffers.empty(count, sendbuf)
         try:
-            return self._check_recv(recvbuf, sendbuf, count, what)
+            return self._check_recv(recvbuf, sendbuf, count, what, in_place)
         except DdlcommError as refused:
             raise self._take_part(refused, lambda: call(sendbuf, buffers.empty(count, sendbuf))) from None
 
@@ -431,7 +433,7 @@ class Communicator(abc.ABC):
         if self.rank == root:
             recvbuf = self._recv_or_part(recvbuf, sendbuf, buffers.count(sendbuf), "reduce's receive buffer",
                                          lambda send, scratch: self._reduce(send, scratch, rop, root),
-                                         shaped=True)
+                                         shaped=True, in_place=True)
         else:
             recvbuf = None
         self._reduce(sendbuf, recvbuf, rop, root)
@@ -455,7 +457,7 @@ class Communicator(abc.ABC):
             raise self._send_anyway(refused, sendbuf, lambda copy: part(copy, buffers.empty_like(copy))) from None
         rop = self.check_op(op, dtype)
         return self._recv_or_part(recvbuf, sendbuf, buffers.count(sendbuf), f"{what}'s receive buffer",
-                                  part, shaped=True), rop
+                                  part, shaped=True, in_place=True), rop
 
     def allreduce(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
                   op: str | ReduceOp = "sum") -> np.ndarray:
@@ -539,7 +541,7 @@ class Communicator(abc.ABC):
             self._block(n, collective)
         if coll.has_recvbuf(self.rank, root):
             self._check_recv(recvbuf, sendbuf, coll.recv_count(n, self.size),
-                             f"{collective}'s receive buffer")
+                             f"{collective}'s receive buffer", coll.in_place_ok)
         else:
             recvbuf = None
         if coll.in_send and self.rank != root:          # broadcast: the result lands in it

@@ -28,8 +28,8 @@ from typing import Optional
 import numpy as np
 
 import ddlcomm
-from ddlcomm.comm import native
-from ddlcomm.dtypes import DTYPES, OPS
+from ddlcomm.comm import algorithms, native
+from ddlcomm.dtypes import DTYPES, OPS, get_op
 from ddlcomm.errors import UsageError
 from suite_kit import THIN_HELP, Checks, conclude, data, guarded, is_float, reference, thinned
 
@@ -211,7 +211,18 @@ class Suite(Checks):
         comm = self.comm
         ring = native.get("allreduce", "ring")
         a = np.ones(5, np.float32)
+        ro = np.ones(5, np.float32)
+        ro.setflags(write=False)
+        other = (comm.rank + 1) % comm.size     # a root other than this rank (none at 1 rank)
         expect = [
+            (lambda: ring(comm, a, ro), "allreduce's receive buffer is read-only"),
+            (lambda: algorithms.bind(comm, "allreduce", "shm", np.ones(5, np.int32), None,
+                                     get_op("avg"), 0),
+             "op avg needs a floating-point dtype, not int32"),
+        ] + ([(lambda: native.get("broadcast", "binomial")(comm, ro, root=other),
+               "broadcast's buffer is read-only"),
+              (lambda: native.get("broadcast", "pipelined")(comm, ro, root=other),
+               "broadcast's buffer is read-only")] if comm.size > 1 else []) + [
             (lambda: ring(comm, a, np.ones(4, np.float32)),
              "allreduce's receive buffer needs 5 elements, got 4"),
             (lambda: ring(comm, a, np.ones(5, np.float64)),

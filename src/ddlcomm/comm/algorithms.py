@@ -39,7 +39,7 @@ from ..kernels import reducer
 from ..lazy import load
 from ..units import format_size
 from . import device, native, shm
-from .native._common import check_buf, check_recv, flat
+from .native._common import check_buf, check_op, check_recv, flat
 from .names import KERNEL_SEP, piece, split
 from .tuning import Tuning
 
@@ -199,6 +199,7 @@ def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[R
         # dtype was written with raw bytes, a transposed one left unwritten, a 2-D one refused
         # by NumPy's copy
         send = check_buf(comm, sendbuf, f"{collective}'s send buffer")
+        op = check_op(comm, op, send)             # e.g. avg of integers, as the native ones refuse
         recv = check_recv(comm, sendbuf, recvbuf, sendbuf.size, f"{collective}'s receive buffer")
         recv = send if recvbuf is sendbuf else flat(recv)
         more = {} if pieces is None else {"chunk_bytes": pieces}

@@ -117,3 +117,9 @@ def contiguous(buf: Any) -> Any:
 def copy_of(buf: Any) -> Any:
     """A writable, contiguous copy of an array or a tensor."""
     return np.array(buf) if isinstance(buf, np.ndarray) else buf.clone()
+
+
+def check_writable(array: np.ndarray, what: str) -> None:
+    """Refuse a read-only array as a buffer ddlcomm writes into (tensors are always writable)."""
+    if isinstance(array, np.ndarray) and not array.flags.writeable:
+        raise UsageError(f"{what} is read-only", "pass a writable array (e.g. a.copy())")

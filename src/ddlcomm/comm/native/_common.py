@@ -23,7 +23,7 @@ import numpy as np
 
 from ...dtypes import ReduceOp
 from ...errors import UsageError
-from ..buffers import check_apart
+from ..buffers import check_apart, check_writable
 
 if TYPE_CHECKING:
     from ..base import Communicator
@@ -52,7 +52,8 @@ def check_buf(comm: "Communicator", array: np.ndarray, what: str) -> np.ndarray:
 
 def check_recv(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.ndarray],
                count: int, what: str) -> np.ndarray:
-    """``recvbuf`` (allocated when None) checked to hold ``count`` elements of sendbuf's dtype."""
+    """``recvbuf`` (allocated when None) checked to hold ``count`` elements of sendbuf's dtype,
+    writable."""
     if recvbuf is None:
         return np.empty(count, sendbuf.dtype)
     check_buf(comm, recvbuf, what)
@@ -61,7 +62,18 @@ def check_recv(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.n
     if recvbuf.size != count:
         raise UsageError(f"{what} needs {count} elements, got {recvbuf.size}")
     check_apart(recvbuf, sendbuf, what)
+    check_writable(recvbuf, what)
     return recvbuf
+
+
+def check_broadcast(comm: "Communicator", buf: np.ndarray, root: int) -> tuple[np.ndarray, int]:
+    """A broadcast's buffer as a flat view, and its root, checked (the ranks other than the
+    root write into the buffer)."""
+    flat = check_buf(comm, buf, "broadcast's buffer")
+    root = comm.check_root(root)
+    if comm.rank != root:
+        check_writable(buf, "broadcast's buffer")
+    return flat, root
 
 
 def check_op(comm: "Communicator", op: "str | ReduceOp", array: np.ndarray) -> ReduceOp:

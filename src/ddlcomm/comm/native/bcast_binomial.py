@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
 def broadcast(comm: "Communicator", buf: np.ndarray, root: int = 0) -> np.ndarray:
     """Copy the root's ``buf`` into every rank's ``buf`` (in place); returns ``buf``."""
-    flat = c.check_buf(comm, buf, "broadcast's buffer")
-    run(c.HostLink(comm), flat, comm.check_root(root))
+    flat, root = c.check_broadcast(comm, buf, root)
+    run(c.HostLink(comm), flat, root)
     return buf
 
 

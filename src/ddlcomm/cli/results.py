@@ -101,9 +101,7 @@ def export_points(store: Store, args: argparse.Namespace) -> None:
     if not args.all and args.run is None:
         raise UsageError("results export needs a run id or --all", "see `ddlcomm results list`")
     output = common.out_file(args.output, "-o") if args.output not in (None, "-") else None
-    points = store.points(None if args.all else common.run_id(args.run))
-    if not args.all:
-        store.run(common.run_id(args.run))
+    points = store.points(None if args.all else common.run_id(args.run))    # no such run: raises
     text = export.to_csv(points) if args.format == "csv" else export.to_json(points)
     if output is not None:
         write_text(output, text)

@@ -35,7 +35,7 @@ def _cpus(c: Facts) -> list[str]:
     for n in c.get("numa") or []:
         lines.append(f"NUMA node {n['node']}: CPUs {n['cpus'] or 'none'}, {_size(n.get('memory_bytes'))}"
                      + ("" if n.get("memory_allowed") else " (memory not allowed to this process)"))
-    return lines or ["no NUMA information"]
+    return lines
 
 
 def _memory(m: Facts) -> list[str]:

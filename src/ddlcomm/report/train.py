@@ -96,7 +96,8 @@ def scaling_rows(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
                                                     f.get("workers") or 0)):
         sp, spm = f.get("speedup"), f.get("speedup_predicted")
         rows.append([str(f.get("workers")), f"{f.get('library') or f.get('backend')} {label(f, ranks=False)}",
-                     _ms(f.get("t_iter_s")), f"{sp:.2f}", f"{f.get('efficiency'):.0%}",
+                     _ms(f.get("t_iter_s")), "-" if sp is None else f"{sp:.2f}",
+                     "-" if f.get("efficiency") is None else f"{f['efficiency']:.0%}",
                      "-" if spm is None else f"{spm:.2f}",
                      "-" if spm is None else f"{f.get('efficiency_predicted'):.0%}"])
     return headers, rows
@@ -246,7 +247,7 @@ def batch_figure(points: Sequence[Point]) -> Any:
     models = {m: fs for m, fs in models.items() if len({f["batch"] for f in fs}) > 1}
     if not models:
         raise ValueError("no batch sweep to draw")
-    fig, ax = plt.subplots(figsize=_size(), layout="constrained")
+    fig, ax = plt.subplots(figsize=plots._FIGSIZE, layout="constrained")
     for m, fs in models.items():
         fs = sorted(fs, key=lambda f: f["batch"])
         ax.plot([f["batch"] for f in fs], [f["images_per_s"] for f in fs], marker="o", label=m)
@@ -291,10 +292,6 @@ def layers_figure(points: Sequence[Point]) -> Any:
 def _whole_workers(ax) -> None:
     """Ticks at whole worker counts only (1.5 workers is no configuration)."""
     ax.xaxis.set_major_locator(plots._pyplot().MaxNLocator(integer=True))
-
-
-def _size() -> tuple[float, float]:
-    return (6.4, 4.4)
 
 
 FIGURES = (("phases", phases_figure), ("predicted", predicted_figure),

@@ -208,5 +208,8 @@ def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[R
     kwargs = {"reduce": reduce} if coll.reduces else {}
     if collective in PIPELINED:
         kwargs["chunk_bytes"] = PIPELINE_BYTES if pieces is None else pieces
-    return functools.partial(native.get(collective, base), comm,
-                             *coll.call_args(sendbuf, recvbuf, op, root), **kwargs)
+    entry = native.get(collective, base)
+    args = coll.call_args(sendbuf, recvbuf, op, root)
+    if hasattr(entry, "bound"):                 # checked here once, not on every call
+        return entry.bound(comm, *args, **kwargs)
+    return functools.partial(entry, comm, *args, **kwargs)

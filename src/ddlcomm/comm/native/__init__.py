@@ -27,6 +27,8 @@ reduce at the root), ``avg`` divided by the number of ranks at the end.
 >>> from ddlcomm.comm import native
 >>> ring = native.get("allreduce", "ring")
 >>> ring(comm, grads, grads, "sum", chunk_bytes=1 << 20)       # in place, pipelined
+>>> step = ring.bound(comm, grads, grads, "sum")                 # the all-reduces: checked once,
+>>> step()                                                        # then called as often as needed
 
 Each module also has ``schedule(p, nbytes) -> Schedule`` (rounds, bytes and
 reduced bytes on the critical path, for the α-β-γ cost model); :func:`schedule`

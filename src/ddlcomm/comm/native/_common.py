@@ -295,7 +295,25 @@ def nchunks(nbytes: float, chunk_bytes: Optional[int]) -> int:
 # Every algorithm of a collective checks its arguments the same way; each module
 # supplies only ``run`` on checked flat buffers and gets its public function here.
 def allreduce_entry(run: Callable) -> Callable:
-    """The public ``allreduce(comm, sendbuf, recvbuf, op, *, reduce, chunk_bytes)`` around ``run``."""
+    """The public ``allreduce(comm, sendbuf, recvbuf, op, *, reduce, chunk_bytes)`` around
+    ``run``, and its ``bound`` form (same arguments), checked once for repeated calls."""
+    def bound(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
+              op: "str | ReduceOp" = "sum", *, reduce: Optional[Reducer] = None,
+              chunk_bytes: Optional[int] = None) -> Callable[[], np.ndarray]:
+        send = check_buf(comm, sendbuf, "allreduce's send buffer")
+        rop = check_op(comm, op, sendbuf)
+        kernel = check_reduce(reduce, rop)
+        chunk = check_chunk(chunk_bytes, sendbuf.itemsize)
+        recvbuf = check_recv(comm, sendbuf, recvbuf, sendbuf.size, "allreduce's receive buffer")
+        recv = send if recvbuf is sendbuf else flat(recvbuf)    # in place: one view
+        link, p = HostLink(comm), comm.size
+
+        def call() -> np.ndarray:
+            run(link, send, recv, kernel, chunk)
+            rop.finish(recv, p)
+            return recvbuf
+        return call
+
     def allreduce(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
                   op: "str | ReduceOp" = "sum", *, reduce: Optional[Reducer] = None,
                   chunk_bytes: Optional[int] = None) -> np.ndarray:
@@ -306,15 +324,8 @@ def allreduce_entry(run: Callable) -> Callable:
         ufunc); ``chunk_bytes`` pipelines each reduce-scatter step in pieces of
         that many bytes.  ``avg`` divides by the number of ranks at the end.
         """
-        send = check_buf(comm, sendbuf, "allreduce's send buffer")
-        rop = check_op(comm, op, sendbuf)
-        kernel = check_reduce(reduce, rop)
-        chunk = check_chunk(chunk_bytes, sendbuf.itemsize)
-        recvbuf = check_recv(comm, sendbuf, recvbuf, sendbuf.size, "allreduce's receive buffer")
-        recv = send if recvbuf is sendbuf else flat(recvbuf)    # in place: one view
-        run(HostLink(comm), send, recv, kernel, chunk)
-        rop.finish(recv, comm.size)
-        return recvbuf
+        return bound(comm, sendbuf, recvbuf, op, reduce=reduce, chunk_bytes=chunk_bytes)()
+    allreduce.bound = bound            # type: ignore[attr-defined]
     return allreduce
 
 

@@ -29,6 +29,7 @@ from ddlcomm.collectives import COLLECTIVES
 from ddlcomm.comm import registry
 from ddlcomm.comm.native import ALGORITHMS
 from ddlcomm.dtypes import DTYPES, OPS
+from ddlcomm.errors import UsageError
 from ddlcomm.memory import KINDS
 from ddlcomm.recipes import RECIPES
 from ddlcomm.results import Store
@@ -452,3 +453,38 @@ def test_a_result_ddlcomm_allocates_keeps_the_send_buffers_shape():
     x = np.ones((2, 3), np.float32)
     assert comm.allreduce(x).shape == comm.reduce(x).shape == comm.iallreduce(x).wait().shape == (2, 3)
     assert comm.alltoall(x).shape == (2, 3) and comm.allgather(x).shape == (6,)
+
+
+def test_only_the_collectives_that_run_in_place_take_their_send_buffer_as_receive_buffer():
+    """alltoall(x, x), and at one rank allgather, gather and reduce_scatter, were handed to the
+    library with aliased buffers (MPICH: an MPI error; Open MPI and Gloo ran them)."""
+    comm = api_cases.Loopback()
+    x = np.ones(4, np.float32)
+    for name, call in (("alltoall", comm.alltoall), ("allgather", comm.allgather),
+                       ("gather", comm.gather), ("reduce_scatter", comm.reduce_scatter)):
+        with pytest.raises(UsageError, match=f"{name}'s receive buffer is its send buffer: only "
+                                             "reduce and allreduce run in place"):
+            call(x, x)
+    assert comm.allreduce(x, x) is x and comm.reduce(x, x) is x
+
+
+def test_a_backend_whose_close_calls_its_bases_is_closed_once():
+    """NCCL's close calls the torch backends' close: the communicator became a
+    ClosedClosedNCCLCommunicator, closed twice over."""
+    released = []
+
+    class Base(api_cases.Loopback):
+        def close(self):
+            released.append("base")
+
+    class Derived(Base):
+        def close(self):
+            super().close()
+            released.append("derived")
+
+    comm = Derived()
+    comm.close()
+    comm.close()
+    assert released == ["base", "derived"] and type(comm).__name__ == "ClosedDerived"
+    with pytest.raises(UsageError, match="this loopback communicator is closed"):
+        comm.allreduce(np.ones(2))

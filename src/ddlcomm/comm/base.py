@@ -112,6 +112,8 @@ def _closed(cls: type) -> type:
 
     def again(self) -> None:
         return None
+    if getattr(cls, "_refuses_calls", False):      # closed again (a backend's close calls its base's)
+        return cls
     return type(f"Closed{cls.__name__}", (cls,),
                 {"_refuses_calls": True, "close": again, **{name: refuse for name in CALLS}})
 
@@ -386,7 +388,8 @@ class Communicator(abc.ABC):
     def gather(self, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray] = None,
                root: int = 0) -> Optional[np.ndarray]:
         """Concatenate every rank's ``sendbuf`` in rank order at the root."""
-        if self.rank != self.check_root(root):
+        root = self.check_root(root)
+        if self.rank != root:
             try:
                 self.check_buffer(sendbuf)
             except DdlcommError as refused:

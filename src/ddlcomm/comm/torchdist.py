@@ -409,7 +409,6 @@ class TorchDistCommunicator(Communicator):
         _OURS["users"] += self._ours
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
-        self._closed = False
 
     def _before_init(self, info: LaunchInfo) -> dict:
         """Set up what the backend needs before the ranks meet; the options for
@@ -433,13 +432,12 @@ class TorchDistCommunicator(Communicator):
     def close(self) -> None:
         # A process group the caller set up before us is theirs to destroy; ours goes with
         # the last communicator that uses it (torch has one default group per process).
-        if not self._closed and self._ours:
+        if self._ours:                  # (once: a closed communicator's close does nothing)
             _OURS["users"] -= 1
             if _OURS["users"] == 0:
                 _OURS["made"] = False
                 if dist.is_initialized():
                     dist.destroy_process_group()
-        self._closed = True
 
     def sync(self) -> None:
         """Wait for the current CUDA stream once a device tensor was bound (OSU ``-d cuda``)."""

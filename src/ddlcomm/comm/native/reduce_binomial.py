@@ -62,7 +62,7 @@ def run(link: "c.HostLink", send: np.ndarray, recv: Optional[np.ndarray], root: 
         if recv is not None and recv is not send:
             recv[:] = send
         return
-    acc = recv if recv is not None else None
+    acc = recv
     partial = send                              # where this rank's partial result lives
     mask = 1
     while mask < p:

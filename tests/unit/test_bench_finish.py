@@ -222,4 +222,4 @@ def test_a_run_whose_ranks_were_not_started_is_failed_with_why(tmp_path):
     with Store(db) as store:
         run = store.run(1)
     assert run["status"] == "failed"
-    assert run["error"].startswith("the ranks were not started: no MPI launcher")
+    assert run["error"].startswith("starting the ranks failed: no MPI launcher")

@@ -112,7 +112,7 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
         rc = EXIT_INTERRUPTED
     except DdlcommError as exc:         # no rank started (no launcher, no containers)
         with Store(db_path) as store:
-            store.end_if_running(run_id, "failed", f"the ranks were not started: {exc}")
+            store.end_if_running(run_id, "failed", f"starting the ranks failed: {exc}")
         raise
     finally:
         for sig, handler in previous.items():

@@ -37,6 +37,7 @@ from ..lazy import load
 from .algorithms import PIPELINE_BYTES, RING_MIN_BYTES
 from .group import Group
 from .native import ALGORITHMS, HostLink
+from .native._common import check_reduce
 from .nodes import node_name
 from .nodes import node_segment
 from .shm import reduce_slice, slices
@@ -69,7 +70,7 @@ def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
 
     ``node`` names this rank's node (default :func:`node_name`).
     """
-    reduce = reduce or (lambda a, b, out: op.ufunc(a, b, out=out))
+    reduce = check_reduce(reduce, op)
     groups = node_groups(comm.allgather_object(node or node_name()))
     mine = next(g for g in groups if comm.rank in g)
     local = Group(comm, mine)

@@ -43,6 +43,7 @@ from ..errors import UnsupportedError
 from ..memory.shared import segment_of
 from . import shm_mapped
 from .bound import BoundCall
+from .native._common import blocks, check_reduce
 from .nodes import node_segment, same_node, spin_us
 
 try:
@@ -73,14 +74,10 @@ PIPE_PHASES = tuple(_shmpipe.PHASES.split()) if _shmpipe is not None else ()
 
 
 def slices(count: int, nranks: int) -> list[tuple[int, int]]:
-    """Balanced contiguous ranges of ``count`` elements, one per rank (pure)."""
-    base, extra = divmod(count, nranks)
-    out, lo = [], 0
-    for r in range(nranks):
-        hi = lo + base + (1 if r < extra else 0)
-        out.append((lo, hi))
-        lo = hi
-    return out
+    """Balanced contiguous ranges of ``count`` elements, one per rank (pure): the native
+    algorithms' blocks."""
+    offsets = blocks(count, nranks)
+    return list(zip(offsets, offsets[1:]))
 
 
 def reduce_slice(reduce, parts, piece) -> None:
@@ -158,7 +155,7 @@ def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
     if not same_node(comm):
         raise UnsupportedError("the shm all-reduce needs every rank on one node",
                                "use --algorithm hierarchical (or ring) across nodes")
-    reduce = reduce or (lambda a, b, out: op.ufunc(a, b, out=out))
+    reduce = check_reduce(reduce, op)
     p, n, dtype = comm.size, sendbuf.size, sendbuf.dtype
     if pipelines(reduce):
         if shm_mapped.runs(reduce):

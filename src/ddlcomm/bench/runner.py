@@ -26,7 +26,7 @@ from ..launch.placement import format_cpulist, split_ranks, transport
 from ..measure import timing
 from ..measure.calls import prepare
 from ..measure.checks import verdict
-from ..measure.records import backend_facts, collective_records, merge_facts
+from ..measure.records import backend_facts, collective_records, facts_at_root
 from ..memory import heap
 from ..memory import kind as memory_kind
 from ..memory.gpu import use_gpu
@@ -74,7 +74,7 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
         times, iterations, warmup = timing.calibrate(comm, timing.calls(comm, prepared.run),
                                                      plan.budget_s, plan.iters, plan.warmup)
         pages = bufs.placement(comm)
-        extra.update(call_facts(comm, prepared))
+        extra.update(facts_at_root(comm, prepared.facts()))   # what each rank's bound call ran
         del prepared                      # its views die with the buffers
         if op is not None and spec.form == "buffer" and count:
             if bufs.on_device:
@@ -90,12 +90,6 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
                               warmup=warmup, check=check, algorithm=spec.algorithm,
                               extra={"pages": pages, "algorithm_run": algorithm, **extra})
 
-
-def call_facts(comm, prepared) -> dict:
-    """What every rank's bound call says it ran (kernel, transports, kind look-ups),
-    merged at rank 0 like the backends' facts (the others get {})."""
-    said = comm.gather_object(prepared.facts(), root=0)
-    return merge_facts(said) if comm.rank == 0 else {}
 
 
 def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:

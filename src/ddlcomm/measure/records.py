@@ -51,8 +51,14 @@ def collective_records(comm, coll: Collective, dtype: DType, op: Optional[Reduce
 
 def backend_facts(comm) -> dict:
     """What every rank's backend says about the point just measured (``point_facts``),
-    merged at rank 0 by :func:`merge_facts` (the others get {})."""
-    said = comm.gather_object(comm.point_facts(), root=0)
+    merged at rank 0 (:func:`facts_at_root`)."""
+    return facts_at_root(comm, comm.point_facts())
+
+
+def facts_at_root(comm, facts: dict) -> dict:
+    """Every rank's ``facts`` gathered and merged at rank 0 by :func:`merge_facts` (the
+    others get {})."""
+    said = comm.gather_object(facts, root=0)
     return merge_facts(said) if comm.rank == 0 else {}
 
 

@@ -7,14 +7,13 @@ it is one of the ranks.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import fields
 from typing import Optional
 
 from ..bench.plan import (BenchOptions, BenchPlan, check_fits, check_ranks, mem_available, resolve,
                           staged_note, usable_cores)
-from ..bench.runs import RUN_ID_ENV
+from ..bench.runs import owners_run
 from ..comm import registry
 from ..errors import UsageError
 from ..launch.containers import check_available
@@ -140,11 +139,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     info = detect()
     plan = bench_plan(args, default_ranks=None if info else 2)
     note = staged_note(plan)
-    if note and (info is None or (info.rank == 0 and RUN_ID_ENV not in os.environ)):
+    if note and (info is None or (info.rank == 0 and owners_run() is None)):
         print(f"ddlcomm: note: {note}", file=sys.stderr)   # once: the run's owner or rank 0
     db = common.db_path(args)
     if info is not None:
-        if RUN_ID_ENV not in os.environ:
+        if owners_run() is None:
             refuse_own_launch_options(plan)
         return session.rank_main(plan, argv, info, db, common.report_dir(args, db))
     check_ranks(plan.ranks, usable_cores(), args.oversubscribe)   # memory: check_fits

@@ -175,11 +175,13 @@ class FolderData:
                 if x.ndim != 4 or x.shape[1] != 3 or len(y) != len(x):
                     raise UsageError(f"{f}: x must be (N, 3, H, W) and y (N,), got {x.shape}, {y.shape}")
                 seen += len(x)
-                first = min(len(x), (self.batch - sum(map(len, carry_y))) % self.batch)
+                first = 0                               # this file's rows that end a begun batch
                 if carry_y:
+                    have = sum(map(len, carry_y))
+                    first = min(len(x), self.batch - have)
                     carry_x.append(pixels(x[:first]))
                     carry_y.append(y[:first])
-                    if sum(map(len, carry_y)) < self.batch:
+                    if have + first < self.batch:
                         continue
                     yield np.concatenate(carry_x), np.concatenate(carry_y)
                 n = first + (len(x) - first) // self.batch * self.batch

@@ -211,6 +211,44 @@ def mapped_checks(comm, failures) -> None:
     buf.free()
 
 
+def failure_checks(comm, failures) -> None:
+    """Set-up that fails on some ranks fails on every rank alike, and leaves none waiting:
+    a segment too large for /dev/shm (its leader fails), and another rank's buffer whose
+    segment is gone from /dev/shm (those that map it fail).  The ranks then go on."""
+    import os
+    from ddlcomm.comm import algorithms, nodes
+    from ddlcomm.errors import EveryRankError
+    from ddlcomm.memory.shared import SHM_DIR, segment_of
+    try:
+        nodes.node_segment(comm, 0, 1 << 50)
+        failures.append(f"rank {comm.rank}: a 1 PiB node segment was made")
+    except EveryRankError as exc:
+        if "rank 0: " not in str(exc) or "cannot hold" not in str(exc):
+            failures.append(f"rank {comm.rank}: a 1 PiB node segment: {exc}")
+    total = OPS["sum"]
+    if comm.size == 1 or not shm_mapped.runs(algorithms.kernel("shm-map", total, np.float32)):
+        return
+    bufs = [memory.allocate("shared", 4096) for _ in range(2)]
+    send, recv = (b.array(np.float32, 1024) for b in bufs)
+    send[:] = comm.rank + 1
+    names = comm.allgather_object(segment_of(send)[0])
+    if comm.rank == comm.size - 1:
+        os.unlink(os.path.join(SHM_DIR, names[0]))          # rank 0's send buffer's name is gone
+    comm.barrier()
+    try:
+        algorithms.bind(comm, "allreduce", "shm-map", send, recv, total, 0)
+        failures.append(f"rank {comm.rank}: shm-map mapped a segment that is gone")
+    except EveryRankError as exc:
+        if "rank 1: no shared-memory segment" not in str(exc):
+            failures.append(f"rank {comm.rank}: shm-map without rank 0's segment: {exc}")
+    for b in bufs:
+        b.free()
+    check = np.full(4, comm.rank + 1, np.float32)
+    comm.allreduce(check, check, op="sum")                  # nobody was left waiting
+    if not (check == comm.size * (comm.size + 1) / 2).all():
+        failures.append(f"rank {comm.rank}: the library's all-reduce after the refusals gave {check}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", default="mpi")
@@ -226,6 +264,7 @@ def main() -> int:
                 failures.append(f"rank {comm.rank} {label} (call {attempt})")
         del call
     bound_checks(comm, failures)
+    failure_checks(comm, failures)
     assert shm.slices(10, 3) == [(0, 4), (4, 7), (7, 10)]
     assert hierarchical.node_groups(["a", "b", "a", "b", "c"]) == [[0, 2], [1, 3], [4]]
     comm.barrier()

@@ -9,7 +9,9 @@ import weakref
 import numpy as np
 
 from .. import memory
+from ..errors import EveryRankError
 from ..memory.shared import attach, segment_of, unlink_name
+from .agree import agreed, attempt
 
 
 def node_name() -> str:
@@ -45,16 +47,23 @@ def node_segment(comm, leader: int, nbytes: int):
     """A segment of ``nbytes`` shared by the ranks whose ``leader`` (a rank) creates it.
 
     Every rank of ``comm`` calls this (set-up time); the leaders create, the
-    others attach by the name their leader all-gathers.
+    others attach by the name their leader all-gathers.  Where a leader cannot
+    create it or a rank cannot map it, every rank raises alike (:func:`agreed`).
     """
-    buf = name = None
+    buf = name = why = None
     if comm.rank == leader:
-        buf = memory.allocate("shared", max(1, nbytes))
-        name = segment_of(buf.array(np.uint8, 1))[0]
-    names = comm.allgather_object(name)
+        buf, why = attempt(memory.allocate, "shared", max(1, nbytes))
+        name = None if buf is None else segment_of(buf.array(np.uint8, 1))[0]
+    names = agreed(comm, why, "the node's shared-memory segment", name)
     if buf is None:
-        buf = attach(names[leader])
-    comm.barrier()                      # every rank has it mapped before anyone frees
+        buf, why = attempt(attach, names[leader])
+    try:
+        # every rank has it mapped before anyone frees
+        agreed(comm, why, "mapping the node's shared-memory segment")
+    except EveryRankError:
+        if buf is not None:
+            buf.free()
+        raise
     if comm.rank == leader:
         unlink_name(buf)                # a rank killed later leaves no segment behind
     return buf

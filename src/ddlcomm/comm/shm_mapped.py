@@ -25,9 +25,10 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..dtypes import ReduceOp
-from ..errors import EveryRankError, UnsupportedError
+from ..errors import UnsupportedError
 from ..memory import remap
 from ..memory.shared import attach, segment_of, unlink
+from .agree import agreed, attempt
 from .bound import BoundCall
 from .nodes import node_segment, same_node, spin_us
 
@@ -89,26 +90,25 @@ def _mapped_part(where: tuple, lo: int, hi: int, maps: dict) -> np.ndarray:
     return maps[name].array(np.uint8, start + hi - lo)[start:]
 
 
-def _gather(comm, sendbuf, recvbuf, share: bool) -> tuple[list, list]:
+def _gather(comm, sendbuf, recvbuf, share: bool, held: list) -> list:
     """Every rank's (send, recv) shared-memory places (see :func:`_where`), the same on every
-    rank, and what this rank moved.  A rank that could not move its pages makes every rank
-    raise EveryRankError, naming it."""
-    held: list = []
-    try:
-        mine = (_where(sendbuf, share, held),)
-        mine += (mine[0] if recvbuf is sendbuf else _where(recvbuf, share, held),)
-        why = None
-    except UnsupportedError as exc:
-        mine, why = (None, None), (exc.args[0], exc.hint)
-    every = comm.allgather_object((why, mine))
-    failed = [(q, text) for q, (text, _) in enumerate(every) if text is not None]
-    if failed:
-        for pages in held:
-            pages.release()
-        q, (text, hint) = failed[0]
-        # every rank knows: they end alike, and rank 0 alone says it
-        raise EveryRankError(f"shm-map: rank {q}: {text}", hint)
-    return [w for _, pair in every for w in pair], held
+    rank; what this rank moved goes into ``held``.  A rank that could not move its pages
+    makes every rank raise EveryRankError, naming it."""
+    def places() -> tuple:
+        send = _where(sendbuf, share, held)
+        return send, send if recvbuf is sendbuf else _where(recvbuf, share, held)
+
+    mine, why = attempt(places)
+    return [w for pair in agreed(comm, why, "shm-map", mine) for w in pair]
+
+
+def _peers(wheres: list, send8, recv8, lo: int, hi: int, rank: int, maps: dict) -> tuple:
+    """Every rank's bytes [lo, hi) of its send and receive buffers, this rank's own straight."""
+    p = len(wheres) // 2
+    sends = tuple(send8[lo:hi] if q == rank else _mapped_part(wheres[2 * q], lo, hi, maps) for q in range(p))
+    recvs = tuple(recv8[lo:hi] if q == rank else _mapped_part(wheres[2 * q + 1], lo, hi, maps)
+                  for q in range(p))
+    return sends, recvs
 
 
 def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
@@ -124,14 +124,29 @@ def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
         raise UnsupportedError("shm-map needs ddlcomm's compiled engine and C reduction kernel",
                                "reinstall ddlcomm where a C compiler is found, or use shm")
     p, rank = comm.size, comm.rank
-    wheres, held = _gather(comm, sendbuf, recvbuf, share)
-    lo, hi = _span(wheres, sendbuf.nbytes, sendbuf.itemsize)
     maps: dict = {}
+    held: list = []
+    ctl_buf = None
+
+    def close() -> None:
+        for buf in maps.values():
+            buf.free()
+        for pages in held:
+            pages.release()
+        if ctl_buf is not None:
+            ctl_buf.free()
+
     send8, recv8 = sendbuf.view(np.uint8), recvbuf.view(np.uint8)
-    sends = tuple(send8[lo:hi] if q == rank else _mapped_part(wheres[2 * q], lo, hi, maps) for q in range(p))
-    recvs = tuple(recv8[lo:hi] if q == rank else _mapped_part(wheres[2 * q + 1], lo, hi, maps)
-                  for q in range(p))
-    ctl_buf = node_segment(comm, 0, _shmmap.control_bytes(p))   # its barrier: every rank has mapped
+    try:
+        wheres = _gather(comm, sendbuf, recvbuf, share, held)
+        lo, hi = _span(wheres, sendbuf.nbytes, sendbuf.itemsize)
+        peers, why = attempt(_peers, wheres, send8, recv8, lo, hi, rank, maps)
+        agreed(comm, why, "shm-map: mapping the others' buffers")
+        ctl_buf = node_segment(comm, 0, _shmmap.control_bytes(p))   # its barrier: every rank has mapped
+    except BaseException:
+        close()
+        raise
+    sends, recvs = peers
     for pages in held:
         unlink(pages.name)              # mapped by all: a rank killed later leaves nothing behind
     ctl = ctl_buf.array(np.uint8, ctl_buf.nbytes)
@@ -146,13 +161,6 @@ def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
 
     def facts() -> dict:
         return {"shm_mapped_bytes": hi - lo, "shm_moved_pages": bool(held), "shm_chunk": piece}
-
-    def close() -> None:
-        for buf in maps.values():
-            buf.free()
-        for pages in held:
-            pages.release()
-        ctl_buf.free()
 
     call = BoundCall(run, facts)
     weakref.finalize(call, close)

@@ -1,0 +1,34 @@
+"""Set-up that every rank of a communicator does, agreed: where one rank fails, every rank
+raises the same error, so that none is left waiting in the next collective for a rank that
+is gone (binding a shared-memory all-reduce: one rank's segment or mapping fails)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from ..errors import DdlcommError, EveryRankError
+
+#: Why a rank's part failed: (message, hint), or None where it went well.
+Why = Optional[tuple]
+
+
+def attempt(fn: Callable[..., Any], *args: Any) -> tuple[Any, Why]:
+    """``(fn(*args), None)``, or ``(None, why)`` where it raised a ddlcomm error or the
+    system refused (an OSError: no memory to map, a full /dev/shm)."""
+    try:
+        return fn(*args), None
+    except DdlcommError as exc:
+        return None, (exc.args[0] if exc.args else type(exc).__name__, exc.hint)
+    except OSError as exc:
+        return None, (str(exc), None)
+
+
+def agreed(comm: Any, why: Why, what: str, payload: Any = None) -> list:
+    """Every rank's ``payload`` (one all-gather), where no rank's ``why`` says it failed;
+    else every rank raises EveryRankError, naming the first rank that failed and why (rank 0
+    alone says it; the ranks end without aborting one another)."""
+    every = comm.allgather_object((why, payload))
+    for rank, (said, _) in enumerate(every):
+        if said is not None:
+            text, hint = said
+            raise EveryRankError(f"{what}: rank {rank}: {text}", hint)
+    return [mine for _, mine in every]

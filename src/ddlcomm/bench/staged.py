@@ -11,10 +11,9 @@ bandwidth measured alone in the same run.
 """
 from __future__ import annotations
 
-from ..measure import timing
 from ..measure.checks import verdict
 from ..measure.records import backend_facts, make_record
-from ..workloads.base import copy_bytes
+from ..workloads.base import phase_bytes, timed_phases
 from ..workloads.paths import get_path
 from .buffers import PointBuffers
 from .plan import BenchPlan, CollectivePoint, PointSpec
@@ -47,39 +46,21 @@ def measure_staged(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
             expected = coll.expected(dtype, count, comm.rank, comm.size, op, plan.root)
             check = verdict(comm, coll.verify(got, expected, dtype))
         phases = stage.phases()
-        times, iterations, warmup = timing.calibrate(
-            comm, timing.phases(comm, stage.run, len(phases)), plan.budget_s, plan.iters,
-            plan.warmup)
-        mine = stage.copied()
-        copied, bars = copy_bytes(comm, mine), path.copy_bars(comm, mine)
-    facts = backend_facts(comm)
-    return _records(comm, coll, dtype, op, count, times, phases, plan.root, in_place,
-                    iterations, warmup, check, copied, bars,
-                    {**path.facts(comm), **facts, "path": spec.path})
-
-
-def _records(comm, coll, dtype, op, count, times, phases, root, in_place, iterations, warmup,
-             check, copied, bars, extra) -> list[dict]:
-    """Every rank's (iterations x phases) times gathered to rank 0: one record per phase
-    (the whole collective counts its algbw bytes and bus factor, a copy part the most bytes
-    a rank copies in it (``copied``) and carries its bars (``bars``), the collective part
-    the message)."""
-    gathered = comm.gather(times.reshape(-1), root=0)
-    if comm.rank != 0:
+        table, iterations, warmup, copied, bars = timed_phases(
+            comm, stage.run, len(phases), plan.budget_s, plan.iters, plan.warmup, stage.copied(), path)
+        extra = {**path.facts(comm), **backend_facts(comm), "path": spec.path}
+    if table is None:
         return []
-    table = gathered.reshape(comm.size, iterations, len(phases))
     moved = count * dtype.itemsize
 
     def record(k: int, phase: str) -> dict:
-        whole, part_bytes = phase == coll.name, copied.get(phase)
+        nbytes, factor, more = phase_bytes(phase, coll if phase == coll.name else None, moved, comm.size,
+                                           copied, bars)
         return make_record(
-            comm, collective=coll.name, form="buffer", dtype=dtype.name,
-            op=op.name if op else None, nbytes=moved, count=count, root=root,
-            in_place=in_place, iterations=iterations, warmup=warmup, times=table[:, :, k],
-            algbw_bytes=coll.algbw_bytes(moved, comm.size) if whole else
-            moved if part_bytes is None else part_bytes,
-            busbw_factor=coll.busbw_factor(comm.size) if whole else 1.0, check=check,
-            extra={**extra, "phase": phase,
-                   **({} if part_bytes is None else {"copy_bytes": part_bytes}),
-                   **bars.get(phase, {})})
+            comm, collective=coll.name, form="buffer", dtype=dtype.name, op=op.name if op else None,
+            nbytes=moved, count=count, root=plan.root, in_place=in_place, iterations=iterations,
+            warmup=warmup, times=table[:, :, k], algbw_bytes=nbytes, busbw_factor=factor, check=check,
+            extra={**extra, "phase": phase, **more})
+    # the whole collective counts its algbw bytes and bus factor, a copy part the most bytes a
+    # rank copies in it and carries its bars, the collective part the message
     return [record(k, phase) for k, phase in enumerate(phases)]

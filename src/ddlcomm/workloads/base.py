@@ -81,6 +81,33 @@ def mean_input(dtype: DType, count: int, ranks) -> np.ndarray:
                   count)
 
 
+def timed_phases(comm, step, nphases: int, budget_s: float, iters: Optional[int], warmup: Optional[int],
+                 copies: Mapping[str, int], path) -> tuple:
+    """Time ``step`` (returning the durations of its ``nphases`` phases) under the protocol;
+    returns every rank's times as a (ranks x iterations x phases) table on rank 0 (None on
+    the others), the iterations, the warm-up, and per copy phase of ``copies`` (this rank's
+    bytes) the most bytes a rank copies (:func:`copy_bytes`) and the bars ``path`` (the
+    opened data path) measures for them."""
+    times, iterations, warmup = timing.calibrate(comm, timing.phases(comm, step, nphases),
+                                                 budget_s, iters, warmup)
+    copied, bars = copy_bytes(comm, copies), path.copy_bars(comm, copies)
+    gathered = comm.gather(times.reshape(-1), root=0)
+    table = gathered.reshape(comm.size, iterations, nphases) if comm.rank == 0 else None
+    return table, iterations, warmup, copied, bars
+
+
+def phase_bytes(phase: str, coll, nbytes: int, p: int, copied: Mapping[str, int],
+                bars: Mapping[str, dict]) -> tuple[int, float, dict]:
+    """A phase's (algbw bytes, bus factor, extra fields) (pure): a copy phase of ``copied``
+    the most bytes a rank copies, with its bars; a collective's phase (``coll``) that
+    collective's bytes and factor for an ``nbytes`` message on ``p`` ranks; else the message."""
+    if phase in copied:
+        return copied[phase], 1.0, {"copy_bytes": copied[phase], **bars.get(phase, {})}
+    if coll is None:
+        return nbytes, 1.0, {}
+    return coll.algbw_bytes(nbytes, p), coll.busbw_factor(p), {}
+
+
 def timed_steps(comm, plan, spec, step, phases: Sequence[str], *, check: str, nmessages: int,
                 op: Optional[str], server_phases: Sequence[str] = (),
                 copies: Optional[Mapping[str, int]] = None, path, **more) -> list[dict]:
@@ -88,35 +115,24 @@ def timed_steps(comm, plan, spec, step, phases: Sequence[str], *, check: str, nm
     protocol (``--steps``/``--iters``/budget, warm-up); rank 0 returns one record per phase.
 
     A phase named after a collective counts that collective's algbw bytes and bus
-    factor; a copy phase of ``copies`` (this rank's bytes per phase, see
-    :func:`copy_bytes`) the most bytes a rank copies, and carries the bars ``path``
-    (the opened data path) measures for those bytes; every record keeps ``path.facts``;
-    ``server_phases`` are the server's (rank 0's) time alone.
+    factor; a copy phase of ``copies`` (this rank's bytes per phase) the most bytes a
+    rank copies, and carries the bars ``path`` (the opened data path) measures for those
+    bytes (:func:`phase_bytes`); every record keeps ``path.facts``; ``server_phases`` are
+    the server's (rank 0's) time alone.
     """
-    times, iterations, warmup = timing.calibrate(comm, timing.phases(comm, step, len(phases)),
-                                                 plan.budget_s, plan.steps or plan.iters,
-                                                 plan.warmup)
-    copied = copy_bytes(comm, copies or {})
-    bars = path.copy_bars(comm, copies or {})
+    table, iterations, warmup, copied, bars = timed_phases(
+        comm, step, len(phases), plan.budget_s, plan.steps or plan.iters, plan.warmup, copies or {}, path)
     more = {**path.facts(comm), **more}
-    gathered = comm.gather(times.reshape(-1), root=0)
-    if comm.rank != 0:
+    if table is None:
         return []
     p = comm.size
-    table = gathered.reshape(p, iterations, len(phases))
     records = []
     for k, phase in enumerate(phases):
-        coll = COLLECTIVES.get(phase)
-        if phase in copied:
-            nbytes, factor = copied[phase], 1.0
-            extra = {**more, "copy_bytes": copied[phase], **bars.get(phase, {})}
-        else:
-            nbytes = coll.algbw_bytes(spec.nbytes, p) if coll else spec.nbytes
-            factor, extra = coll.busbw_factor(p) if coll else 1.0, more
+        nbytes, factor, extra = phase_bytes(phase, COLLECTIVES.get(phase), spec.nbytes, p, copied, bars)
         records.append(phase_record(
             comm, plan, spec, phase, table[:1 if phase in server_phases else p, :, k], op=op,
             iterations=iterations, warmup=warmup, check=check, nmessages=nmessages,
-            algbw_bytes=nbytes, busbw_factor=factor, **extra))
+            algbw_bytes=nbytes, busbw_factor=factor, **{**more, **extra}))
     return records
 
 

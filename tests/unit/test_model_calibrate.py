@@ -215,6 +215,11 @@ def test_shared_and_split_groups():
     small = fit.select("allreduce", "library", 1024)
     large = fit.select("allreduce", "library", 1 << 20)
     assert (small.key["regime"], large.key["regime"]) == ("*:64KiB", "64KiB:*")
+    # a split no unit writes exactly: its label was '~97.7KiB', which no prediction could read
+    fit = cal.calibrate(synthetic(TRUE), split=[100000])
+    assert sorted({g.key["regime"] for g in fit.groups}) == ["*:100000B", "100000B:*"]
+    assert fit.select("allreduce", "library", 99999).key["regime"] == "*:100000B"
+    assert fit.select("allreduce", "library", 100000).key["regime"] == "100000B:*"
 
 
 def test_weighting_is_relative():
@@ -364,3 +369,18 @@ def test_a_run_holdout_over_several_databases_says_so():
     b = [dict(p, run_id=2) for p in b]
     fit = cal.calibrate(a + b, holdout=[cal.parse_holdout("run=2")])
     assert "--holdout run=2 held out that run id in each of 2 databases: a.db, b.db" in fit.meta["notes"]
+
+
+def test_points_the_model_cannot_price_are_counted_and_a_kernel_suffix_is_priced_by_its_algorithm():
+    # ring+numpy and shm@256KiB were skipped in silence (no such cost), 1-rank points fitted
+    # as 0 s (every error -100%); with nothing else left the error named no reason
+    pts = synthetic({"allreduce": TRUE["allreduce"]})
+    ring = [dict(p, algorithm="ring+numpy") for p in pts]
+    single = [dict(p, ranks=1) for p in pts[:3]]
+    fit = cal.calibrate(pts + ring + single)
+    assert {g.key["algorithm"] for g in fit.groups} == {"library", "ring+numpy"}
+    assert all(r["ranks"] > 1 for r in fit.residuals)
+    assert "3 point(s) skipped: 1 rank: no message to model" in fit.meta["notes"]
+    hier = [dict(p, algorithm="hierarchical") for p in pts]
+    with pytest.raises(UsageError, match=r"can fit; 3 .* 39 point\(s\) skipped: allreduce by hierarchical"):
+        cal.calibrate(hier + single)

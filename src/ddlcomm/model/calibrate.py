@@ -82,6 +82,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from ..comm.names import split as split_name
 from ..errors import UsageError
 from ..measure.stats import relative_error
 from ..pages import senders_huge_share
@@ -280,22 +281,34 @@ def set_label(key: Mapping[str, Any]) -> str:
 
 
 def regime_of(nbytes: float, split: Sequence[int]) -> str:
-    """The size band of ``nbytes`` among the ``split`` points: ``lo:hi`` (``*`` open)."""
+    """The size band of ``nbytes`` among the ``split`` points: ``lo:hi`` (``*`` open), each
+    bound exact (``64KiB``; ``100000B`` where a unit would round it), as :meth:`Group.covers`
+    reads it back."""
     lo: Optional[int] = None
     for s in sorted(split):
         if nbytes < s:
-            return f"{format_size(lo) if lo else '*'}:{format_size(s)}"
+            return f"{_bound(lo) if lo else '*'}:{_bound(s)}"
         lo = s
-    return f"{format_size(lo)}:*" if lo else "*"
+    return f"{_bound(lo)}:*" if lo else "*"
+
+
+def _bound(nbytes: int) -> str:
+    """A size band's bound, exact (pure)."""
+    text = format_size(nbytes)
+    return f"{int(nbytes)}B" if text.startswith("~") else text
 
 
 def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "p50", shared: bool = False,
               split: Sequence[int] = (), holdout: Sequence[Holdout] = (),
-              cache: Optional[float] = None, bandwidth: Optional[Bandwidth] = None) -> list[Row]:
+              cache: Optional[float] = None, bandwidth: Optional[Bandwidth] = None,
+              skipped: Optional[dict] = None) -> list[Row]:
     """The points a fit can use (checked, buffer or object collectives the model
-    knows, above 0 bytes and 0 µs) as rows; the others are skipped silently.
-    ``cache``: the last-level cache of the machine they ran on (bytes);
-    ``bandwidth``: its copy bandwidth by concurrent copies."""
+    knows, above 0 bytes and 0 µs, on 2 ranks or more) as rows.  ``cache``: the
+    last-level cache of the machine they ran on (bytes); ``bandwidth``: its copy
+    bandwidth by concurrent copies.  An algorithm is priced by its name without a
+    kernel or piece (``ring+numpy`` as ``ring``, keyed apart); the points of 1 rank (no
+    message) and of algorithms the model cannot price are counted by why in ``skipped``;
+    the others (failed checks, workloads, other collectives) are passed over silently."""
     column = METRICS[metric]
     rows = []
     for p in points:
@@ -306,22 +319,35 @@ def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "p50", shared: 
         if coll not in FITTED or not t_us or t_us <= 0 or not nbytes or not ranks:
             continue
         alg = algorithm_of(p)
-        lib = library_of(p)
-        try:
-            name, kw = costs.resolve(coll, alg, ranks, nbytes,
-                                     Setting(library=lib, ranks_per_node=ranks_per_host(p) or ranks))
-            terms, load = costs.priced(coll, name, ranks, nbytes, kw, ranks,
-                                       Setting(library=lib, cores=p.get("host_cores"), cache=cache,
-                                               bandwidth=bandwidth, thp=p.get("host_thp"),
-                                               memory=p.get("memory"), huge_share=senders_huge_share(p)),
-                                       library_call=alg == "library")
-        except UsageError:
-            continue                                   # an algorithm the model cannot price
-        key = (p.get("backend"), lib, placement_of(p), p.get("form"), alg,
+        why = "1 rank: no message to model" if ranks < 2 else None
+        if why is None:
+            row, why = _row(p, alg, coll, ranks, nbytes, cache, bandwidth)
+        if why is not None:
+            if skipped is not None:
+                skipped[why] = skipped.get(why, 0) + 1
+            continue
+        key = (p.get("backend"), row[0], placement_of(p), p.get("form"), alg,
                "*" if shared else coll, regime_of(nbytes, split))
-        rows.append(Row(dict(p), key, name, terms, load, t_us * 1e-6,
-                        any(h.matches(p) for h in holdout)))
+        rows.append(Row(dict(p), key, *row[1:], t_us * 1e-6, any(h.matches(p) for h in holdout)))
     return rows
+
+
+def _row(p: Mapping[str, Any], alg: str, coll: str, ranks: int, nbytes: int,
+         cache: Optional[float], bandwidth: Optional[Bandwidth]) -> tuple[Optional[tuple], Optional[str]]:
+    """A point's (library, algorithm priced, terms, load), or why the model cannot price it."""
+    lib = library_of(p)
+    base = split_name(alg)[0]
+    try:
+        name, kw = costs.resolve(coll, base, ranks, nbytes,
+                                 Setting(library=lib, ranks_per_node=ranks_per_host(p) or ranks))
+        terms, load = costs.priced(coll, name, ranks, nbytes, kw, ranks,
+                                   Setting(library=lib, cores=p.get("host_cores"), cache=cache,
+                                           bandwidth=bandwidth, thp=p.get("host_thp"),
+                                           memory=p.get("memory"), huge_share=senders_huge_share(p)),
+                                   library_call=alg == "library")
+    except UsageError:
+        return None, f"{coll} by {base}: an algorithm the model does not price"
+    return (lib, name, terms, load), None
 
 
 def with_cores(points: Iterable[Mapping[str, Any]], runs: Iterable[Mapping[str, Any]],
@@ -633,16 +659,17 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         raise UsageError(f"unknown metric {metric!r}", f"choose from {', '.join(METRICS)}")
     points = list(points)
     thp_modes = {p.get("host_thp") for p in points} - {None}
-    by_cache = {size: combine_rows(make_rows(points, metric, shared, split, holdout, size, bandwidth),
-                                   combine) for size in cache_candidates(cache)}
+    by_cache, passed_over = _rows_by_cache(points, metric, combine, shared, split, holdout, cache,
+                                           bandwidth)
     rows = by_cache[cache]
     if not rows:
-        raise UsageError("no stored points the model can fit",
-                         "measure broadcast, gather or allreduce with `ddlcomm bench` first")
+        raise UsageError("no stored points the model can fit" + "".join(f"; {n}" for n in passed_over),
+                         "measure broadcast, gather or allreduce on 2 ranks or more, by the library "
+                         "or an algorithm the model prices, with `ddlcomm bench` first")
     _check_holdouts(holdout, rows)
     groups: list[Group] = []
     residuals: list[dict] = []
-    notes = holdout_notes(holdout, rows)
+    notes = passed_over + holdout_notes(holdout, rows)
     keyed = {size: _by_key(at) for size, at in by_cache.items()}
     for key, members in keyed[cache].items():
         train = [r for r in members if not r.heldout]
@@ -674,6 +701,18 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
         "summary": error_summary(residuals, summary_bytes),
     })
     return Fit(groups, residuals, info)
+
+
+def _rows_by_cache(points: list, metric: str, combine: str, shared: bool, split: Sequence[int],
+                   holdout: Sequence[Holdout], cache: Optional[float],
+                   bandwidth: Optional[Bandwidth]) -> tuple[dict, list[str]]:
+    """The combined rows for each cache a fit tries (:func:`cache_candidates`), and a note
+    per reason points were skipped (:func:`make_rows`)."""
+    skipped: dict = {}
+    by_cache = {size: combine_rows(make_rows(points, metric, shared, split, holdout, size, bandwidth,
+                                             skipped if size == cache else None), combine)
+                for size in cache_candidates(cache)}
+    return by_cache, [f"{n} point(s) skipped: {why}" for why, n in sorted(skipped.items())]
 
 
 #: The effective caches a fit tries (:func:`cache_candidates`): the reported one halved

@@ -222,10 +222,11 @@ def waiting(library: Optional[str], algorithm: Optional[str] = None) -> str:
 
 
 def _key(table: Mapping[str, object], library: Optional[str]) -> Optional[str]:
-    """``table``'s key for a recorded library name (a prefix of the name in lower case:
-    "Open MPI 5.0.11" -> "open mpi"), None when none or not given."""
-    low = (library or "").lower()
-    return next((key for key in table if low.startswith(key)), None)
+    """``table``'s key for a recorded library name (a prefix of the name, both
+    :func:`folded`: "Open MPI 5.0.11" and ``openmpi`` -> "open mpi"), None when none or not
+    given."""
+    low = folded(library or "")
+    return next((key for key in table if low.startswith(folded(key))), None)
 
 
 def _per_library(table: Mapping[str, T], library: Optional[str], default: T) -> T:

@@ -256,6 +256,45 @@ def test_a_rank_killed_by_a_signal_is_named_as_the_cause(capfd):
     assert "ddlcomm: rank 1 was killed by SIGKILL" in capfd.readouterr().err
 
 
+def test_a_later_rank_failing_ends_the_others_at_once():
+    """Only the lowest live rank was polled: rank 1's exit 5 went unseen while rank 0 slept
+    on (waiting in a collective, under Gloo), and the job took rank 0's whole 20 s."""
+    import os
+    import time
+
+    from ddlcomm.launch import spawn
+    program = ["sh", "-c", '[ "$RANK" = 1 ] && exit 5; sleep 20']
+    begun = time.monotonic()
+    assert spawn.run(2, program, dict(os.environ), grace_s=2) == 5
+    assert time.monotonic() - begun < 10
+
+
+def test_a_rank_that_cannot_start_ends_those_started():
+    """Rank 1's prefix missing: FileNotFoundError left rank 0 running in its own session."""
+    import glob
+    import os
+
+    from ddlcomm.errors import BackendUnavailable, UsageError
+    from ddlcomm.launch import spawn
+    program = ["sleep", "30.0417"]                  # a command line no other process has
+    with pytest.raises(BackendUnavailable, match="cannot start rank 1: .*no/such/taskset"):
+        spawn.run(2, program, dict(os.environ), grace_s=2, prefixes=[[], ["/no/such/taskset", "-c", "1"]])
+
+    def alive() -> list:
+        found = []
+        for path in glob.glob("/proc/[0-9]*/cmdline"):
+            try:
+                with open(path, "rb") as f:
+                    if f.read() == b"sleep\x0030.0417\x00":
+                        found.append(path)
+            except OSError:
+                pass
+        return found
+    assert alive() == []
+    with pytest.raises(UsageError, match="cannot start 0 ranks"):
+        spawn.run(0, program, dict(os.environ))
+
+
 
 def _launcher(tmp_path: Path, first: str) -> list[str]:
     """A stand-in for a launcher whose first launch runs ``first`` (Python, with ``sys``) and

@@ -17,6 +17,7 @@ import sys
 import time
 from typing import Mapping, Optional, Sequence
 
+from ..errors import BackendUnavailable, UsageError
 from .processes import die_with_parent, forwarded, signal_name
 
 
@@ -48,17 +49,23 @@ def run(nranks: int, program: Sequence[str], env: Mapping[str, str],
     killed, and every rank gets SIGTERM if this process is killed outright.
     Returns 130 when interrupted.
     """
+    if nranks < 1:
+        raise UsageError(f"cannot start {nranks} ranks", "give 1 or more")
     port = free_port()
     prefixes = prefixes or [[] for _ in range(nranks)]
-    procs = [subprocess.Popen([*prefixes[r], *program],
-                              env=rank_env(env, r, nranks, port, master_addr=master_addr),
-                              start_new_session=True, stdin=subprocess.DEVNULL,
-                              preexec_fn=die_with_parent())
-             for r in range(nranks)]
+    procs: list[subprocess.Popen] = []
     failed_at, code = None, 0
     try:
-        while any(p.poll() is None for p in procs):
-            bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode not in (None, 0)]
+        for r in range(nranks):
+            procs.append(subprocess.Popen([*prefixes[r], *program],
+                                          env=rank_env(env, r, nranks, port, master_addr=master_addr),
+                                          start_new_session=True, stdin=subprocess.DEVNULL,
+                                          preexec_fn=die_with_parent()))
+        while True:
+            codes = [p.poll() for p in procs]       # every rank's, each round: any may fail first
+            if None not in codes:
+                break
+            bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
             if bad and failed_at is None:
                 code, failed_at = _first_failure(bad), time.monotonic()
                 _signal_all(procs, signal.SIGTERM)
@@ -69,6 +76,11 @@ def run(nranks: int, program: Sequence[str], env: Mapping[str, str],
         _signal_all(procs, forwarded(exc))
         _wait_or_kill(procs, grace_s)
         return 130
+    except OSError as exc:                          # a rank's command could not start
+        _signal_all(procs, signal.SIGTERM)
+        _wait_or_kill(procs, grace_s)
+        raise BackendUnavailable(f"cannot start rank {len(procs)}: {exc}",
+                                 "check the command and the tools it starts with (taskset, nsenter)") from None
     if code == 0:
         bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0]
         code = _first_failure(bad) if bad else 0

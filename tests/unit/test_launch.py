@@ -18,16 +18,19 @@ from ddlcomm.launch.mpirun import HYDRA_OVERSUBSCRIBED, MPILauncher, family_of
      LaunchInfo("openmpi", 3, 8, 1)),
     ({"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "2"}, LaunchInfo("hydra", 2, 4, 2)),
     ({"PMI_RANK": "2", "PMI_SIZE": "4", "PMI_LOCAL_RANK": "0"}, LaunchInfo("hydra", 2, 4, 0)),
-    ({"PMI_RANK": "1", "PMI_SIZE": "2"}, LaunchInfo("hydra", 1, 2, 0)),     # local rank 0 by default
+    ({"PMI_RANK": "1", "PMI_SIZE": "2"}, LaunchInfo("hydra", 1, 2, None)),  # none said: MPI works it out
+    # srun --mpi=pmi2 sets no local rank of PMI's: every rank took 0 (and GPU 0)
+    ({"PMI_RANK": "3", "PMI_SIZE": "4", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0"},
+     LaunchInfo("hydra", 3, 4, 1)),
     ({"PMIX_RANK": "5", "PMIX_SIZE": "6", "PMIX_LOCAL_RANK": "1"}, LaunchInfo("pmix", 5, 6, 1)),
     ({"SLURM_PROCID": "7", "SLURM_NTASKS": "16", "SLURM_LOCALID": "3", "SLURM_STEP_ID": "0"},
      LaunchInfo("slurm", 7, 16, 3)),
     ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "TORCHELASTIC_RUN_ID": "x"},
      LaunchInfo("torchrun", 1, 2, 1)),
-    ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "node0"}, LaunchInfo("torchrun", 1, 2, 0)),
+    ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "node0"}, LaunchInfo("torchrun", 1, 2, None)),
     # Open MPI wins over the Slurm variables of the allocation it runs in
     ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "SLURM_PROCID": "0",
-      "SLURM_NTASKS": "1", "SLURM_STEP_ID": "0"}, LaunchInfo("openmpi", 0, 2, 0)),
+      "SLURM_NTASKS": "1", "SLURM_STEP_ID": "0"}, LaunchInfo("openmpi", 0, 2, None)),
 ])
 def test_detect(env, want):
     assert detect(env) == want
@@ -49,7 +52,7 @@ def test_detect_none(env):
 def test_detect_skips_a_launcher_with_non_integer_values():
     env = {"OMPI_COMM_WORLD_RANK": "x", "OMPI_COMM_WORLD_SIZE": "2",
            "PMI_RANK": "1", "PMI_SIZE": "2"}
-    assert detect(env) == LaunchInfo("hydra", 1, 2, 0)
+    assert detect(env) == LaunchInfo("hydra", 1, 2, None)
 
 
 def test_detect_reads_os_environ_by_default(monkeypatch):
@@ -57,7 +60,7 @@ def test_detect_reads_os_environ_by_default(monkeypatch):
     monkeypatch.setenv("PMIX_SIZE", "3")
     for var in ("OMPI_COMM_WORLD_RANK", "PMI_RANK"):
         monkeypatch.delenv(var, raising=False)
-    assert detect() == LaunchInfo("pmix", 0, 3, 0)
+    assert detect() == LaunchInfo("pmix", 0, 3, None)
 
 
 @pytest.mark.parametrize("text, family", [

@@ -387,7 +387,7 @@ class TorchDistCommunicator(Communicator):
         #: how the ranks met (a URL), or None when the caller's process group was reused
         self.rendezvous: Optional[str] = None
         if local_rank is None:
-            local_rank = info.local_rank if info is not None else 0
+            local_rank = info.local_rank if info is not None and info.local_rank is not None else 0
         self.local_rank = local_rank
         #: ``sync()``'s work: None until a CUDA tensor is bound (host backends: never)
         self._stream_sync: Optional[Callable[[], None]] = None

@@ -16,14 +16,17 @@ class LaunchInfo:
     launcher: str
     rank: int
     size: int
-    local_rank: int
+    #: None where the launcher says none: the backend works it out (MPI: its node's ranks)
+    local_rank: Optional[int]
 
 
-#: launcher name, rank variable, size variable, local-rank variables (first found wins)
+#: launcher name, rank variable, size variable, local-rank variables (first found wins).
+#: srun's PMI-2 and PMIx plugins set PMI_RANK or PMIX_RANK but no local rank of theirs:
+#: the step's SLURM_LOCALID is it.
 LAUNCHERS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", ("OMPI_COMM_WORLD_LOCAL_RANK",)),
-    ("hydra", "PMI_RANK", "PMI_SIZE", ("MPI_LOCALRANKID", "PMI_LOCAL_RANK")),
-    ("pmix", "PMIX_RANK", "PMIX_SIZE", ("PMIX_LOCAL_RANK",)),
+    ("hydra", "PMI_RANK", "PMI_SIZE", ("MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID")),
+    ("pmix", "PMIX_RANK", "PMIX_SIZE", ("PMIX_LOCAL_RANK", "SLURM_LOCALID")),
     ("torchrun", "RANK", "WORLD_SIZE", ("LOCAL_RANK",)),
     ("slurm", "SLURM_PROCID", "SLURM_NTASKS", ("SLURM_LOCALID",)),
 )
@@ -47,7 +50,7 @@ def detect(environ: Optional[Mapping[str, str]] = None) -> Optional[LaunchInfo]:
             continue
         try:
             rank, size = int(env[rank_var]), int(env[size_var])
-            local = next((int(env[v]) for v in local_vars if v in env), 0)
+            local = next((int(env[v]) for v in local_vars if v in env), None)
         except ValueError:
             continue
         return LaunchInfo(name, rank, size, local)

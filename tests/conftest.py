@@ -75,9 +75,14 @@ class MPIEnv:
         A launcher that failed to start before any rank ran (``not_started``) is started
         once more, as ddlcomm's own launches are."""
         from ddlcomm.launch.mpirun import once_more_if_not_started
-        cmd = self.launcher.command(nranks, program)
-        environment = self.launcher.environment(self.env(**env), self.launcher.oversubscribed(nranks))
+        cmd, environment = self.command(nranks, program, **env)
         return once_more_if_not_started(lambda: run(cmd, environment, timeout))
+
+    def command(self, nranks: int, program: list, **env: str) -> tuple[list[str], dict[str, str]]:
+        """The launcher's command line and environment for ``nranks`` ranks of ``program`` on
+        this host, by ddlcomm's own rule (as train and bench start theirs)."""
+        from ddlcomm.launch.commands import on_host
+        return on_host(self.launcher, nranks, program, self.env(**env))
 
     def version(self) -> str:
         out = subprocess.run([str(self.python), "-c",

@@ -161,8 +161,8 @@ def test_rank_suite_under_mpirun(gloo):
     """No MASTER_ADDR/MASTER_PORT: the ranks meet through a TCP store announced by MPI."""
     env = {k: v for k, v in gloo.env().items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
     from conftest import run
-    res = run(gloo.launcher.command(2, [gloo.python, HERE / "rank_suite.py", "--backend", "gloo"]),
-              env, 240)
+    from ddlcomm.launch.commands import on_host
+    res = run(*on_host(gloo.launcher, 2, [gloo.python, HERE / "rank_suite.py", "--backend", "gloo"], env), 240)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "2 ranks, 0 failures" in res.stdout and "skipped:" not in res.stdout
 
@@ -185,7 +185,8 @@ def test_rendezvous_through_mpi(gloo, tmp_path):
     script.write_text(RENDEZVOUS)
     env = {k: v for k, v in gloo.env().items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
     from conftest import run
-    res = run(gloo.launcher.command(3, [gloo.python, script]), env, 120)
+    from ddlcomm.launch.commands import on_host
+    res = run(*on_host(gloo.launcher, 3, [gloo.python, script], env), 120)
     assert res.returncode == 0, res.stdout + res.stderr
     lines = res.stdout.splitlines()
     assert len(lines) == 3, res.stdout

@@ -110,8 +110,7 @@ def _run_row(db) -> tuple:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupt_under_the_users_launcher(mpi, tmp_path, sig):
     db = tmp_path / "i.db"
-    cmd = mpi.launcher.command(2, [mpi.python, "-m", "ddlcomm", *LONG, "--db", db])
-    env = mpi.launcher.environment(mpi.env(), mpi.launcher.oversubscribed(2))
+    cmd, env = mpi.command(2, [mpi.python, "-m", "ddlcomm", *LONG, "--db", db])
     segments = shmclean.names()
     _stop_after_points(cmd, env, db, sig)
     status, error = _run_row(db)

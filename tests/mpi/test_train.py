@@ -90,10 +90,10 @@ def test_under_mpirun_with_files_read_ahead(mpi, tmp_path):
         np.savez(data / f"part{i}.npz", x=rng.integers(0, 255, (24, 3, 32, 32), dtype=np.uint8),
                  y=rng.integers(0, 10, 24))
     db = tmp_path / "m.db"
-    cmd = mpi.launcher.command(2, [mpi.ddlcomm, "train", "--db", db, "--model", "smallcnn",
-                                   "--batch", "8", "--iters", "5", "--warmup", "1", "--overlap",
-                                   "--data", data, "--no-report"])
-    res = run(cmd, mpi.env(), 120)
+    cmd, env = mpi.command(2, [mpi.ddlcomm, "train", "--db", db, "--model", "smallcnn",
+                               "--batch", "8", "--iters", "5", "--warmup", "1", "--overlap",
+                               "--data", data, "--no-report"])
+    res = run(cmd, env, 120)
     assert res.returncode == 0, res.stdout + res.stderr
     out = run([mpi.ddlcomm, "results", "export", "--all", "--db", db], mpi.env(), 60)
     its = iterations(json.loads(out.stdout))

@@ -81,14 +81,30 @@ def test_family_of(text, family):
 @pytest.mark.parametrize("family", ["openmpi", "hydra", "unknown"])
 @pytest.mark.parametrize("ranks, cores", [(2, 4), (4, 4), (5, 4), (64, 1)])
 def test_command(family, ranks, cores):
-    cmd = MPILauncher("/env/bin/mpirun", family).command(ranks, ["python", "-m", "x"], cores=cores)
+    cmd, extra = commands.mpirun_command(MPILauncher("/env/bin/mpirun", family), None, ranks,
+                                         ["python", "-m", "x"], cores=cores)
     assert cmd[:3] == ["/env/bin/mpirun", "-n", str(ranks)]
     assert cmd[-3:] == ["python", "-m", "x"]
-    assert ("--oversubscribe" in cmd) == (family == "openmpi" and ranks > cores)
-    if "--oversubscribe" in cmd:
-        assert cmd[3:-3] == ["--oversubscribe", "--bind-to", "none"]
+    over = ranks > cores
+    if family == "openmpi":       # unbound always: train and the C reference were bound to cores
+        assert cmd[3:-3] == (["--oversubscribe"] if over else []) + ["--bind-to", "none"]
     else:
         assert len(cmd) == 6
+    assert extra == (mpirun.HYDRA_OVERSUBSCRIBED if family == "hydra" and over else {})
+
+
+def test_on_host_is_benchs_rule_with_the_launchers_environment(monkeypatch):
+    """train and the C reference built their own command line: Open MPI's ranks bound to
+    cores by its default where bench's ran unbound, MPICH's throttle by os.cpu_count()
+    where bench counted the cpus this process may use."""
+    monkeypatch.setattr(commands, "host_cpus", lambda: (2, 2))
+    hydra = MPILauncher("mpiexec", "hydra")
+    cmd, env = commands.on_host(hydra, 3, ["prog"], {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "0"})
+    assert cmd == ["mpiexec", "-n", "3", "prog"]
+    assert env == {**mpirun.HYDRA_OVERSUBSCRIBED, "MPIR_CVAR_CH4_PROGRESS_THROTTLE": "0"}  # the caller's wins
+    assert commands.on_host(hydra, 2, ["prog"], {})[1] == {}
+    cmd, _ = commands.on_host(MPILauncher("mpirun", "openmpi"), 2, ["prog"], {})
+    assert cmd == ["mpirun", "-n", "2", "--bind-to", "none", "prog"]
 
 
 @pytest.mark.parametrize("euid", [0, 1000])
@@ -117,15 +133,6 @@ def test_open_mpi_ranks_leave_out_the_ofi_btl_unless_the_user_chose():
     assert ompi.environment({})["OMPI_MCA_btl"] == "^ofi"
     assert ompi.environment({"OMPI_MCA_btl": "self,tcp"})["OMPI_MCA_btl"] == "self,tcp"
     assert "OMPI_MCA_btl" not in MPILauncher("mpiexec", "hydra").environment({})
-
-
-def test_oversubscribed_mpich_throttles_progress():
-    hydra, ompi = MPILauncher("mpiexec", "hydra"), MPILauncher("mpirun", "openmpi")
-    assert hydra.oversubscribed(3, cores=2) and not hydra.oversubscribed(2, cores=2)
-    assert hydra.environment({}, oversubscribed=True) == mpirun.HYDRA_OVERSUBSCRIBED
-    mine = {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "0"}
-    assert hydra.environment(mine, oversubscribed=True)["MPIR_CVAR_CH4_PROGRESS_THROTTLE"] == "0"
-    assert "MPIR_CVAR_CH4_PROGRESS_THROTTLE" not in ompi.environment({}, oversubscribed=True)
 
 
 # ------------------------------------------------------------------ placement (pure)
@@ -173,8 +180,6 @@ def test_commands_past_the_physical_cores_take_hardware_threads():
     assert cmd[3:6] == ["--use-hwthread-cpus", "--map-by", "core"] and cmd[-2] == "numa"
     cmd, _ = commands.mpirun_command(hydra, None, 12, ["prog"], "core", cores=16, physical=8)
     assert cmd == ["mpiexec", "-n", "12", "-bind-to", "core", "prog"]   # Hydra counts no slots
-    assert ompi.command(12, ["prog"], cores=16, physical=8) == \
-        ["mpirun", "-n", "12", "--use-hwthread-cpus", "--map-by", "core", "prog"]
     assert mpirun.openmpi_slots(17, 16, 8) == ["--oversubscribe"]
     assert mpirun.openmpi_slots(4, 16, 8) == []
 

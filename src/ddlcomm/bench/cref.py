@@ -47,6 +47,7 @@ from ..collectives import get_collective
 from ..comm import registry
 from ..errors import (BackendUnavailable, DdlcommError, RankFailure, UnsupportedError,
                       UsageError)
+from ..launch.commands import on_host
 from ..launch.mpirun import MPILauncher, family_of, once_more_if_not_started
 from ..units import parse_positive_int, parse_size
 
@@ -442,9 +443,7 @@ def mpirun_command(mpirun: str | Path, ranks: int, argv: Sequence[str]) -> tuple
                                  timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise BackendUnavailable(f"cannot run {mpirun}: {exc}", _INSTALL_HINT) from None
-    launcher = MPILauncher(str(mpirun), family_of(version))
-    return (launcher.command(ranks, argv),
-            launcher.environment(os.environ, launcher.oversubscribed(ranks)))
+    return on_host(MPILauncher(str(mpirun), family_of(version)), ranks, argv, os.environ)
 
 
 def parse_output(text: str) -> list[dict]:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from ..errors import UnsupportedError, UsageError
 from .containers import CONTAINER_IFACE, ContainerSet
@@ -104,8 +104,7 @@ def mpirun_command(launcher: MPILauncher, cset: Optional[ContainerSet], nranks: 
 
     With ``cset`` the ranks go into its containers (see the module docstring
     for the options); without, they run on this host with only the binding
-    options (and ``--oversubscribe`` for Open MPI beyond ``cores``, as
-    :meth:`MPILauncher.command` does; with containers, beyond ``cores``
+    options (and ``--oversubscribe`` for Open MPI beyond ``cores``; with containers, beyond ``cores``
     ``--mca mpi_yield_when_idle 1`` instead, since no container is
     oversubscribed by itself); MPICH gets
     :data:`~.mpirun.HYDRA_OVERSUBSCRIBED` in the extra environment beyond
@@ -152,6 +151,15 @@ def mpirun_command(launcher: MPILauncher, cset: Optional[ContainerSet], nranks: 
                                "ddlcomm cannot place its ranks in containers or bind them",
                                "use Open MPI 5 or MPICH, or leave out --containers/--bind")
     return cmd + [str(p) for p in program], extra
+
+
+def on_host(launcher: MPILauncher, nranks: int, program: Sequence[str],
+            base: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The launcher's argv and environment (``base`` and what the launcher needs) for
+    ``nranks`` ranks of ``program`` on this host, unbound: bench's rule without --bind or
+    --containers, for train, the C reference and the tests."""
+    cmd, extra = mpirun_command(launcher, None, nranks, program)
+    return cmd, launcher.environment({**extra, **base})
 
 
 def host_bind_prefixes(nranks: int, bind: str, available: Optional[Sequence[int]] = None,

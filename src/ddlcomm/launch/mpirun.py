@@ -71,24 +71,12 @@ class MPILauncher:
     path: str
     family: str   # "openmpi" | "hydra" | "unknown"
 
-    def command(self, nranks: int, program: Sequence[str], cores: Optional[int] = None,
-                physical: Optional[int] = None) -> list[str]:
-        """The launcher's command line to start ``nranks`` copies of ``program`` on this host
-        of ``cores`` logical cpus on ``physical`` cores (default: this host's; ``physical``
-        defaults to ``cores`` where only that is given)."""
-        cmd = [self.path, "-n", str(nranks)]
-        if self.family == "openmpi":
-            cpus, phys = (cores, physical or cores) if cores else host_cpus()
-            slots = openmpi_slots(nranks, cpus, phys)
-            cmd += slots + (["--bind-to", "none"] if "--oversubscribe" in slots else [])
-        return cmd + list(program)
-
-    def environment(self, base: Mapping[str, str], oversubscribed: bool = False) -> dict[str, str]:
+    def environment(self, base: Mapping[str, str]) -> dict[str, str]:
         """``base`` plus what the launcher needs here (Open MPI refuses root
         without it; its ranks start 1 s sooner without the ofi BTL,
-        :data:`OPENMPI_LOCAL_BTL`) and, with ``oversubscribed`` (more ranks than
-        cores), what keeps waiting MPICH ranks off the cores
-        (:data:`HYDRA_OVERSUBSCRIBED`).  What ``base`` sets wins."""
+        :data:`OPENMPI_LOCAL_BTL`).  What ``base`` sets wins.  What a command line
+        needs besides (:data:`HYDRA_OVERSUBSCRIBED`) comes with it
+        (:func:`ddlcomm.launch.commands.mpirun_command`)."""
         env = dict(base)
         if self.family == "openmpi":
             for key, value in OPENMPI_LOCAL_BTL.items():
@@ -96,9 +84,6 @@ class MPILauncher:
             if hasattr(os, "geteuid") and os.geteuid() == 0:
                 env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
                 env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        if oversubscribed and self.family == "hydra":
-            for key, value in HYDRA_OVERSUBSCRIBED.items():
-                env.setdefault(key, value)
         return env
 
     def exit_code(self, rc: int) -> int:
@@ -106,11 +91,6 @@ class MPILauncher:
         signal N: Hydra gives such a rank's end as N itself (9 for SIGKILL), which ddlcomm's
         ranks never exit with (0-3, 130), so the run can name the signal."""
         return 128 + rc if self.family == "hydra" and 3 < rc < 65 else rc
-
-    @staticmethod
-    def oversubscribed(nranks: int, cores: Optional[int] = None) -> bool:
-        """More ranks than the cores of this host (default: ``os.cpu_count()``)."""
-        return nranks > (cores or os.cpu_count() or 1)
 
 
 def family_of(version_text: str) -> str:

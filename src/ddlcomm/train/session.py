@@ -24,7 +24,7 @@ from ..bench.runs import (exit_code, own, program, rank_run, ranks_ended_it, run
                           starting)
 from ..comm import registry
 from ..errors import EveryRankError, UsageError
-from ..launch import mpirun, spawn
+from ..launch import commands, mpirun, spawn
 from ..launch.env import detect
 from ..outputs import print_report
 from ..report import train as train_report
@@ -62,8 +62,7 @@ def main(options: TrainOptions, argv: Sequence[str], db_path: Path, report_dir: 
 
 def _start_with_mpirun(job: TrainJob, argv: Sequence[str], env: dict) -> int:
     found = mpirun.find()
-    return found.exit_code(mpirun.run(found.command(job.ranks, program(argv)),
-                                      found.environment(env, found.oversubscribed(job.ranks))))
+    return found.exit_code(mpirun.run(*commands.on_host(found, job.ranks, program(argv), env)))
 
 
 def _start_with_spawn(job: TrainJob, argv: Sequence[str], env: dict) -> int:

@@ -196,6 +196,20 @@ def shm_refused_across_nodes(suite: Suite) -> None:
         os.environ.pop("DDLCOMM_NODE", None)
 
 
+def one_gpu_asked(suite: Suite) -> None:
+    """``auto``'s question before it takes the device shm: every rank on one device of one
+    node (the ranks here share one GPU, or the CPU), and not where each is its own node."""
+    comm = suite.comm
+    suite.check("one_gpu: every rank on one device", dev.one_gpu(comm))
+    dev._ONE_GPU.clear()
+    os.environ["DDLCOMM_NODE"] = f"stand-in-node-{comm.rank}"
+    try:
+        suite.check("one_gpu: a node per rank", dev.one_gpu(comm) == (comm.size == 1))
+    finally:
+        os.environ.pop("DDLCOMM_NODE", None)
+        dev._ONE_GPU.clear()
+
+
 def shm_refused_in_place_on_some_ranks(suite: Suite) -> None:
     """The device shm all-reduce refuses, on every rank alike, in place on some ranks only:
     those run other steps (by slices) than the rest (whole), and the job would hang."""
@@ -215,6 +229,7 @@ def run(comm, device: str, thin: bool = False) -> Suite:
     suite = Suite(comm, device)
     bench_path(suite)
     shm_refused_across_nodes(suite)
+    one_gpu_asked(suite)
     shm_refused_in_place_on_some_ranks(suite)
     for coll, alg, transports in VARIANTS:
         for transport in transports:

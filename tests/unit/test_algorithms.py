@@ -58,6 +58,17 @@ def test_auto_over_gloo_runs_shm_at_every_size_on_one_node():
         "library"
 
 
+def test_auto_on_device_runs_shm_only_with_every_rank_on_one_gpu():
+    """auto on device buffers took shm wherever the ranks shared a node: with a GPU per rank
+    (the usual node) the device shm refused at the first point from 4 KiB; auto+torch built
+    a host reducer of kernel torch to ask whether shm pipelines, and failed there."""
+    assert decide("allreduce", "auto", 1 << 20, 4, one_node=True, on_device=True)[0] == "rhd"
+    assert decide("allreduce", "auto", 1 << 20, 4, one_node=True, on_device=True, one_device=True)[0] == "shm"
+    assert decide("allreduce", "auto+torch", 1 << 20, 4, one_node=True, on_device=True,
+                  one_device=True)[0] == "shm+torch"
+    assert decide("allreduce", "auto+cupy", 1 << 20, 4, one_node=True, on_device=True)[0] == "rhd+cupy"
+
+
 def test_shared_memory_algorithms_are_allreduce_names():
     assert {name for _, name in SHARED_MEMORY} == {"shm", "shm-map", "hierarchical"} <= set(names("allreduce"))
     assert "hierarchical" not in names("broadcast")

@@ -160,3 +160,20 @@ def test_bench_refuses_a_bad_tuning_table_before_starting(tmp_path, capsys):
     assert main(["bench", "--collective", "allreduce", "--algorithm", "auto",
                  "--tuning", str(bad), "--db", str(tmp_path / "x.db")]) == 2
     assert "is not a tuning table" in capsys.readouterr().err
+
+
+def test_a_table_choice_that_cannot_run_here_gives_way_to_the_rules():
+    """A table measured on host buffers on one node named shm and ring+c: handed to a run on
+    device buffers, or across nodes, they were refused at bind or mid-call."""
+    t = tuning.parse(tuning.build(POINTS + [point("ring+c", 256 * MiB, 1.0),
+                                            point("ring", 256 * MiB, 2.0)]), "t.json")
+    assert decide("allreduce", "auto", 16 * MiB, 2, one_node=True, tuning=t, library="Open MPI") == \
+        ("shm", "tuning")
+    assert decide("allreduce", "auto", 16 * MiB, 2, one_node=False, tuning=t, library="Open MPI") == \
+        ("ring", "rules")
+    assert decide("allreduce", "auto", 256 * MiB, 2, one_node=True, tuning=t, library="Open MPI") == \
+        ("ring+c", "tuning")
+    assert decide("allreduce", "auto", 256 * MiB, 2, one_node=True, tuning=t, library="Open MPI",
+                  on_device=True) == ("ring", "rules")
+    assert decide("allreduce", "auto", MiB, 2, one_node=True, tuning=t, library="Open MPI",
+                  on_device=True, one_device=True) == ("ring", "tuning")

@@ -591,17 +591,18 @@ def check_device_algorithms(plan: BenchPlan) -> None:
 
 def check_device_algorithm(name: str, algorithm: str, where: str) -> None:
     """Refuse ``algorithm`` for collective ``name`` on device buffers (``where`` says which,
-    e.g. "--memory device") unless it runs there with a device kernel."""
+    e.g. "--memory device") unless it runs there with a device kernel (``auto+numpy`` too:
+    it chose ring+numpy, refused mid-call)."""
+    base, kernel = algorithms.split(algorithm)
+    if kernel in kernels_device.HOST_KERNELS:
+        raise UsageError(f"{algorithm}: the {kernel} kernel reduces host arrays, not {where}",
+                         f"use {base}, {base}+torch or {base}+cupy")
     if _calls_library(algorithm):
         return
-    base, kernel = algorithms.split(algorithm)
     if base not in device.algorithms_for(name):
         raise UsageError(f"{name} by {base} does not run on {where}",
                          f"on device buffers {name} has: library, "
                          f"{', '.join(device.algorithms_for(name)) or 'nothing else'}")
-    if kernel in kernels_device.HOST_KERNELS:
-        raise UsageError(f"{algorithm}: the {kernel} kernel reduces host arrays, not {where}",
-                         f"use {base}, {base}+torch or {base}+cupy")
     if algorithms.piece(algorithm) is not None:
         raise UsageError(f"{algorithm}: a piece applies to the host all-reduces, not {where}",
                          f"use {base}")

@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from .. import kernels
 from ..comm import algorithms, tuning
+from ..comm.device import one_gpu
 from ..comm.nodes import same_node
 from ..dtypes import get_dtype
 from ..errors import EveryRankError, UnsupportedError
@@ -52,7 +53,7 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
         algorithm, by = algorithms.decide(
             spec.name, algorithm, count * dtype.itemsize, comm.size, one_node=same_node(comm),
             tuning=tuning.load(plan.tuning) if plan.tuning else None, library=comm.library,
-            on_device=on_device(plan))
+            on_device=on_device(plan), one_device=on_device(plan) and one_gpu(comm))
         if by != "asked":
             extra["auto_by"] = by if by == "rules" else f"tuning {plan.tuning}"
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:

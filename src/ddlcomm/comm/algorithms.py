@@ -36,6 +36,7 @@ from ..collectives import get_collective
 from ..dtypes import ReduceOp
 from ..errors import UsageError
 from ..kernels import reducer
+from ..kernels.device import DEVICE_KERNELS, HOST_KERNELS
 from ..lazy import load
 from ..units import format_size
 from . import device, native, shm
@@ -153,29 +154,52 @@ def kernel(algorithm: str, op: Optional[ReduceOp], dtype) -> Optional[Callable]:
 
 def decide(collective: str, algorithm: str, nbytes: int, nranks: int = 2, one_node: bool = False,
            tuning: Optional[Tuning] = None, library: Optional[str] = None,
-           on_device: bool = False) -> tuple[str, str]:
+           on_device: bool = False, one_device: bool = False) -> tuple[str, str]:
     """``auto`` made concrete for this size and rank count (the same on every rank):
     (the algorithm, what chose it: ``asked``, ``tuning`` or ``rules``).
 
     ``auto`` takes the measured choice of ``tuning`` for ``library``'s
-    ``collective`` at ``nranks`` where the table has it, else :func:`choose_auto`'s;
-    a kernel suffix is kept on ddlcomm's own algorithms (the library's has none).
-    ``one_node``: every rank runs on one node; ``on_device``: the buffers are device
-    tensors (:data:`SHM_MIN_BYTES_OF` is of host buffers)."""
+    ``collective`` at ``nranks`` where the table has it and it can run here
+    (:func:`runs_here`), else :func:`choose_auto`'s; a kernel suffix is kept on
+    ddlcomm's own algorithms (the library's has none).  ``one_node``: every rank
+    runs on one node; ``on_device``: the buffers are device tensors
+    (:data:`SHM_MIN_BYTES_OF` is of host buffers), and ``one_device``: every
+    rank's on one device (:func:`ddlcomm.comm.device.one_gpu`), which the device
+    shm all-reduce needs."""
     base, suffix = split(algorithm)
     if base != "auto":
         return algorithm, "asked"
+    shared = one_device if on_device else one_node
     choice = tuning.choose(library, collective, nranks, nbytes) if tuning is not None else None
+    if choice is not None and not runs_here(collective, choice, on_device, shared):
+        choice = None
     by = "tuning" if choice is not None else "rules"
     if choice is None:
-        pipelined = one_node and get_collective(collective).reduces and shm.pipelines(
-            reducer("sum", "float32", suffix))
+        # on device the shm all-reduce runs torch's or CuPy's kernels, not the host pipeline
+        pipelined = shared and get_collective(collective).reduces and (
+            on_device or shm.pipelines(reducer("sum", "float32", suffix)))
         choice = choose_auto(collective, nbytes, nranks, pipelined, None if on_device else library)
     if split(choice)[0] == "library":
         return "library", by
     if KERNEL_SEP in choice:                    # the table measured that kernel
         return choice, by
     return choice + algorithm[len(base):], by
+
+
+def runs_here(collective: str, choice: str, on_device: bool, shared: bool) -> bool:
+    """Whether a tuning table's ``choice`` can run on these buffers (pure): the shared-memory
+    all-reduces with every rank on one node (on device: one GPU), and on device buffers an
+    algorithm that runs there with a device kernel (a table measured on host buffers may
+    name ``ring+c``, one measured on one node ``shm``)."""
+    base, kernel_name = split(choice)
+    if base == "library":
+        return True
+    if base in ONE_NODE and not shared:
+        return False
+    if on_device:
+        return base in device.algorithms_for(collective) and kernel_name in ("auto", *DEVICE_KERNELS) \
+            and piece(choice) is None
+    return kernel_name in ("auto", *HOST_KERNELS)
 
 
 def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[ReduceOp],

@@ -662,10 +662,6 @@ def calibrate(points: Iterable[Mapping[str, Any]], *,
     by_cache, passed_over = _rows_by_cache(points, metric, combine, shared, split, holdout, cache,
                                            bandwidth)
     rows = by_cache[cache]
-    if not rows:
-        raise UsageError("no stored points the model can fit" + "".join(f"; {n}" for n in passed_over),
-                         "measure broadcast, gather or allreduce on 2 ranks or more, by the library "
-                         "or an algorithm the model prices, with `ddlcomm bench` first")
     _check_holdouts(holdout, rows)
     groups: list[Group] = []
     residuals: list[dict] = []
@@ -707,12 +703,18 @@ def _rows_by_cache(points: list, metric: str, combine: str, shared: bool, split:
                    holdout: Sequence[Holdout], cache: Optional[float],
                    bandwidth: Optional[Bandwidth]) -> tuple[dict, list[str]]:
     """The combined rows for each cache a fit tries (:func:`cache_candidates`), and a note
-    per reason points were skipped (:func:`make_rows`)."""
+    per reason points were skipped (:func:`make_rows`); UsageError, with those notes, where
+    no point is left."""
     skipped: dict = {}
     by_cache = {size: combine_rows(make_rows(points, metric, shared, split, holdout, size, bandwidth,
                                              skipped if size == cache else None), combine)
                 for size in cache_candidates(cache)}
-    return by_cache, [f"{n} point(s) skipped: {why}" for why, n in sorted(skipped.items())]
+    passed_over = [f"{n} point(s) skipped: {why}" for why, n in sorted(skipped.items())]
+    if not by_cache[cache]:
+        raise UsageError("no stored points the model can fit" + "".join(f"; {n}" for n in passed_over),
+                         "measure broadcast, gather or allreduce on 2 ranks or more, by the library "
+                         "or an algorithm the model prices, with `ddlcomm bench` first")
+    return by_cache, passed_over
 
 
 #: The effective caches a fit tries (:func:`cache_candidates`): the reported one halved

@@ -36,6 +36,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..comm import algorithms
+from ..comm.device import one_gpu
 from ..comm.nodes import same_node
 from ..dtypes import get_op
 from ..errors import UsageError
@@ -176,7 +177,8 @@ class AllreduceAggregator:
         on_host = wire.kind == "view"
         name, _ = algorithms.decide("allreduce", self.algorithm, nbytes, self.comm.size,
                                     one_node=self.one_node, library=self.comm.library,
-                                    on_device=not on_host)
+                                    on_device=not on_host,
+                                    one_device=not on_host and self.one_node and one_gpu(self.comm))
         if name == "library":
             return wired(self.comm.bind("allreduce", wire.buf, wire.buf, op="avg"), [wire], [wire])
         buf = wire.buf if on_host else wire.tensor

@@ -18,6 +18,7 @@ the algorithms' plumbing without a GPU.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Optional
 
 from ...collectives import get_collective
@@ -25,9 +26,10 @@ from ...dtypes import ReduceOp
 from ...errors import UsageError
 from ...kernels.device import DEVICE_KERNELS, device_reducer, dispatching_reducer
 from ...kernels import kinds
-from ...lazy import load
+from ...lazy import load, torch_module
 from .. import buffers
 from ..bound import BoundCall
+from ..nodes import node_name
 from .link import DeviceLink
 
 _NATIVE = "ddlcomm.comm.native"
@@ -45,6 +47,29 @@ OWN = {("allreduce", "shm"): "ddlcomm.comm.device.allreduce_shm:bind"}
 def algorithms_for(collective: str) -> list[str]:
     """The algorithms that run on device buffers for ``collective``."""
     return [alg for coll, alg in (*ALGORITHMS, *OWN) if coll == collective]
+
+
+def device_id(t: Any) -> str:
+    """What names ``t``'s device alike in every process: a GPU's uuid (ranks may number the
+    GPUs each its own way, by CUDA_VISIBLE_DEVICES), else the device."""
+    if t.is_cuda:
+        return str(torch_module().cuda.get_device_properties(t.device).uuid)
+    return str(t.device)
+
+
+#: one_gpu's answer per communicator: its ranks keep their devices, so it is asked once.
+_ONE_GPU: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def one_gpu(comm: Any) -> bool:
+    """True when every rank of ``comm`` works on one device of one node (this rank's current
+    CUDA device; CPU tensors standing in: the node alone): the device shm all-reduce's need.
+    Collective the first time for ``comm`` (every rank asks in the same order), then cached."""
+    if comm not in _ONE_GPU:
+        torch = torch_module()
+        mine = device_id(torch.empty(0, device="cuda")) if torch.cuda.is_available() else "cpu"
+        _ONE_GPU[comm] = len(set(comm.allgather_object((node_name(), mine)))) == 1
+    return _ONE_GPU[comm]
 
 
 def check_tensors(comm: Any, sendbuf: Any, recvbuf: Optional[Any]) -> tuple[Any, Optional[Any]]:

@@ -42,9 +42,8 @@ from ...kernels.device import many_reducer
 from ..nodes import node_name
 from ..shm import slices
 from ...kernels import kinds
-from ...lazy import torch_module as _torch
 from ..bound import BoundCall
-from . import check_tensors, tail_sync
+from . import check_tensors, device_id, tail_sync
 from .peers import mapper_for, offset_bytes, whole
 
 
@@ -73,20 +72,12 @@ def map_peers(comm: Any, mapper: Any, mine: Any) -> list[Any]:
     return out
 
 
-def _device_id(t: Any) -> str:
-    """What names ``t``'s device alike in every process: a GPU's uuid (ranks may number the
-    GPUs each its own way, by CUDA_VISIBLE_DEVICES), else the device."""
-    if t.is_cuda:
-        return str(_torch().cuda.get_device_properties(t.device).uuid)
-    return str(t.device)
-
-
 def check_alike(comm: Any, send: Any, in_place: bool) -> None:
     """Refuse (on every rank alike) unless every rank's buffers are on one device of one
     node (the reducing kernel reads every peer's input in place, which it can only do on
     the device those inputs are on) and every rank works in place or every rank does not
     (the two run different steps)."""
-    said = comm.allgather_object((node_name(), _device_id(send), str(send.device), in_place))
+    said = comm.allgather_object((node_name(), device_id(send), str(send.device), in_place))
     if len({(node, device) for node, device, _, _ in said}) > 1:
         seen = ", ".join(sorted({f"{shown} of {node}" for node, _, shown, _ in said}))
         raise UnsupportedError(f"the device shm all-reduce needs every rank on one GPU; the "

@@ -213,16 +213,12 @@ class Suite(Checks):
         a = np.ones(5, np.float32)
         ro = np.ones(5, np.float32)
         ro.setflags(write=False)
-        other = (comm.rank + 1) % comm.size     # a root other than this rank (none at 1 rank)
         expect = [
             (lambda: ring(comm, a, ro), "allreduce's receive buffer is read-only"),
             (lambda: algorithms.bind(comm, "allreduce", "shm", np.ones(5, np.int32), None,
                                      get_op("avg"), 0),
              "op avg needs a floating-point dtype, not int32"),
-        ] + ([(lambda: native.get("broadcast", "binomial")(comm, ro, root=other),
-               "broadcast's buffer is read-only"),
-              (lambda: native.get("broadcast", "pipelined")(comm, ro, root=other),
-               "broadcast's buffer is read-only")] if comm.size > 1 else []) + [
+        ] + [
             (lambda: ring(comm, a, np.ones(4, np.float32)),
              "allreduce's receive buffer needs 5 elements, got 4"),
             (lambda: ring(comm, a, np.ones(5, np.float64)),
@@ -255,6 +251,39 @@ class Suite(Checks):
                 self.check(f"error {message!r} not raised", False)
 
 
+    def one_rank_refuses(self) -> None:
+        """A buffer of its own that one rank alone refuses (read-only, the wrong size): that
+        rank raises after taking part with scratch memory, so the others complete the call
+        with the right result (they were left waiting in it)."""
+        comm, p, rank = self.comm, self.comm.size, self.comm.rank
+        if p == 1:
+            return
+        bad, total = p - 1, p * (p + 1) / 2
+        ro = np.zeros(5, np.float32)
+        ro.setflags(write=False)
+        mine = np.full(5, rank + 1, np.float32)
+        cases = [(f"allreduce by {name}", lambda f=native.get("allreduce", name):
+                  f(comm, mine, ro if rank == bad else np.zeros(5, np.float32)),
+                  "allreduce's receive buffer is read-only", lambda got: np.all(got == total))
+                 for name in ("ring", "rhd")]
+        cases += [(f"gather by {name}", lambda f=native.get("gather", name):
+                   f(comm, mine, np.zeros(4, np.float32) if rank == bad else None, root=bad),
+                   "gather's receive buffer needs", lambda got: got is None) for name in ("linear", "binomial")]
+        cases.append(("reduce by binomial", lambda: native.get("reduce", "binomial")(
+            comm, mine, np.zeros(4, np.float32) if rank == bad else None, root=bad),
+            "reduce's receive buffer needs", lambda got: got is None))
+        cases += [(f"broadcast by {name}", lambda f=native.get("broadcast", name):
+                   f(comm, ro if rank == bad else mine.copy(), root=0),
+                   "broadcast's buffer is read-only", lambda got: np.all(got == 1)) for name in ("binomial", "pipelined")]
+        for label, call, message, right in cases:
+            try:
+                got = call()
+                self.check(f"{label}: rank {rank} got {got}", rank != bad and right(got))
+            except UsageError as exc:
+                self.check(f"{label}: rank {rank} raised {exc}", rank == bad and str(exc).startswith(message))
+        comm.barrier()
+
+
 def avg_tol(want: np.ndarray, dtype) -> np.ndarray:
     """avg: the exact sum divided once, so within one rounding (two: via float32)."""
     return 2 * eps(dtype) * np.abs(want)
@@ -270,6 +299,7 @@ def run(comm, only: Optional[list[str]] = None, thin: bool = False) -> Suite:
                                         "int32", "int64", "uint8")
               if n in DTYPES and n in comm.dtypes and (only is None or n in only)]
     suite.argument_checks()
+    suite.one_rank_refuses()
     suite.point_to_point()
     for coll, alg, extra, kw in VARIANTS:
         fn = native.get(coll, alg)

@@ -273,19 +273,6 @@ class Communicator(abc.ABC):
         check_writable(recvbuf, what)
         return recvbuf
 
-    @staticmethod
-    def _take_part(refused: DdlcommError, call_anyway: Callable[[], None]) -> DdlcommError:
-        """Where a check of this rank's own buffers that the others cannot see refused (a
-        receive buffer of the wrong size, read-only, not contiguous): this rank still takes
-        part in the call (``call_anyway``, with scratch memory), so the other ranks are
-        neither left in it nor matched by its next call; returns the refusal to raise.  (A
-        ``try`` costs nothing where the check passes: these are every call's checks.)"""
-        try:
-            call_anyway()
-        except Exception:  # noqa: BLE001 - the scratch call failed too: the refusal says why
-            pass
-        return refused
-
     def _recv_or_part(self, recvbuf: Optional[np.ndarray], sendbuf: np.ndarray, count: int,
                       what: str, call: Callable[[np.ndarray, np.ndarray], None],
                       shaped: bool = False, in_place: bool = False) -> np.ndarray:
@@ -298,7 +285,7 @@ class Communicator(abc.ABC):
         try:
             return self._check_recv(recvbuf, sendbuf, count, what, in_place)
         except DdlcommError as refused:
-            raise self._take_part(refused, lambda: call(sendbuf, buffers.empty(count, sendbuf))) from None
+            raise buffers.take_part(refused, lambda: call(sendbuf, buffers.empty(count, sendbuf))) from None
 
     def _send_anyway(self, refused: DdlcommError, sendbuf: np.ndarray,
                      call: Callable[[np.ndarray], None]) -> DdlcommError:
@@ -306,7 +293,7 @@ class Communicator(abc.ABC):
         tensor that requires grad): ``call`` (the collective from a given send buffer) runs
         from a contiguous copy of it first; returns the refusal to raise.  (Called from an
         ``except``, so that the checks that pass build no closure.)"""
-        return self._take_part(refused, lambda: call(buffers.contiguous(sendbuf)))
+        return buffers.take_part(refused, lambda: call(buffers.contiguous(sendbuf)))
 
     def _block(self, count: int, what: str) -> int:
         if count % self.size:
@@ -380,7 +367,7 @@ class Communicator(abc.ABC):
             self.check_buffer(buf)
             check_writable(buf, "broadcast's buffer")
         except DdlcommError as refused:
-            raise self._take_part(refused, lambda: self._broadcast(
+            raise buffers.take_part(refused, lambda: self._broadcast(
                 buffers.empty(buffers.count(buf), buf), root)) from None
         self._broadcast(buf, root)
         return buf

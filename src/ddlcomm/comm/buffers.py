@@ -9,12 +9,12 @@ NumPy arrays, so the host path pays nothing for them.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ..dtypes import DTYPES, DType
-from ..errors import UnsupportedError, UsageError
+from ..errors import DdlcommError, UnsupportedError, UsageError
 
 HOST, DEVICE = "host", "device"
 
@@ -123,3 +123,16 @@ def check_writable(array: np.ndarray, what: str) -> None:
     """Refuse a read-only array as a buffer ddlcomm writes into (tensors are always writable)."""
     if isinstance(array, np.ndarray) and not array.flags.writeable:
         raise UsageError(f"{what} is read-only", "pass a writable array (e.g. a.copy())")
+
+
+def take_part(refused: DdlcommError, call_anyway: Callable[[], Any]) -> DdlcommError:
+    """Where a check of this rank's own buffers that the others cannot see refused (a
+    receive buffer of the wrong size, read-only, not contiguous): this rank still takes
+    part in the call (``call_anyway``, with scratch memory), so the other ranks are
+    neither left in it nor matched by its next call; returns the refusal to raise.  (A
+    ``try`` costs nothing where the check passes: these are every call's checks.)"""
+    try:
+        call_anyway()
+    except Exception:  # noqa: BLE001 - the scratch call failed too: the refusal says why
+        pass
+    return refused

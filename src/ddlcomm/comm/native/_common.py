@@ -17,13 +17,13 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
 from ...dtypes import ReduceOp
-from ...errors import UsageError
-from ..buffers import check_apart, check_writable
+from ...errors import DdlcommError, UsageError
+from ..buffers import check_apart, check_writable, take_part
 
 if TYPE_CHECKING:
     from ..base import Communicator
@@ -66,6 +66,17 @@ def check_recv(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.n
     return recvbuf
 
 
+def recv_or_part(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.ndarray],
+                 count: int, what: str, call: Callable[[np.ndarray], Any]) -> np.ndarray:
+    """:func:`check_recv`; where it refuses, ``call`` (the collective into a given receive
+    buffer) runs into scratch memory first, so the other ranks are not left waiting in it
+    (as the Communicator's methods do: :func:`ddlcomm.comm.buffers.take_part`)."""
+    try:
+        return check_recv(comm, sendbuf, recvbuf, count, what)
+    except DdlcommError as refused:
+        raise take_part(refused, lambda: call(np.empty(count, sendbuf.dtype))) from None
+
+
 def check_broadcast(comm: "Communicator", buf: np.ndarray, root: int) -> tuple[np.ndarray, int]:
     """A broadcast's buffer as a flat view, and its root, checked (the ranks other than the
     root write into the buffer)."""
@@ -74,6 +85,19 @@ def check_broadcast(comm: "Communicator", buf: np.ndarray, root: int) -> tuple[n
     if comm.rank != root:
         check_writable(buf, "broadcast's buffer")
     return flat, root
+
+
+def broadcast_or_part(comm: "Communicator", buf: np.ndarray, root: int,
+                      call: Callable[[np.ndarray, int], Any]) -> tuple[np.ndarray, int]:
+    """:func:`check_broadcast`; where a rank off the root refuses its read-only buffer,
+    ``call`` (the broadcast of a given flat buffer from a root) runs into a scratch copy
+    first, so the others are not left waiting in it."""
+    try:
+        return check_broadcast(comm, buf, root)
+    except DdlcommError as refused:
+        if not isinstance(buf, np.ndarray) or buf.flags.writeable or comm.rank == comm.check_root(root):
+            raise                           # not a read-only buffer off the root: refused alike
+        raise take_part(refused, lambda: call(np.array(buf).reshape(-1), root)) from None
 
 
 def check_op(comm: "Communicator", op: "str | ReduceOp", array: np.ndarray) -> ReduceOp:
@@ -324,6 +348,10 @@ def allreduce_entry(run: Callable) -> Callable:
         ufunc); ``chunk_bytes`` pipelines each reduce-scatter step in pieces of
         that many bytes.  ``avg`` divides by the number of ranks at the end.
         """
+        if recvbuf is not None:
+            recvbuf = recv_or_part(comm, sendbuf, recvbuf, sendbuf.size, "allreduce's receive buffer",
+                                   lambda scratch: bound(comm, sendbuf, scratch, op, reduce=reduce,
+                                                         chunk_bytes=chunk_bytes)())
         return bound(comm, sendbuf, recvbuf, op, reduce=reduce, chunk_bytes=chunk_bytes)()
     allreduce.bound = bound            # type: ignore[attr-defined]
     return allreduce
@@ -342,8 +370,8 @@ def gather_entry(run: Callable) -> Callable:
         if comm.rank != root:
             run(comm, send, None, root)
             return None
-        recvbuf = check_recv(comm, sendbuf, recvbuf, sendbuf.size * comm.size,
-                               "gather's receive buffer")
+        recvbuf = recv_or_part(comm, sendbuf, recvbuf, sendbuf.size * comm.size, "gather's receive buffer",
+                               lambda scratch: run(comm, send, scratch, root))
         run(comm, send, flat(recvbuf), root)
         return recvbuf
     return gather

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 def broadcast(comm: "Communicator", buf: np.ndarray, root: int = 0) -> np.ndarray:
     """Copy the root's ``buf`` into every rank's ``buf`` (in place); returns ``buf``."""
-    flat, root = c.check_broadcast(comm, buf, root)
+    flat, root = c.broadcast_or_part(comm, buf, root, lambda scratch, r: run(c.HostLink(comm), scratch, r))
     run(c.HostLink(comm), flat, root)
     return buf
 

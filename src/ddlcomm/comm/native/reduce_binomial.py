@@ -45,7 +45,8 @@ def reduce(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.ndarr
     if comm.rank != root:
         run(c.HostLink(comm), send, None, root, kernel, chunk)
         return None
-    recvbuf = c.check_recv(comm, sendbuf, recvbuf, sendbuf.size, "reduce's receive buffer")
+    recvbuf = c.recv_or_part(comm, sendbuf, recvbuf, sendbuf.size, "reduce's receive buffer",
+                             lambda scratch: run(c.HostLink(comm), send, scratch, root, kernel, chunk))
     recv = send if recvbuf is sendbuf else c.flat(recvbuf)    # in place: one view
     run(c.HostLink(comm), send, recv, root, kernel, chunk)
     rop.finish(recv, comm.size)

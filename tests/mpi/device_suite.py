@@ -210,6 +210,35 @@ def one_gpu_asked(suite: Suite) -> None:
         dev._ONE_GPU.clear()
 
 
+def bad_arguments_agreed(suite: Suite) -> None:
+    """Arguments one rank (or every rank) gets wrong raise on every rank, naming the first
+    that did: a root past the ranks ran as another rank (reduce's avg never divided), a
+    root without its receive buffer lost the result, avg of int32 failed after all the
+    messages, and a rank whose buffers were refused left the others in the set-up."""
+    from ddlcomm.errors import EveryRankError
+    comm, p, rank = suite.comm, suite.comm.size, suite.comm.rank
+    send = suite.tensor(np.ones(4, np.float32), "float32", True)
+    recv = suite.tensor(np.zeros(4, np.float32), "float32", True)
+    ints = suite.tensor(np.ones(4, np.int32), "int32", True)
+    short = suite.tensor(np.zeros(3, np.float32), "float32", True)
+    cases = [
+        (lambda: dev.bind(comm, "reduce", "binomial", send, recv, get_op("sum"), root=p),
+         f"rank 0: root {p} is not a rank"),
+        (lambda: dev.bind(comm, "reduce", "binomial", send, None, get_op("sum"), root=p - 1),
+         f"rank {p - 1}: a device reduce needs its receive buffer at the root"),
+        (lambda: dev.bind(comm, "allreduce", "ring", ints, ints, get_op("avg")),
+         "rank 0: op avg needs a floating-point dtype"),
+        (lambda: dev.bind(comm, "allreduce", "shm", send, short if rank == p - 1 else recv, get_op("sum")),
+         f"rank {p - 1}: the receive buffer has 3 elements"),
+    ]
+    for call, message in cases:
+        try:
+            call()
+            suite.check(f"refused: {message}", False)
+        except EveryRankError as exc:
+            suite.check(f"refused: {message} (got {exc})", message in str(exc))
+
+
 def shm_refused_in_place_on_some_ranks(suite: Suite) -> None:
     """The device shm all-reduce refuses, on every rank alike, in place on some ranks only:
     those run other steps (by slices) than the rest (whole), and the job would hang."""
@@ -230,6 +259,7 @@ def run(comm, device: str, thin: bool = False) -> Suite:
     bench_path(suite)
     shm_refused_across_nodes(suite)
     one_gpu_asked(suite)
+    bad_arguments_agreed(suite)
     shm_refused_in_place_on_some_ranks(suite)
     for coll, alg, transports in VARIANTS:
         for transport in transports:

@@ -28,6 +28,7 @@ from ...kernels.device import DEVICE_KERNELS, device_reducer, dispatching_reduce
 from ...kernels import kinds
 from ...lazy import load, torch_module
 from .. import buffers
+from ..agree import agreed, attempt
 from ..bound import BoundCall
 from ..nodes import node_name
 from .link import DeviceLink
@@ -91,22 +92,41 @@ def check_tensors(comm: Any, sendbuf: Any, recvbuf: Optional[Any]) -> tuple[Any,
     return send, recv
 
 
+def checked(comm: Any, collective: str, sendbuf: Any, recvbuf: Optional[Any],
+            op: Optional[ReduceOp], root: int) -> tuple[Any, Optional[Any], int]:
+    """This rank's arguments of a device ``collective``, checked (:func:`check_tensors`, the
+    root, the op against the dtype, a receive buffer where the result lands): the flat
+    send and receive views and the root."""
+    send, recv = check_tensors(comm, sendbuf, recvbuf)
+    root = comm.check_root(root)
+    if get_collective(collective).reduces:
+        if op is None:
+            raise UsageError(f"a device {collective} needs an op")
+        comm.check_op(op, buffers.tensor_dtype(send))
+    if recv is None and (collective == "allreduce" or collective == "reduce" and comm.rank == root):
+        raise UsageError(f"a device {collective} needs its receive buffer"
+                         + (" at the root" if collective == "reduce" else ""),
+                         "pass recvbuf (recvbuf=sendbuf works in place)")
+    return send, recv, root
+
+
 def bind(comm: Any, collective: str, algorithm: str, sendbuf: Any, recvbuf: Optional[Any],
          op: Optional[ReduceOp], root: int = 0, *, kernel: str = "auto", kind_cache: bool = True,
          transport: str = "auto", mapper: str = "auto") -> BoundCall:
-    """``collective`` by ddlcomm's ``algorithm`` on device tensors (collective: every rank binds)."""
-    if (collective, algorithm) in OWN:
-        return load(OWN[collective, algorithm])(comm, sendbuf, recvbuf, op, kernel=kernel,
-                                                mapper=mapper, kind_cache=kind_cache)
+    """``collective`` by ddlcomm's ``algorithm`` on device tensors (collective: every rank
+    binds).  The arguments are checked on every rank and agreed (:func:`checked`): where one
+    rank's are refused, every rank raises, none left waiting in the set-up."""
     target = ALGORITHMS.get((collective, algorithm))
-    if target is None:
+    if target is None and (collective, algorithm) not in OWN:
         raise UsageError(f"{collective} by {algorithm} does not run on device buffers",
                          f"on device buffers {collective} has: "
                          f"{', '.join(algorithms_for(collective)) or 'the library only'}")
-    send, recv = check_tensors(comm, sendbuf, recvbuf)
-    if collective == "allreduce" and recv is None:
-        raise UsageError("a device all-reduce needs its receive buffer",
-                         "pass recvbuf (recvbuf=sendbuf reduces in place)")
+    mine, why = attempt(checked, comm, collective, sendbuf, recvbuf, op, root)
+    agreed(comm, why, f"device {collective}")
+    if (collective, algorithm) in OWN:
+        return load(OWN[collective, algorithm])(comm, sendbuf, recvbuf, op, kernel=kernel,
+                                                mapper=mapper, kind_cache=kind_cache)
+    send, recv, root = mine
     link = DeviceLink(comm, send, transport, mapper)
     lookup = kinds.lookup(kind_cache)
     coll = get_collective(collective)

@@ -93,13 +93,9 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
          kernel: str = "auto", mapper: str = "auto", kind_cache: bool = True) -> BoundCall:
     """The device shm all-reduce bound to these tensors (collective: every rank binds);
     each call looks its buffer's kind up (``kind_cache``: once per buffer, else the driver
-    every call), as ring and rhd do before they reduce."""
-    send, recv = check_tensors(comm, sendbuf, recvbuf)
-    if recv is None:
-        raise UsageError("a device all-reduce needs its receive buffer",
-                         "pass recvbuf (recvbuf=sendbuf reduces in place)")
-    if op is None:
-        raise UsageError("the shm all-reduce needs an op")
+    every call), as ring and rhd do before they reduce.  Called by
+    :func:`ddlcomm.comm.device.bind`, which checked the arguments on every rank alike."""
+    send, recv = check_tensors(comm, sendbuf, recvbuf)     # device.bind checked them on every rank
     if comm.size > 1:
         check_alike(comm, send, recv is send)
     peers = mapper_for(send, mapper)

@@ -384,3 +384,17 @@ def test_points_the_model_cannot_price_are_counted_and_a_kernel_suffix_is_priced
     hier = [dict(p, algorithm="hierarchical") for p in pts]
     with pytest.raises(UsageError, match=r"can fit; 3 .* 39 point\(s\) skipped: allreduce by hierarchical"):
         cal.calibrate(hier + single)
+
+
+def test_a_fit_across_containers_predicts_its_own_points_as_it_fitted_them():
+    """MPICH's all-reduce fitted across 2 containers (no shared memory between them: rhd)
+    was predicted as its one-node release_gather, 2.7x the fit's own model at 1 MiB (ranks
+    within the cores: past them a prediction prices several nodes, as its note says)."""
+    from ddlcomm.model.predict import predict
+    pts = [dict(p, containers=2, hosts=["c0"] * (-(-p["ranks"] // 2)) + ["c1"] * (p["ranks"] // 2))
+           for p in synthetic({"allreduce": TRUE["allreduce"]}, cores=4, library="MPICH")]
+    fit = cal.calibrate(pts)
+    for r in fit.residuals:
+        (row,) = predict("allreduce", "library", [r["ranks"]], [r["bytes"]], fit=fit)
+        assert row["ran_as"] == r["model_algorithm"], (r["ranks"], r["bytes"])
+        assert row["seconds"] == pytest.approx(r["model_s"], rel=1e-9)

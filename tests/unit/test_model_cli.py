@@ -114,6 +114,8 @@ def test_ssgd_closed_form_table(capsys):
     ("4096", [4096]), ("2,4,8", [2, 4, 8]), ("2:16", [2, 4, 8, 16]), ("1:64x4", [1, 4, 16, 64]),
     ("1,2,4,...,1024", [2 ** k for k in range(11)]), ("3,5,...,9", [3, 5, 7, 9]),
     ("1,2,4,...,1000", [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000]),
+    # three values tell a sum from a product: 2,4,6 doubled (2, 4, 8, 16) by its first two
+    ("2,4,6,...,12", [2, 4, 6, 8, 10, 12]), ("1,2,3,...,5", [1, 2, 3, 4, 5]), ("2,4,...,16", [2, 4, 8, 16]),
 ])
 def test_parse_counts(text, want):
     assert mcli.parse_counts(text, "--ranks") == want
@@ -136,7 +138,15 @@ def test_parse_counts(text, want):
     (["predict", "--fit", "/nonexistent/fit.json", "--ranks", "4", "--bytes", "1"], "no fit file"),
     (["predict", "--alpha", "1", "--beta", "1", "--ranks", "4", "--bytes", "1",
       "--inter-alpha", "1", "--inter-beta", "1"], "hierarchical"),
+    # every rank priced on one node, the network's parameters unused: the same for any of them
+    (["predict", "--alpha", "1e-6", "--beta", "1e-10", "--algorithm", "hierarchical", "--inter-alpha",
+      "1e-3", "--inter-beta", "1e-9", "--ranks", "1024", "--bytes", "1MiB"], "--ranks-per-node N or --cores N"),
     (["calibrate", "--db", "/nonexistent/x.db"], "no results database"),
+    (["predict", "--alpha", "1", "--beta", "1", "--ranks", "1,2,5,...,9", "--bytes", "1"],
+     "neither add nor multiply"),
+    (["ssgd", "--t-io", "0", "--t-h2d", "0", "--t-f", "0", "--t-b", "1", "--t-u", "0", "--t-c", "1",
+      "--workers", "2", "--library", "nosuchlib", "--placement", "bogus"],
+     "--library, --placement pick a fit's parameter set"),
     (["ssgd", "--t-io", "0", "--t-h2d", "0", "--t-f", "0", "--t-b", "1", "--t-u", "0",
       "--workers", "2"], "one of them"),
     (["ssgd", "--t-io", "0", "--t-h2d", "0", "--t-f", "0", "--t-b", "1", "--t-u", "0",
@@ -418,3 +428,18 @@ def test_the_model_report_says_why_a_prediction_is_missing():
     (why,) = _not_predicted(["allreduce (library)"])
     assert why.startswith("No PS step predicted") and "broadcast then a gather" in why
     assert _not_predicted(["allreduce (ring)", "PS step (library)"]) == []
+
+
+def test_predict_chooses_mpichs_allreduce_by_element_count(capsys):
+    """MPICH counts elements (count < pof2: recursive doubling); bytes were divided by 4
+    always, so 64 B of float64 on 16 ranks (8 elements) was priced as rhd."""
+    args = ["predict", "--alpha", "1e-6", "--beta", "1e-10", "--library", "mpich", "--ranks", "16",
+            "--bytes", "64", "--ranks-per-node", "8", "--json"]
+    for dtype, want in (("float32", "rhd"), ("float64", "recursive_doubling")):
+        rc, out, _ = run(capsys, *args, "--dtype", dtype)
+        assert rc == 0 and json.loads(out)[0]["ran_as"] == want
+
+
+def test_a_fit_prices_each_point_by_its_own_dtype():
+    from ddlcomm.model import calibrate as cal
+    assert cal.itemsize_of({"dtype": "float64"}) == 8 and cal.itemsize_of({}) == 4

@@ -522,3 +522,17 @@ def test_a_report_speaks_of_gpu_panels_only_where_it_has_some(name, monkeypatch,
         said.clear()
         module.report(get_recipe(name), points, tmp_path)
         assert any("GPU panels" in note for note in said[0]) == gpu, said
+
+
+@pytest.mark.parametrize("apart", [True, False])
+def test_woo2020_runs_containers_only_where_they_can_run(monkeypatch, apart):
+    """Without namespaces its 20 of 28 container steps failed one by one ('failed (exit 2)')
+    and the recipe exited 1; choi2021 listed the reason instead, as woo2020 now does."""
+    from ddlcomm.recipes import woo2020
+    monkeypatch.setattr(woo2020, "containers_here", lambda: (apart, "" if apart else "no user namespaces"))
+    steps = woo2020.steps(False)
+    assert any("--containers" in s.args for s in steps) == apart and steps
+    said = dict(woo2020.unavailable())
+    assert ("ranks in 1, 2 and 4 containers" in said) == (not apart)
+    if not apart:
+        assert said["ranks in 1, 2 and 4 containers"] == "no user namespaces"

@@ -37,8 +37,9 @@ MAX_RANKS = 1 << 40
 # ------------------------------------------------------------------ parsing
 #: What parse_counts reads, as --ranks and --workers say it.
 COUNTS_HELP = ("4096; a list 2,4,8; LO:HI[xF]: LO times powers of F (default 2) up to HI "
-               "(2:1000 ends at 512); or A,B,...,Z: B's step from A continued, and Z itself "
-               "(1,2,4,...,1000 ends 512,1000)")
+               "(2:1000 ends at 512); or A,B,...,Z: the last step continued, and Z itself "
+               "(1,2,4,...,1000 ends 512,1000; 2,4,6,...,12 adds 2); with two values before ..., "
+               "B a multiple of A multiplies (2,4,...,16 is 2,4,8,16)")
 
 
 def parse_counts(text: str, flag: str) -> list[int]:
@@ -71,12 +72,16 @@ def parse_counts(text: str, flag: str) -> list[int]:
         z = parse_positive_int(parts[-1], flag)
         _check_max(z, flag)
         head = [parse_positive_int(p, flag) for p in parts[:i]]
-        if b > a and b % a == 0:
+        before = head[-3] if i >= 3 else None     # three values tell a sum from a product
+        if b <= a or before is not None and a <= before:
+            raise UsageError(f"{flag} {text!r}: the values before ... must grow")
+        if (b % a == 0 and before is None) or (before is not None and a * a == before * b and b % a == 0):
             step = lambda v: v * (b // a)          # noqa: E731 - geometric
-        elif b > a:
+        elif before is None or b - a == a - before:
             step = lambda v: v + (b - a)           # noqa: E731 - arithmetic
         else:
-            raise UsageError(f"{flag} {text!r}: the values before ... must grow")
+            raise UsageError(f"{flag} {text!r}: the values before ... neither add nor multiply "
+                             "by one step", "e.g. 1,2,4,...,64 or 2,4,6,...,12")
         out, v = head, step(b)
         while v <= z:
             out.append(v)
@@ -234,6 +239,8 @@ def _add_predict(msub) -> None:
     p.add_argument("--ranks-per-node", help="ranks sharing a node (oversubscription past its "
                                             "cores; the hierarchical all-reduce's node size)")
     p.add_argument("--cores", help="cores per node (default: the fit's host; none without a fit)")
+    p.add_argument("--dtype", default="float32", help="the messages' dtype: MPICH chooses its "
+                                                      "all-reduce by element count (default float32)")
     p.add_argument("--inter-alpha", help="hierarchical: inter-node seconds per message")
     p.add_argument("--inter-beta", help="hierarchical: inter-node seconds per byte")
     p.add_argument("--inter-gamma", help="hierarchical: inter-node seconds per reduced byte")
@@ -422,18 +429,24 @@ def cmd_predict(args) -> int:
     inter = _params_from_args(args, "inter_")
     if (inter is not None or args.leaders != "auto") and args.algorithm != "hierarchical":
         raise UsageError("--inter-alpha/--inter-beta and --leaders apply to --algorithm hierarchical")
+    if inter is not None and explicit is not None and per_node is None and cores is None:
+        raise UsageError("--inter-alpha/--inter-beta price the network between nodes: without a "
+                         "node's size every rank is priced on one node and they are unused",
+                         "give the node's size: --ranks-per-node N or --cores N")
     ignored = [f"--{k}" for k in ("backend", "placement", "form") if getattr(args, k)]
     if explicit is not None and ignored:
         raise UsageError(f"with --alpha/--beta there are no fitted parameter sets for "
                          f"{', '.join(ignored)} to pick from", "leave them out, or give --fit")
     fit = load(args.fit) if args.fit else None
     rows = predict(collective, args.algorithm, ranks, sizes, fit=fit, params=explicit,
-                   want=_selection(args),
-                   ranks_per_node=per_node, cores=cores, inter=inter, leaders=args.leaders)
+                   want=_selection(args), ranks_per_node=per_node, cores=cores, inter=inter,
+                   leaders=args.leaders, itemsize=get_dtype(args.dtype).itemsize)
     for note in (caveats(fit, collective, args.algorithm, sizes, _selection(args)) if fit else ()):
         print(f"note: {note}", file=sys.stderr)
-    node = cores or (max((g.cores or 0 for g in fit.groups), default=0) if fit else 0)
-    if per_node is None and node and max(ranks) > node:
+    lookup = "broadcast" if collective == "ps" else collective      # the sets that priced the rows
+    node = cores or (max((fit.select(lookup, args.algorithm, n, **_selection(args)).cores or 0
+                          for n in sizes), default=0) if fit else 0)
+    if per_node is None and node and max(ranks) > node and inter is None:
         print(f"note: ranks past {node} (the cores of a node) are priced as several nodes of "
               f"{node} ranks, each message as the fitted node's own transport moved it (no network is "
               "modelled, nor Open MPI's coll/han across nodes: --algorithm hierarchical with "
@@ -499,6 +512,9 @@ def cmd_ssgd(args) -> int:
         comm_at = comm_from_fit(load(args.fit), args.arch, args.algorithm, _selection(args), per_node)
     elif args.arch != "allreduce" or args.algorithm != "library":
         raise UsageError("--arch and --algorithm apply with --fit")
+    elif any(getattr(args, k) for k in SELECTION):
+        raise UsageError(f"{', '.join(f'--{k}' for k in SELECTION if getattr(args, k))} pick a fit's "
+                         "parameter set; --t-c gives the aggregation whole", "leave them out, or give --fit")
     elif fusion is not None and "wfbp" not in args.overlap:
         raise UsageError("--fusion with --t-c changes nothing without --overlap wfbp (the "
                          "aggregation's time is given whole)", "add --overlap wfbp, or give --fit")

@@ -83,6 +83,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import numpy as np
 
 from ..comm.names import split as split_name
+from ..dtypes import DTYPES
 from ..errors import UsageError
 from ..measure.stats import relative_error
 from ..pages import senders_huge_share
@@ -157,6 +158,12 @@ def ranks_per_host(point: Mapping[str, Any]) -> Optional[int]:
     point then counts as one node's, as its load does)."""
     hosts = point.get("hosts") or []
     return max(Counter(hosts).values()) if hosts else None
+
+
+def itemsize_of(point: Mapping[str, Any]) -> int:
+    """Bytes per element of a point's dtype (4 where not recorded or not known)."""
+    found = DTYPES.get(point.get("dtype") or "")
+    return found.itemsize if found is not None else 4
 
 
 def algorithm_of(point: Mapping[str, Any]) -> str:
@@ -339,7 +346,8 @@ def _row(p: Mapping[str, Any], alg: str, coll: str, ranks: int, nbytes: int,
     base = split_name(alg)[0]
     try:
         name, kw = costs.resolve(coll, base, ranks, nbytes,
-                                 Setting(library=lib, ranks_per_node=ranks_per_host(p) or ranks))
+                                 Setting(library=lib, ranks_per_node=ranks_per_host(p) or ranks,
+                                         itemsize=itemsize_of(p)))
         terms, load = costs.priced(coll, name, ranks, nbytes, kw, ranks,
                                    Setting(library=lib, cores=p.get("host_cores"), cache=cache,
                                            bandwidth=bandwidth, thp=p.get("host_thp"),
@@ -527,10 +535,12 @@ class Fit:
         past the node, the messages of a set fitted on one host go as that host's transport
         moved them (no network is modelled), those of a set fitted across containers as
         between them."""
-        placement = group.key.get("placement") or "host"
+        placement = group.key.get("placement") or "host"           # host, or containers=K
+        where = placement.split(",")[0]
         return Setting(library=group.key.get("library"), cores=group.cores,
                        cache=self.cache_of(group), bandwidth=self.bandwidth, thp=self.thp,
-                       memory=memory_of(placement), node_transport=placement.split(",")[0] == "host")
+                       memory=memory_of(placement), node_transport=where == "host",
+                       containers=int(where.partition("=")[2]) if where != "host" else None)
 
     @property
     def cache(self) -> Optional[float]:

@@ -789,17 +789,23 @@ class Setting:
     memory: Optional[str] = None
     huge_share: Optional[float] = None
     node_transport: bool = False
+    #: the ranks dealt in blocks over this many containers, each a host of its own (a fit
+    #: made across containers): the most ranks on one is ceil(p / containers)
+    containers: Optional[int] = None
+    #: bytes per element of the messages (MPICH chooses its all-reduce by element count)
+    itemsize: int = 4
 
 
 def resolve(collective: str, algorithm: str, p: int, nbytes: float,
             setting: Setting = Setting()) -> tuple[str, dict]:
     """``algorithm`` made concrete: ``library`` becomes the library's choice, that of one
-    node where ``setting`` puts every rank on one (its ranks per node, else its cores, at
-    least ``p``; not where neither is known)."""
+    node where ``setting`` puts every rank on one (its ranks per node, else the most ranks
+    of a container, else its cores, at least ``p``; not where none is known)."""
     if algorithm != "library":
         return algorithm, {}
-    per_node = setting.ranks_per_node or setting.cores
-    return choose(setting.library, collective, p, nbytes, one_node=bool(per_node) and per_node >= p)
+    per_node = setting.ranks_per_node or (-(-p // setting.containers) if setting.containers else setting.cores)
+    return choose(setting.library, collective, p, nbytes, setting.itemsize,
+                  one_node=bool(per_node) and per_node >= p)
 
 
 def time(collective: str, algorithm: str, p: int, nbytes: float, params: Params,

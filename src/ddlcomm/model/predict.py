@@ -29,13 +29,14 @@ def check_request(collective: str, algorithm: str) -> str:
 def predict(collective: str, algorithm: str, ranks: Sequence[int], sizes: Sequence[int], *,
             fit=None, params: Optional[Params] = None, want: Optional[dict] = None,
             ranks_per_node: Optional[int] = None, cores: Optional[int] = None,
-            inter: Optional[Params] = None, leaders: str = "auto") -> list[dict]:
+            inter: Optional[Params] = None, leaders: str = "auto", itemsize: int = 4) -> list[dict]:
     """One row per size and rank count: the modelled seconds and the algorithm it ran as.
 
     With ``fit``, each size takes the fitted set that ``want`` (library, backend,
     placement, form) selects, with its cores and cache (a split fit's row says whose
     sizes, ``fit_sizes``: a prediction jumps where the sets meet); else ``params`` with
-    ``want["library"]`` naming whose default algorithm ``library`` means.
+    ``want["library"]`` naming whose default algorithm ``library`` means; ``itemsize``:
+    the bytes of an element (MPICH chooses by element count).
     """
     want = dict(want or {})
     rows = []
@@ -50,7 +51,7 @@ def predict(collective: str, algorithm: str, ranks: Sequence[int], sizes: Sequen
                                        memory=memory_of(want.get("placement")), node_transport=True)
         setting = replace(own, ranks_per_node=ranks_per_node,
                           cores=cores if cores is not None else own.cores,
-                          inter=inter, leaders_algorithm=leaders)
+                          inter=inter, leaders_algorithm=leaders, itemsize=itemsize)
         for p in ranks:
             if collective == "ps" and fit is not None:
                 t = costs.ps_time(fit, algorithm, p, n, setting, **want)

@@ -27,10 +27,17 @@ from tqdm import tqdm
 
 from ..bench.runs import EXIT_INTERRUPTED
 from ..errors import UsageError
+from ..machine.features import namespaces
 from ..launch.processes import die_with_parent, end, owner_gone, this_process
 from ..results import Store
 from ..results.export import point_record
 from ..report.recipe import session_section, write_recipe_report
+
+
+def containers_here() -> tuple[bool, str]:
+    """(True, "") where --containers can run here, else (False, why not)."""
+    found = namespaces()
+    return found["available"], found.get("reason", "")
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,10 @@ repetitions, containers at every worker count.
 from __future__ import annotations
 
 from ..machine import mpi as mpi_facts
-from ..machine.features import namespaces
 from ..memory.gpu import cuda_available
 from ..report.recipe import write_recipe_report
 from ..units import counted
-from .base import Recipe, Step
+from .base import Recipe, Step, containers_here
 
 FULL_BYTES = 1 << 30
 SCALED_BYTES = 16 << 20
@@ -46,12 +45,6 @@ def steps(full: bool) -> list[Step]:
 
 def _sized(full: bool) -> tuple[int, int]:
     return (FULL_BYTES, 1000) if full else (SCALED_BYTES, 3)
-
-
-def containers_here() -> tuple[bool, str]:
-    """(True, "") where --containers can run here, else (False, why not)."""
-    found = namespaces()
-    return found["available"], found.get("reason", "")
 
 
 #: The most workers: PS runs 2 to WORKERS + 1 ranks (a server beside them), all-reduce 1 to WORKERS.

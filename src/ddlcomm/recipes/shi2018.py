@@ -17,6 +17,7 @@ and 1, 2, 4, 8 workers.
 from __future__ import annotations
 
 
+from ..memory.gpu import cuda_available
 from ..report.train import write_train_report
 from .base import Recipe, Step, cores_of
 
@@ -35,7 +36,9 @@ def steps(full: bool) -> list[Step]:
 
 
 def unavailable() -> list[tuple[str, str]]:
-    return [("GPU workers (h2d over PCIe)", "no GPU here: h2d is a host copy, timed as such")]
+    ok, why = cuda_available()
+    return [("GPU workers (h2d over PCIe)",
+             f"{'this recipe trains on the CPU' if ok else why}: h2d is a host copy, timed as such")]
 
 
 def report(recipe, points, out_dir, missing=()):

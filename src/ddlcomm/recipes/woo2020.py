@@ -18,7 +18,7 @@ import os
 from .. import memory
 from ..report.recipe import write_recipe_report
 from ..units import counted
-from .base import Recipe, Step, cores_of
+from .base import Recipe, Step, containers_here, cores_of
 
 FULL_SIZES = {"broadcast": 256 << 20, "gather": 16 << 20, "allreduce": 256 << 20}
 SCALE = 16
@@ -42,10 +42,11 @@ def _memories() -> list[str]:
 def steps(full: bool) -> list[Step]:
     cores = os.cpu_count() or 1
     iters = 1000 if full else 10
+    in_containers = containers_here()[0]
     out = []
     for ranks in _process_counts(cores):
         for containers, env_label in ENVIRONMENTS:
-            if containers > ranks:
+            if containers > ranks or containers and not in_containers:
                 continue
             for mem in _memories():
                 for nbytes, colls in by_size().items():
@@ -69,11 +70,13 @@ def by_size() -> dict[int, list[str]]:
 
 
 def unavailable() -> list[tuple[str, str]]:
+    apart, why = containers_here()
+    out = [] if apart else [("ranks in 1, 2 and 4 containers", why)]
     try:
         memory.check("hbw")
-        return []
     except Exception as exc:                # the reason the memory kind gives
-        return [("hbw (high-bandwidth memory)", str(exc))]
+        out.append(("hbw (high-bandwidth memory)", str(exc)))
+    return out
 
 
 def _environment(p: dict) -> str:

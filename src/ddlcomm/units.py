@@ -184,3 +184,17 @@ def shell_join(args: Iterable[object]) -> str:
             return shlex.quote(arg)
         return "$'" + printable(arg.replace("\\", "\\\\").replace("'", "\\'")) + "'"
     return " ".join(quote(str(a)) for a in args)
+
+
+def parse_id_list(text: str) -> list[int]:
+    """The kernel's list format, as cpulist and the node lists of /sys and /proc write it:
+    ``"0-2,4"`` -> ``[0, 1, 2, 4]``, sorted, each once (empty text -> []); ValueError for
+    anything else (pure)."""
+    ids: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if m is None:
+            raise ValueError(f"bad id list {text!r}")
+        lo = int(m.group(1))
+        ids.update(range(lo, int(m.group(2) or lo) + 1))
+    return sorted(ids)

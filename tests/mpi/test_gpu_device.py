@@ -31,6 +31,28 @@ def test_device_algorithms_on_cuda_tensors(mpi, nranks):
     assert f"{nranks} ranks, 0 failures" in res.stdout, res.stdout
 
 
+def test_device_min_and_max_keep_a_nan(mpi):
+    """CuPy's fused kernel took CUDA's min and max (fminf, fmaxf), which drop a NaN; every
+    other kernel keeps it.  Each kernel that runs here, and the one auto picks."""
+    once(mpi, "the device kernels' NaN")
+    import importlib.util
+
+    import torch
+
+    from ddlcomm.kernels.device import many_reducer
+    kernels = ["auto", "torch"] + (["cupy"] if importlib.util.find_spec("cupy") else [])
+    nan = float("nan")
+    for op, third in (("min", 2.0), ("max", 3.0)):
+        for kernel in kernels:
+            a = torch.tensor([1.0, nan, 2.0], device="cuda")
+            b = torch.tensor([nan, 1.0, 3.0], device="cuda")
+            out = torch.zeros(3, device="cuda")
+            reduce = many_reducer(op, torch.float32, True, kernel)
+            reduce([a, b], out)
+            got = out.cpu()
+            assert torch.isnan(got[:2]).all() and got[2] == third, (op, kernel, reduce.label, got)
+
+
 def test_the_driver_is_asked_and_device_tensors_are_device(mpi):
     once(mpi, "the CUDA driver's pointer query")
     import torch

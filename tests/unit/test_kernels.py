@@ -293,6 +293,19 @@ def test_raw_byte_buffers_are_read_as_the_dtype(dtype_name, kernel, isa):
     assert same(np.frombuffer(bytes(inout), a.dtype), want[:n])
 
 
+@pytest.mark.parametrize("kernel, isa", IMPLS, ids=IMPL_IDS)
+def test_arrays_of_bytes_are_read_as_the_dtype_and_another_item_size_refused(kernel, isa):
+    """NumPy's kernel computed in the arrays' own dtype: uint8 views of float32 wrapped
+    round as bytes (8.5e+37 for 1.5 + 1.5), float64 arrays into a float32 reducer summed as
+    float64; the C kernel reads the bytes as its dtype and refuses another item size."""
+    a = np.float32([1.5, 2.5]).view(np.uint8)
+    out = np.zeros(8, np.uint8)
+    kernels.reducer("sum", "float32", kernel, isa)(a, a.copy(), out)
+    assert list(out.view(np.float32)) == [3.0, 5.0]
+    with pytest.raises(ValueError, match="item size does not match"):
+        kernels.reducer("sum", "float32", kernel, isa)(np.ones(2), np.ones(2), np.zeros(2))
+
+
 @pytest.mark.skipif(not C_ISAS, reason="C kernel not built")
 def test_c_kernel_refuses_bad_buffers():
     r = kernels.reducer("sum", "float32", "c")

@@ -10,6 +10,7 @@ import pytest
 from ddlcomm.errors import UnsupportedError, UsageError
 from ddlcomm.launch import commands, containers, cpuset, mpirun, namespaces, placement
 from ddlcomm.launch.env import LaunchInfo, detect
+from ddlcomm.units import parse_id_list
 from ddlcomm.launch.mpirun import HYDRA_OVERSUBSCRIBED, MPILauncher, family_of
 
 
@@ -164,7 +165,7 @@ def test_cpu_plans():
     assert placement.cpu_sets(2, "none", [0], {}).cpus == [None, None]
     with pytest.raises(UsageError, match="binding"):
         placement.cpu_sets(2, "socket", [0], {})
-    assert placement.parse_cpulist("0-2,5,7-8\n") == [0, 1, 2, 5, 7, 8]
+    assert parse_id_list("0-2,5,7-8\n") == [0, 1, 2, 5, 7, 8]
 
 
 def test_commands_past_the_physical_cores_take_hardware_threads():
@@ -221,7 +222,7 @@ def test_commands_without_containers():
 
 def test_format_cpulist_round_trips():
     assert placement.format_cpulist([0, 2, 3]) == "0,2,3"
-    assert placement.parse_cpulist(placement.format_cpulist([1, 5, 6])) == [1, 5, 6]
+    assert parse_id_list(placement.format_cpulist([1, 5, 6])) == [1, 5, 6]
 
 
 def test_launch_modules_import_no_circle():

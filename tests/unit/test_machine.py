@@ -232,6 +232,7 @@ def test_parse_nvidia_smi():
 def test_bus_id_and_nccl_version_forms():
     assert gpus.bus_id(0, 0x65, 0) == "00000000:65:00.0"
     assert gpus._dotted((2, 28, 9)) == "2.28.9" and gpus._dotted(22809) == "2.28.9"
+    assert gpus._dotted(2708) == "2.7.8"                # NCCL before 2.9: X*1000 + Y*100 + Z
 
 
 def test_parse_torch_version_file():

@@ -18,6 +18,7 @@ import pytest
 from ddlcomm import memory
 from ddlcomm.dtypes import get_dtype
 from ddlcomm.errors import UnsupportedError, UsageError
+from ddlcomm.units import parse_id_list
 from ddlcomm.memory import hbw, numa, pagescan, shared, smaps, vm
 from ddlcomm.memory.gpu import cuda_available
 
@@ -137,6 +138,27 @@ def test_hugepage_gets_huge_pages():
         assert place["page_kb"] == 2048 and place["huge_kb"] == 64 * 1024
 
 
+def test_hugepage_asks_the_pool_of_its_own_page_size(monkeypatch):
+    """MAP_HUGETLB alone takes the default pool, 1 GiB pages where the machine boots with
+    default_hugepagesz=1G: a 2 MiB-aligned mapping then failed (EINVAL) whatever the 2 MiB
+    pool held.  The flags name the page size (MAP_HUGE_2MB: 21 << 26)."""
+    from ddlcomm.memory import hugepage
+    assert vm.map_huge(2 * MiB) == vm.MAP_HUGETLB | 21 << 26
+    assert vm.map_huge(1 << 30) == vm.MAP_HUGETLB | 30 << 26
+    asked = []
+
+    def refuse(length, *, align, flags=0, fd=-1):
+        asked.append(flags)
+        raise OSError(22, "refused here")
+    monkeypatch.setattr(vm, "huge_page_bytes", lambda: 2 * MiB)
+    monkeypatch.setattr(vm, "thp_mode", lambda: "never")
+    monkeypatch.setattr(vm, "meminfo", lambda: {"HugePages_Total": 8})
+    monkeypatch.setattr(vm, "map_region", refuse)
+    with pytest.raises(UnsupportedError, match="hugetlb refused"):
+        hugepage.allocate("hugepage", None, MiB, None)
+    assert asked == [vm.MAP_PRIVATE | vm.MAP_ANONYMOUS | vm.map_huge(2 * MiB)]
+
+
 def test_hugepage_rounds_up_to_whole_huge_pages():
     if vm.thp_mode() in (None, "never"):
         pytest.skip("THP is not enabled")
@@ -201,10 +223,19 @@ def test_missing_numa_node_names_the_nodes():
         assert f"numa:{nodes[0]}" in err.value.hint
 
 
+def test_a_node_the_cpuset_leaves_out_is_not_said_to_be_missing(monkeypatch):
+    monkeypatch.setattr(numa, "nodes_with_memory", lambda: [0, 1])
+    monkeypatch.setattr(numa, "allowed_nodes", lambda: [0])
+    with pytest.raises(UsageError, match="node 1 has memory, but this process's cpuset does not allow it"):
+        numa.check("1", None)
+    with pytest.raises(UsageError, match="node 2 does not exist here"):
+        numa.check("2", None)
+
+
 @pytest.mark.parametrize("text, nodes", [("0", [0]), ("0-3", [0, 1, 2, 3]), ("0,2-3,7", [0, 2, 3, 7]),
                                          ("", []), ("1\n", [1])])
 def test_parse_node_list(text, nodes):
-    assert numa.parse_node_list(text) == nodes
+    assert parse_id_list(text) == nodes
 
 
 # -- shared ----------------------------------------------------------------------------------

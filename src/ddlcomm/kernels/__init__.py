@@ -64,7 +64,7 @@ def _default_isa() -> Optional[str]:
     if wanted in supported:
         return wanted
     if wanted in _reduce.ISAS:
-        warnings.warn(f"{ISA_ENV}={wanted}: this CPU cannot run it; using {supported[-1]}",
+        warnings.warn(f"{ISA_ENV}={wanted}: this CPU or this build cannot run it; using {supported[-1]}",
                       RuntimeWarning, stacklevel=2)
     else:
         warnings.warn(f"{ISA_ENV}={wanted!r} is not an ISA (choose from auto, "
@@ -161,7 +161,16 @@ def _cached(op: str, dtype: str, kernel: str, isa: Optional[str]) -> Reducer:
 
 
 def _as_array(buf, dtype: np.dtype) -> np.ndarray:
-    return buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=dtype)
+    """``buf`` as an array of ``dtype``: its bytes read as that dtype, as the C kernel reads
+    them (bytes, or the dtype's own item size; another item size is refused alike)."""
+    if not isinstance(buf, np.ndarray):
+        return np.frombuffer(buf, dtype=dtype)
+    if buf.dtype == dtype:
+        return buf
+    if buf.itemsize not in (1, dtype.itemsize):
+        raise ValueError(f"{dtype.name} reducer: an array's item size does not match the "
+                         f"reducer's dtype ({buf.dtype})")
+    return buf.view(dtype)
 
 
 def _numpy_reducer(ufunc: np.ufunc, dtype: DType) -> Reducer:

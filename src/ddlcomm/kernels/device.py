@@ -37,7 +37,13 @@ from .kinds import DEVICE, HOST, KindCache, address, kind_of  # noqa: F401 (re-e
 _TORCH_OPS = {"sum": "add", "prod": "mul", "min": "minimum", "max": "maximum"}
 #: CuPy's ufunc per op; its fused expression of two operands.
 _CUPY_OPS = {"sum": ("add", "{a} + {b}"), "prod": ("multiply", "{a} * {b}"),
-             "min": ("minimum", "min({a}, {b})"), "max": ("maximum", "max({a}, {b})")}
+             "min": ("minimum", "ddlcomm_min({a}, {b})"), "max": ("maximum", "ddlcomm_max({a}, {b})")}
+#: The fused kernels' min and max: NaN where either operand is NaN, as NumPy's, torch's and
+#: the host kernels' (CUDA's min and max of floats are fminf and fmaxf, which drop a NaN).
+_CUPY_PREAMBLE = """
+template <typename T> __device__ T ddlcomm_min(T a, T b) { return (a != a || b != b) ? a + b : (b < a ? b : a); }
+template <typename T> __device__ T ddlcomm_max(T a, T b) { return (a != a || b != b) ? a + b : (b > a ? b : a); }
+"""
 #: dtypes CuPy reduces (no bfloat16).
 CUPY_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
                "uint8", "uint16", "uint32", "uint64")
@@ -225,14 +231,20 @@ def aliased_first(inputs: Sequence, out) -> list:
 def _cupy_unusable(op: str, dtype: str) -> Optional[str]:
     """None when CuPy's fused kernel compiles and runs here for (op, dtype), else why not
     (tried once per process on two elements: CuPy compiles kernels when first called, and a
-    CuPy without its runtime compiler fails only then)."""
+    CuPy without its runtime compiler fails only then; min and max of floats must keep a
+    NaN)."""
     if dtype not in CUPY_DTYPES:
         return f"CuPy has no {dtype}"
     try:
         # CuPy is optional: only on GPU machines
         import cupy
         x = cupy.ones(2, dtype=dtype)
-        _cupy_many(op)([x, x], cupy.empty_like(x))
+        if op in ("min", "max") and dtype.startswith("float"):
+            x[1] = cupy.nan
+        y = cupy.empty_like(x)
+        _cupy_many(op)([cupy.ones(2, dtype=dtype), x], y)
+        if dtype.startswith("float") and op in ("min", "max") and not bool(cupy.isnan(y[1])):
+            return f"CuPy's {op} dropped a NaN here"
     except Exception as exc:  # noqa: BLE001 - any failure means: reduce with torch instead
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return None
@@ -249,7 +261,7 @@ def _cupy_many(op: str) -> Callable:
         for other in names[1:]:
             expr = _CUPY_OPS[op][1].format(a=expr, b=other)
         return cupy.ElementwiseKernel(", ".join(f"T {x}" for x in names), "T y",
-                                      f"y = {expr}", f"ddlcomm_{op}_{n}")
+                                      f"y = {expr}", f"ddlcomm_{op}_{n}", preamble=_CUPY_PREAMBLE)
 
     def reduce(inputs: Sequence, out) -> None:
         k = kernels.get(len(inputs)) or kernels.setdefault(len(inputs), build(len(inputs)))

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..errors import UnsupportedError, UsageError
+from ..units import parse_id_list
 
 __all__ = ["BINDS", "CpuPlan", "check_bind", "cpu_sets", "format_cpulist", "numa_nodes", "physical_cores",
-           "parse_cpulist", "split_ranks", "transport"]
+           "split_ranks", "transport"]
 
 #: How ranks (or containers) may be bound: not at all, to cores, to NUMA nodes.
 BINDS = ("none", "core", "numa")
@@ -106,7 +107,7 @@ def numa_nodes() -> dict[int, list[int]]:
     nodes = {}
     for d in Path("/sys/devices/system/node").glob("node[0-9]*"):
         try:
-            nodes[int(d.name[4:])] = parse_cpulist((d / "cpulist").read_text())
+            nodes[int(d.name[4:])] = parse_id_list((d / "cpulist").read_text())
         except (OSError, ValueError):
             continue
     return nodes
@@ -124,17 +125,6 @@ def physical_cores(cpus: Sequence[int], root: Path = Path("/sys/devices/system/c
         except OSError:
             return len(cpus)
     return len(cores)
-
-
-def parse_cpulist(text: str) -> list[int]:
-    """``"0-3,8,10-11"`` -> ``[0, 1, 2, 3, 8, 10, 11]`` (pure)."""
-    cpus: list[int] = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return cpus
 
 
 def format_cpulist(cpus: Sequence[int]) -> str:

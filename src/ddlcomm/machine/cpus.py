@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..launch.placement import numa_nodes, parse_cpulist, physical_cores
+from ..launch.placement import numa_nodes, physical_cores
+from ..units import parse_id_list
 from ..memory.numa import available_nodes
 
 NODE_DIR = Path("/sys/devices/system/node")
@@ -88,7 +89,7 @@ def affinity() -> list[int]:
 def online(cpu_dir: Path = CPU_DIR) -> list[int]:
     """The online logical CPUs (sysfs), else 0 .. os.cpu_count() - 1."""
     try:
-        return parse_cpulist((cpu_dir / "online").read_text())
+        return parse_id_list((cpu_dir / "online").read_text())
     except (OSError, ValueError):
         return list(range(os.cpu_count() or 1))
 

@@ -50,11 +50,14 @@ def bus_id(domain: int, bus: int, device: int) -> str:
 
 
 def _dotted(version: Any) -> str:
-    """NCCL's version as ``2.28.9`` from a tuple or an int like 22809."""
+    """NCCL's version as ``2.28.9`` from a tuple or an int: 22809 (since 2.9, X*10000 +
+    Y*100 + Z) or 2708 (before, X*1000 + Y*100 + Z)."""
     if isinstance(version, (tuple, list)):
         return ".".join(str(v) for v in version)
     if isinstance(version, int) and version >= 10000:
         return f"{version // 10000}.{version // 100 % 100}.{version % 100}"
+    if isinstance(version, int) and version >= 1000:
+        return f"{version // 1000}.{version // 100 % 10}.{version % 100}"
     return str(version)
 
 

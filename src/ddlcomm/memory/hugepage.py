@@ -34,7 +34,9 @@ def allocate(spec: str, arg: str | None, nbytes: int, hbw_fallback: str | None) 
     huge = vm.huge_page_bytes()
     length = vm.round_up(nbytes, huge)
     try:
-        mapping = vm.map_region(length, align=huge, flags=vm.MAP_PRIVATE | vm.MAP_ANONYMOUS | vm.MAP_HUGETLB)
+        # the pool of pages of that size: the default pool's may be 1 GiB, which this mapping's
+        # 2 MiB alignment and length do not fit (EINVAL, or past the reservation)
+        mapping = vm.map_region(length, align=huge, flags=vm.MAP_PRIVATE | vm.MAP_ANONYMOUS | vm.map_huge(huge))
         return from_mapping("hugepage", spec, nbytes, mapping, {"method": "hugetlb"})
     except OSError as exc:
         hugetlb_refused = f"{errno.errorcode.get(exc.errno or 0, exc.errno)} ({os.strerror(exc.errno or 0)})"

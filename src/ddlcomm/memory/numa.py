@@ -12,25 +12,15 @@ from __future__ import annotations
 
 import errno
 import re
+from typing import Optional
 
 from ..errors import UnsupportedError, UsageError
+from ..units import parse_id_list
 from .base import Buffer, from_mapping, require_linux
 from .pageable import map_small_pages
 from . import vm
 
 NODE_DIR = "/sys/devices/system/node"
-
-
-def parse_node_list(text: str) -> list[int]:
-    """``"0-2,4"`` -> ``[0, 1, 2, 4]`` (the kernel's list format; empty text -> [])."""
-    nodes: set[int] = set()
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
-        if m is None:
-            raise ValueError(f"bad node list {text!r}")
-        lo = int(m.group(1))
-        nodes.update(range(lo, int(m.group(2) or lo) + 1))
-    return sorted(nodes)
 
 
 def _read(path: str) -> str | None:
@@ -41,16 +31,23 @@ def _read(path: str) -> str | None:
         return None
 
 
+def nodes_with_memory() -> list[int]:
+    """NUMA nodes with memory ([0] on a kernel without NUMA)."""
+    text = _read(f"{NODE_DIR}/has_memory") or _read(f"{NODE_DIR}/online")
+    return parse_id_list(text) if text else [0]
+
+
+def allowed_nodes() -> Optional[list[int]]:
+    """The nodes this process's cpuset lets it allocate on (``Mems_allowed_list``), None
+    where the kernel does not say."""
+    allowed = re.search(r"^Mems_allowed_list:\s*(\S+)", _read("/proc/self/status") or "", re.M)
+    return parse_id_list(allowed.group(1)) if allowed else None
+
+
 def available_nodes() -> list[int]:
     """NUMA nodes with memory that this process may allocate on ([0] on a kernel without NUMA)."""
-    text = _read(f"{NODE_DIR}/has_memory") or _read(f"{NODE_DIR}/online")
-    nodes = parse_node_list(text) if text else [0]
-    status = _read("/proc/self/status") or ""
-    allowed = re.search(r"^Mems_allowed_list:\s*(\S+)", status, re.M)
-    if allowed:
-        permitted = set(parse_node_list(allowed.group(1)))
-        nodes = [n for n in nodes if n in permitted]
-    return nodes
+    permitted = allowed_nodes()
+    return [n for n in nodes_with_memory() if permitted is None or n in permitted]
 
 
 def check(arg: str | None, hbw_fallback: str | None) -> None:
@@ -59,8 +56,11 @@ def check(arg: str | None, hbw_fallback: str | None) -> None:
     nodes = available_nodes()
     if node not in nodes:
         listed = ", ".join(map(str, nodes)) or "none"
-        raise UsageError(f"NUMA node {node} does not exist here (nodes with memory: {listed})",
-                         f"use numa:{nodes[0]}" if nodes else "use pageable")
+        hint = f"use numa:{nodes[0]}" if nodes else "use pageable"
+        if node in nodes_with_memory():
+            raise UsageError(f"NUMA node {node} has memory, but this process's cpuset does not allow "
+                             f"it (Mems_allowed_list: {listed})", hint)
+        raise UsageError(f"NUMA node {node} does not exist here (nodes with memory: {listed})", hint)
 
 
 def allocate(spec: str, arg: str | None, nbytes: int, hbw_fallback: str | None) -> Buffer:

@@ -22,6 +22,14 @@ import numpy as np
 PROT_NONE, PROT_READ, PROT_WRITE = 0x0, 0x1, 0x2
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
 MAP_NORESERVE, MAP_HUGETLB = 0x4000, 0x40000
+#: mmap's flags carry a hugetlb page size as its log2 from this bit on (``MAP_HUGE_2MB`` is 21
+#: there); without one the kernel takes the default hugetlb size, which may be 1 GiB.
+MAP_HUGE_SHIFT = 26
+
+
+def map_huge(page_bytes: int) -> int:
+    """``MAP_HUGETLB`` with the pool of ``page_bytes`` pages named (pure)."""
+    return MAP_HUGETLB | (page_bytes.bit_length() - 1) << MAP_HUGE_SHIFT
 MADV_HUGEPAGE, MADV_NOHUGEPAGE = 14, 15
 MPOL_BIND = 2
 MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2

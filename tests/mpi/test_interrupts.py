@@ -70,9 +70,10 @@ def _start(cmd, env, stderr) -> subprocess.Popen:
                             preexec_fn=_sigint_as_in_a_terminal)
 
 
-def _stop_after_points(cmd, env, db, sig, points=3, limit=120.0, before=None) -> int:
+def _stop_after_points(cmd, env, db, sig, points=3, limit=120.0, before=None, group=False) -> int:
     """Start ``cmd``, send ``sig`` once ``points`` are stored (calling ``before(proc)`` just
-    before), return its exit code.  A launcher that failed before any rank ran
+    before; ``group``: to its whole process group, as a terminal's Ctrl-C), return its exit
+    code.  A launcher that failed before any rank ran
     (``mpirun.not_started``: Open MPI's transient, once in two thousand launches here) is
     started once more, as ddlcomm's own launches and the tests' ``mpirun`` are."""
     errors = db.with_name(db.name + ".stderr")
@@ -93,7 +94,7 @@ def _stop_after_points(cmd, env, db, sig, points=3, limit=120.0, before=None) ->
             time.sleep(0.2)
         if before:
             before(proc)
-        os.kill(proc.pid, sig)
+        (os.killpg if group else os.kill)(proc.pid, sig)
         return proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
@@ -136,6 +137,21 @@ def test_sigterm_or_sighup_to_ddlcomms_own_launch(mpi, tmp_path, sig):
     assert error.startswith(f"interrupted ({sig.name})"), error
     # MPICH's ranks, ended before MPI_Finalize, left a 2 MiB mpich_shm_* segment each run
     assert not [n for n in shmclean.names() - segments if n.startswith(("mpich_shm", "sm_segment"))]
+
+
+@pytest.mark.alone
+def test_ctrl_c_in_a_terminal_to_ddlcomms_own_launch(mpi, tmp_path):
+    """A terminal's Ctrl-C goes to the whole foreground group: Open MPI's launcher shared the
+    owner's, got it from the terminal and again from the owner, and took the second as
+    'forcibly terminate': the ranks died before they could mark where the run stopped."""
+    db = tmp_path / "g.db"
+    rc = _stop_after_points([mpi.ddlcomm, *LONG, "--db", db], mpi.env(), db, signal.SIGINT, group=True)
+    assert rc == 130
+    status, error = _run_row(db)
+    assert status == "interrupted" and error.startswith("interrupted (SIGINT)"), error
+    assert " during " in error or " after " in error, error
+    said = db.with_name(db.name + ".stderr").read_text()
+    assert "forcibly terminate" not in said, said[-2000:]     # Open MPI's on a second Ctrl-C
 
 
 @pytest.mark.parametrize("backend", ["mpi", "gloo"])

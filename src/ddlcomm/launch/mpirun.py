@@ -153,9 +153,11 @@ RETRY_WITHIN_S = 30.0
 def run(cmd: Sequence[str], env: Mapping[str, str], grace_s: float = 10.0) -> int:
     """Run the launcher with our stdout/stderr (its output streams through).
 
-    Ctrl-C reaches the launcher too (same process group); on Ctrl-C, SIGTERM or
-    SIGHUP (see :func:`ddlcomm.bench.runs.own`) the launcher is sent the same signal
-    and, if it has not ended ``grace_s`` seconds later, killed.  If
+    The launcher runs in a session of its own, so a terminal's Ctrl-C reaches it once,
+    from this process: Open MPI's took a second SIGINT (the terminal's, then ours) as
+    "forcibly terminate" and killed the ranks before they said where the run stopped.  On
+    Ctrl-C, SIGTERM or SIGHUP (see :func:`ddlcomm.bench.runs.own`) the launcher is sent the
+    same signal and, if it has not ended ``grace_s`` seconds later, killed.  If
     this process is killed outright, the launcher gets SIGTERM and ends the
     ranks (:func:`~ddlcomm.launch.processes.die_with_parent`).  A launcher that failed
     within :data:`RETRY_WITHIN_S` before any rank started (Open MPI's
@@ -179,7 +181,7 @@ def _run_once(cmd: Sequence[str], env: Mapping[str, str], grace_s: float) -> int
     """One launch (see :func:`run`): its exit code, 130 when interrupted.  The ranks read
     nothing: the launcher gets no stdin (mpirun hands its own to rank 0, which took the
     rest of a shell loop's input)."""
-    proc = subprocess.Popen(list(cmd), env=dict(env), start_new_session=False,
+    proc = subprocess.Popen(list(cmd), env=dict(env), start_new_session=True,
                             stdin=subprocess.DEVNULL, preexec_fn=die_with_parent())
     try:
         return proc.wait()

@@ -5,7 +5,7 @@ import os
 import signal
 import time
 
-from ddlcomm.launch.processes import forwarded, reap_ended
+from ddlcomm.launch.processes import adopt_orphans, end_orphans, forwarded, reap_ended
 
 
 def test_the_owner_passes_on_its_own_signal():
@@ -32,3 +32,22 @@ def test_children_that_ended_are_reaped_and_their_cpu_time_counted():
     after = os.times()
     assert (after.children_user + after.children_system
             - before.children_user - before.children_system) >= 0.25
+
+
+def test_the_callers_own_children_are_neither_ended_nor_reaped():
+    """end_orphans and reap_ended took every child: a caller's unrelated process was killed,
+    and one that had exited 7 was reaped, so its Popen's wait() said 0."""
+    import subprocess
+    mine = subprocess.Popen(["sleep", "30"])
+    done = subprocess.Popen(["sh", "-c", "exit 7"])
+    while open(f"/proc/{done.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.01)
+    had = adopt_orphans()
+    try:
+        assert {mine.pid, done.pid} <= had
+        assert end_orphans(grace_s=1, keep=had) == 0 and reap_ended(had) == 0
+        assert mine.poll() is None and done.wait() == 7
+    finally:
+        adopt_orphans(False)
+        mine.kill()
+        mine.wait()

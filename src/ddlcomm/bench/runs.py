@@ -103,7 +103,7 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
     ctrl_c = (signal.SIGINT,) if interruptible else ()
     previous = {sig: signal.signal(sig, signals) for sig in (*OWNER_SIGNALS, *ctrl_c)}
     before, segments = load.snapshot(), shmclean.names()
-    processes.adopt_orphans()
+    had = processes.adopt_orphans()     # children of the caller's own: not the launch's
     try:
         rc = start(env)
         if rc == 0 and ranks_ended_it(env):
@@ -111,15 +111,17 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
     except (KeyboardInterrupt, SystemExit):
         rc = EXIT_INTERRUPTED
     except DdlcommError as exc:         # no rank started (no launcher, no containers)
+        processes.adopt_orphans(False)
         with Store(db_path) as store:
             store.end_if_running(run_id, "failed", f"starting the ranks failed: {exc}")
         raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    processes.reap_ended()              # the launcher's orphans: their CPU time is the run's
+    processes.reap_ended(had)           # the launcher's orphans: their CPU time is the run's
     if rc:
-        _clean_up(segments)
+        _clean_up(segments, had)
+    processes.adopt_orphans(False)
     if opened.moved():                  # do not make a new, empty one in its place
         saved = rescue_path(db_path, run_id)
         raise RunLost(f"{db_path} was removed or replaced while run {run_id} ran"
@@ -146,10 +148,11 @@ def _name_owners_signal(store: Store, run_id: int, signame: str) -> None:
         store.update_run(run_id, error=head + signame + error[len(head) + len(said):])
 
 
-def _clean_up(segments: set[str]) -> None:
+def _clean_up(segments: set[str], had: frozenset[int]) -> None:
     """After ranks that did not reach MPI_Finalize: end those a launcher killed outright left
-    running (they wrote on), remove the shared-memory segments they left."""
-    orphans = processes.end_orphans()
+    running (they wrote on; not the children of ``had``, the caller's own), remove the
+    shared-memory segments they left."""
+    orphans = processes.end_orphans(keep=had)
     if orphans:
         print(f"note: ended {orphans} process{'' if orphans == 1 else 'es'} the launcher "
               "left running", file=sys.stderr, flush=True)

@@ -18,19 +18,24 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-def adopt_orphans() -> None:
+def adopt_orphans(adopt: bool = True) -> frozenset[int]:
     """Make this process the parent of its descendants that lose theirs (Linux's
     ``PR_SET_CHILD_SUBREAPER``; nothing elsewhere): ranks whose launcher was killed outright
-    come to it, not to init, and :func:`end_orphans` can end them."""
+    come to it, not to init, and :func:`end_orphans` can end them.  Returns the children it
+    had already (live or ended), which are not orphans of the launch: pass them to
+    :func:`end_orphans` and :func:`reap_ended` as ``keep``.  ``adopt=False`` stops adopting
+    (once the ranks have ended: a process that embeds ddlcomm stays no subreaper)."""
     if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1 if adopt else 0)
+    me = os.getpid()
+    return frozenset(_children(me)) | frozenset(_children(me, ended=True))
 
 
-def end_orphans(grace_s: float = 10.0) -> int:
-    """SIGTERM the children this process has left (the orphans :func:`adopt_orphans` took
-    in, once its launcher has ended), SIGKILL those alive ``grace_s`` later; reap them all.
-    Returns how many there were."""
-    kids = _children(os.getpid())
+def end_orphans(grace_s: float = 10.0, keep: frozenset[int] = frozenset()) -> int:
+    """SIGTERM the children this process has left but those of ``keep`` (the orphans
+    :func:`adopt_orphans` took in, once its launcher has ended), SIGKILL those alive
+    ``grace_s`` later; reap them all.  Returns how many there were."""
+    kids = [pid for pid in _children(os.getpid()) if pid not in keep]
     terminate(kids, _reaped, grace_s)
     return len(kids)
 
@@ -55,15 +60,16 @@ def terminate(pids: Sequence[int], gone: Callable[[int], bool], grace_s: float) 
     return left
 
 
-def reap_ended() -> int:
-    """Reap this process's children that have ended and wait for it (zombies); how many.
+def reap_ended(keep: frozenset[int] = frozenset()) -> int:
+    """Reap this process's children that have ended and wait for it (zombies), but those of
+    ``keep`` (children some other code owns, whose exit status is theirs); how many.
 
     Open MPI's prterun does not wait for the ssh stand-ins it starts (a run in
     ``--containers``): they come to this process (:func:`adopt_orphans`), and until they
     are reaped their CPU time, with the daemons' and the ranks' under them, is not in
     ``os.times()``'s children (the run's load record counted the ranks as other processes).
     Call it once the launcher has returned: no child still owned by a Popen is left then."""
-    return sum(_reaped(pid) for pid in _children(os.getpid(), ended=True))
+    return sum(_reaped(pid) for pid in _children(os.getpid(), ended=True) if pid not in keep)
 
 
 def _children(pid: int, ended: bool = False) -> list[int]:

@@ -366,7 +366,7 @@ def test_gloo_allreduce_in_two_containers(namespaces, mpi, tmp_path):
         t = torch.full((1024,), float(dist.get_rank() + 1))
         dist.all_reduce(t)
         os.write(1, f"RANK {dist.get_rank()} HOST {socket.gethostname()} "
-                    f"SUM {t[0].item():g}\\n".encode())
+                    f"SUM {t[0].item():g} LOCAL {os.environ['LOCAL_RANK']}/{os.environ['LOCAL_WORLD_SIZE']}\\n".encode())
         dist.destroy_process_group()
     """))
     base = {k: v for k, v in mpi.env().items()
@@ -390,7 +390,8 @@ def test_gloo_allreduce_in_two_containers(namespaces, mpi, tmp_path):
                     os.killpg(p.pid, signal.SIGKILL)
         for r, (p, (out, err)) in enumerate(zip(procs, outs)):
             assert p.returncode == 0, err
-            assert f"RANK {r} HOST {cs.containers[r].hostname} SUM 3" in out
+            # a rank per container: each the first of one, as mpirun's local rank has it
+            assert f"RANK {r} HOST {cs.containers[r].hostname} SUM 3 LOCAL 0/1" in out
             # the TCPStore names each IPv4 peer by its IPv6 form: /etc/hosts has both
             assert "cannot be retrieved" not in err, err
     _assert_gone(names)

@@ -190,8 +190,10 @@ def spawn_prefixes(cset: Optional[ContainerSet], nranks: int,
 
     Each prefix enters the rank's container (:meth:`ContainerSet.exec_prefix`)
     and then runs ``env MASTER_ADDR=<rank 0's container address>
-    GLOO_SOCKET_IFNAME=eth0``, so it overrides the loopback ``MASTER_ADDR``
-    that :func:`spawn.rank_env` sets (also returned by :func:`master_addr`).
+    GLOO_SOCKET_IFNAME=eth0 LOCAL_RANK=i LOCAL_WORLD_SIZE=n`` (i: the rank's place among
+    the n of its container, as mpirun counts a host's), so it overrides the loopback
+    ``MASTER_ADDR`` and the job-wide local rank that :func:`spawn.rank_env` sets
+    (``MASTER_ADDR`` is also returned by :func:`master_addr`).
     With binding ``core`` each rank is pinned to one cpu of its container
     (round-robin).  Without containers the prefix is ``taskset -c CPUS`` for
     ``bind`` (:func:`host_bind_prefixes`), else empty.
@@ -207,5 +209,8 @@ def spawn_prefixes(cset: Optional[ContainerSet], nranks: int,
         prefix = cset.exec_prefix(c)
         if cset.bind == "core" and c.cpus:
             prefix += ["taskset", "-c", str(c.cpus[c.ranks.index(r) % len(c.cpus)])]
-        out.append(prefix + ["env", f"MASTER_ADDR={addr}", f"GLOO_SOCKET_IFNAME={CONTAINER_IFACE}"])
+        # the rank's place in its container, as mpirun's local rank counts it (each
+        # container is a host), so a layout picks the same GPUs under either launcher
+        out.append(prefix + ["env", f"MASTER_ADDR={addr}", f"GLOO_SOCKET_IFNAME={CONTAINER_IFACE}",
+                             f"LOCAL_RANK={c.ranks.index(r)}", f"LOCAL_WORLD_SIZE={len(c.ranks)}"])
     return out

@@ -18,7 +18,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from ..errors import BackendUnavailable
 from .placement import physical_cores
-from .processes import die_with_parent, forwarded
+from .processes import die_with_parent, end, forwarded
 
 #: MPICH (ch4) ranks waiting for a message busy-poll without ever giving up their
 #: core, so with more ranks than cores a handoff between two ranks waits for the
@@ -186,12 +186,7 @@ def _run_once(cmd: Sequence[str], env: Mapping[str, str], grace_s: float) -> int
     try:
         return proc.wait()
     except (KeyboardInterrupt, SystemExit) as exc:   # Ctrl-C, or SIGTERM/SIGHUP as SystemExit
-        try:
-            proc.send_signal(forwarded(exc))
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end(proc, grace_s, forwarded(exc))
         return 130
 
 

@@ -15,9 +15,10 @@ import shlex
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 from ..errors import UnsupportedError
+from .processes import proc_stat
 from .processes import pid_alive, terminate
 
 #: Where sets keep their namespace files, hosts file and launch agent.
@@ -32,11 +33,17 @@ CMD_TIMEOUT_S = 30.0
 KILL_GRACE_S = 3.0
 
 
-def tool(name: str) -> str:
-    """The path of system tool ``name`` (also in the sbin folders a user's PATH may lack)."""
-    path = shutil.which(name) or next((p for p in (f"/usr/sbin/{name}", f"/sbin/{name}",
-                                                    f"/usr/bin/{name}", f"/bin/{name}")
+def which(name: str) -> Optional[str]:
+    """The path of system tool ``name``, also in the sbin folders a user's PATH may lack;
+    None where it is not installed."""
+    return shutil.which(name) or next((p for p in (f"/usr/sbin/{name}", f"/sbin/{name}",
+                                                   f"/usr/bin/{name}", f"/bin/{name}")
                                        if os.access(p, os.X_OK)), None)
+
+
+def tool(name: str) -> str:
+    """The path of system tool ``name`` (:func:`which`), or UnsupportedError."""
+    path = which(name)
     if path is None:
         raise UnsupportedError(f"--containers needs `{name}`, which is not installed",
                                "install iproute2 and util-linux")
@@ -146,10 +153,9 @@ def cgroup_pids(cg: Path) -> list[int]:
 
 
 def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
+    """Whether ``pid`` has ended (a zombie, or gone)."""
+    fields = proc_stat(pid)
+    return fields is None or fields[0] == "Z"
 
 
 def end_processes(netns_files: Sequence[Path], cgroups: Sequence[Path] = (),

@@ -72,16 +72,22 @@ def reap_ended(keep: frozenset[int] = frozenset()) -> int:
     return sum(_reaped(pid) for pid in _children(os.getpid(), ended=True) if pid not in keep)
 
 
+def proc_stat(pid: "int | str") -> Optional[list[str]]:
+    """The fields of ``/proc/PID/stat`` after the command's name (state first, then the
+    parent's pid, ...: proc(5)'s 3rd field on), None where the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def _children(pid: int, ended: bool = False) -> list[int]:
     """The live children of ``pid`` (those ended and not yet reaped, zombies, where
     ``ended``), from /proc."""
     kids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
-        except (OSError, IndexError, ValueError):
-            continue
-        if int(ppid) == pid and (state == "Z") == ended:
+        fields = proc_stat(stat.parent.name)
+        if fields and len(fields) > 1 and fields[1] == str(pid) and (fields[0] == "Z") == ended:
             kids.append(int(stat.parent.name))
     return kids
 
@@ -132,15 +138,19 @@ def die_with_parent(sig: int = signal.SIGTERM) -> Optional[Callable[[], None]]:
     return arm
 
 
-def end(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """SIGTERM ``proc``, SIGKILL it if it is still there after ``grace_s``; reap it."""
+def end(proc: subprocess.Popen, grace_s: float = 5.0, sig: int = signal.SIGTERM) -> None:
+    """Send ``proc`` ``sig``, SIGKILL it if it is still there after ``grace_s``; reap it.
+    One stuck past SIGKILL too (uninterruptible sleep) is left, not waited for."""
     if proc.poll() is None:
-        proc.terminate()
+        proc.send_signal(sig)
         try:
             proc.wait(grace_s)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait(grace_s)
+            try:
+                proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                pass
 
 
 def pid_alive(pid: int) -> bool:
@@ -156,11 +166,8 @@ def pid_alive(pid: int) -> bool:
 
 def start_time(pid: int) -> Optional[str]:
     """The process's start time in clock ticks since boot (tells a reused pid apart)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
+    fields = proc_stat(pid)
+    return fields[19] if fields and len(fields) > 19 else None
 
 
 def owner_alive(pid: int, start: Optional[str] = None) -> bool:

@@ -24,6 +24,7 @@ directory, also on an exception, SIGTERM/SIGHUP and at exit.
 from __future__ import annotations
 
 import atexit
+import glob
 import os
 import re
 import shutil
@@ -37,7 +38,9 @@ from typing import Mapping, Optional
 from ..errors import UnsupportedError, UsageError
 from . import containers
 from .containers import ContainerSet
+from .namespaces import which
 from .processes import die_with_parent, end, first_close, owner_alive, start_time
+from .spawn import free_port
 
 #: Where clusters keep their configuration, keys, spool and logs (one dir per cluster).
 STATE_ROOT = Path("/run/ddlcomm-slurm")
@@ -45,24 +48,20 @@ STATE_ROOT = Path("/run/ddlcomm-slurm")
 PACKAGES = {"slurmctld": "slurmctld", "slurmd": "slurmd", "slurm-client": "srun",
             "munge": "munged"}
 #: Installed when missing, not required: the PMIx library that Debian's mpi/pmix
-#: plugin opens by this path (``srun --mpi=pmix``, which Open MPI 5 needs).
-OPTIONAL_PACKAGES = {"libpmix-dev": "/usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so"}
+#: plugin opens by this path, in the machine's multiarch folder (``srun --mpi=pmix``,
+#: which Open MPI 5 needs).
+OPTIONAL_PACKAGES = {"libpmix-dev": "/usr/lib/*-linux-gnu/pmix2/lib/libpmix.so"}
 #: Seconds to wait for every node to register idle.
 READY_TIMEOUT_S = 60.0
 PARTITION = "ddlc"
 _SET_RE = re.compile(r"^\d+-\d+$")
 
 
-def _which(name: str) -> Optional[str]:
-    return shutil.which(name) or next((p for p in (f"/usr/sbin/{name}", f"/usr/bin/{name}")
-                                       if os.access(p, os.X_OK)), None)
-
-
 def missing_packages(optional: bool = False) -> list[str]:
     """Debian packages whose program (or file) is not installed here."""
     if optional:
-        return [pkg for pkg, path in OPTIONAL_PACKAGES.items() if not os.path.exists(path)]
-    return [pkg for pkg, prog in PACKAGES.items() if _which(prog) is None]
+        return [pkg for pkg, path in OPTIONAL_PACKAGES.items() if not glob.glob(path)]
+    return [pkg for pkg, prog in PACKAGES.items() if which(prog) is None]
 
 
 def pmix_available() -> bool:
@@ -77,10 +76,10 @@ def install_packages() -> None:
     """
     missing, optional = missing_packages(), missing_packages(optional=True)
     hint = f"as root: apt-get install -y {' '.join(PACKAGES)}"
-    if missing and (os.geteuid() != 0 or _which("apt-get") is None):
+    if missing and (os.geteuid() != 0 or which("apt-get") is None):
         raise UnsupportedError(f"Slurm is not installed (missing {', '.join(missing)}) and "
                                "cannot be installed here (needs root and apt-get)", hint)
-    if not (missing or optional) or os.geteuid() != 0 or _which("apt-get") is None:
+    if not (missing or optional) or os.geteuid() != 0 or which("apt-get") is None:
         return
     _apt(["update", "-qq"])
     why = _apt(["install", "-y", "-qq", *missing]) if missing else ""
@@ -108,12 +107,6 @@ def check_available(install: bool = False) -> None:
     elif missing_packages():
         raise UnsupportedError(f"Slurm is not installed (missing {', '.join(missing_packages())})",
                                f"as root: apt-get install -y {' '.join(PACKAGES)}")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 class SlurmCluster:
@@ -196,7 +189,7 @@ class SlurmCluster:
                 if proc.poll() is not None:
                     raise UnsupportedError(f"{name} ended (exit {proc.returncode}): "
                                            f"{self._log_tail(name)}")
-            res = subprocess.run([_which("sinfo") or "sinfo", "-h", "-N", "-o", "%N %t"],
+            res = subprocess.run([which("sinfo") or "sinfo", "-h", "-N", "-o", "%N %t"],
                                  capture_output=True, text=True, env=self.env(), timeout=30)
             states = res.stdout.strip()
             idle = {line.split()[0] for line in states.splitlines()
@@ -237,12 +230,12 @@ class SlurmCluster:
                             str(self.state / f"tmp-{c.hostname}"), str(self.state / "node-tmp")],
                            check=True, capture_output=True, timeout=30)
             self._spawn(f"slurmd-{c.hostname}",
-                        [*cs.exec_prefix(c), _which("slurmd") or "slurmd", "-D",
+                        [*cs.exec_prefix(c), which("slurmd") or "slurmd", "-D",
                          "-N", c.hostname, "-f", str(self.conf)])
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         assert self.state is not None
-        argv[0] = _which(argv[0]) or argv[0]
+        argv[0] = which(argv[0]) or argv[0]
         out = open(self.state / f"{name}.out", "wb")
         with out:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
@@ -267,7 +260,7 @@ class SlurmCluster:
     def _write_conf(self) -> None:
         cs = self.containers
         assert cs is not None and self.state is not None
-        self._port = _free_port()
+        self._port = free_port("")        # any address: the containers reach it
         assert self.conf is not None
         self.conf.write_text(slurm_conf(self.state, socket.gethostname().split(".")[0],
                                         cs.bridge_address, self._port, self._munge_socket,

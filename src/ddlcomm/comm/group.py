@@ -14,10 +14,7 @@ import numpy as np
 
 from ..errors import UsageError
 from .base import rank_number, rank_of
-from .native import TAG
-
-#: Tag of the group barrier's messages (apart from the algorithms' TAG).
-BARRIER_TAG = TAG + 1
+from .native._common import BARRIER_TAG
 
 
 class Group:

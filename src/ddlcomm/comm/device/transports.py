@@ -28,10 +28,9 @@ import numpy as np
 
 from ...errors import UsageError
 from ...lazy import torch_module as _torch
+from ..native._common import DATA_TAG, DONE_TAG, READY_TAG
 from .peers import offset_bytes, whole
 
-#: Tags of the device transports' messages (the native algorithms' TAG is 0x6464).
-DATA_TAG, READY_TAG, DONE_TAG = 0x6465, 0x6466, 0x6467
 #: A "ready" header: buffer id, byte offset, bytes, length of the handle that follows (0: known).
 HEADER = 4
 

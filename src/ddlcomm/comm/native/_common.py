@@ -29,7 +29,10 @@ if TYPE_CHECKING:
     from ..base import Communicator
 
 #: Tag of every message the native algorithms send ("dd"); below MPI's minimum tag bound 32767.
+#: ddlcomm's other messages take the tags after it, each its own: a Group's barrier
+#: (comm/group.py), the device transports' data, ready and done messages (comm/device).
 TAG = 0x6464
+BARRIER_TAG, DATA_TAG, READY_TAG, DONE_TAG = TAG + 1, TAG + 2, TAG + 3, TAG + 4
 
 #: ``reduce(a, b, out)``: out = a (op) b, elementwise; out may be a.
 Reducer = Callable[[np.ndarray, np.ndarray, np.ndarray], object]

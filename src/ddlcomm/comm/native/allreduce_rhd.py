@@ -13,7 +13,8 @@ Other rank counts (the standard fold, as in MPICH and Gloo): with
 p' = 2^floor(log2 p) and r = p - p', each of the first 2r ranks with an even
 number sends its whole buffer to the next (odd) rank, which reduces it; the
 p' remaining ranks run the power-of-two algorithm; at the end each odd rank
-sends the result back to its even partner.  That adds 2 rounds, n·β and n·γ.
+sends the result back to its even partner.  That adds 2 rounds, 2n·β (the
+buffer there and the result back) and n·γ (:func:`schedule`).
 
 The first exchange reads ``sendbuf`` and reduces into ``recvbuf``, so there is
 no initial copy, in place or not.  ``chunk_bytes`` pipelines the reductions

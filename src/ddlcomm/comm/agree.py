@@ -1,9 +1,12 @@
-"""Set-up that every rank of a communicator does, agreed: where one rank fails, every rank
-raises the same error, so that none is left waiting in the next collective for a rank that
-is gone (binding a shared-memory all-reduce: one rank's segment or mapping fails)."""
+"""What every rank of a communicator must decide alike: whether a condition holds on every
+rank (:func:`agree_all`), and set-up agreed, so that where one rank fails every rank raises
+the same error and none is left waiting in the next collective for a rank that is gone
+(binding a shared-memory all-reduce: one rank's segment or mapping fails)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
+
+import numpy as np
 
 from ..errors import DdlcommError, EveryRankError
 
@@ -32,3 +35,10 @@ def agreed(comm: Any, why: Why, what: str, payload: Any = None) -> list:
             text, hint = said
             raise EveryRankError(f"{what}: rank {rank}: {text}", hint)
     return [mine for _, mine in every]
+
+
+def agree_all(comm: Any, ok: bool) -> bool:
+    """True on every rank when ``ok`` is true on every rank (one all-reduce)."""
+    flag = np.array([1 if ok else 0], np.int32)
+    comm.allreduce(flag, flag, op="min")
+    return bool(flag[0])

@@ -42,6 +42,7 @@ from ..dtypes import ReduceOp
 from ..errors import UnsupportedError
 from ..memory.shared import segment_of
 from . import shm_mapped
+from .agree import agree_all
 from .bound import BoundCall
 from .native._common import blocks, check_reduce
 from .nodes import node_segment, same_node, spin_us
@@ -159,9 +160,7 @@ def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
     p, n, dtype = comm.size, sendbuf.size, sendbuf.dtype
     if pipelines(reduce):
         if shm_mapped.runs(reduce):
-            shared = np.array([segment_of(sendbuf) is not None and segment_of(recvbuf) is not None], np.int32)
-            comm.allreduce(shared, shared, op="min")
-            if shared[0]:
+            if agree_all(comm, segment_of(sendbuf) is not None and segment_of(recvbuf) is not None):
                 return shm_mapped.bind_allreduce(comm, sendbuf, recvbuf, op, reduce, chunk_bytes, share=False)
         return _pipelined(comm, sendbuf, recvbuf, op, reduce, chunk_bytes)
     lo, hi = slices(n, p)[comm.rank]

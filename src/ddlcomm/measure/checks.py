@@ -6,14 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from ..comm.agree import agree_all
 from ..dtypes import dtype_of
-
-
-def agree_all(comm: Any, ok: bool) -> bool:
-    """True on every rank when ``ok`` is true on every rank."""
-    flag = np.array([1 if ok else 0], np.int32)
-    comm.allreduce(flag, flag, op="min")
-    return bool(flag[0])
 
 
 def verdict(comm: Any, ok: bool) -> str:

@@ -28,7 +28,7 @@ from typing import Any, Collection, Iterable, Optional
 import numpy as np
 
 from ..comm import registry
-from ..measure.checks import agree_all
+from ..comm.agree import agree_all
 from ..measure.records import make_record
 from ..measure.stats import relative_error
 from ..errors import UsageError

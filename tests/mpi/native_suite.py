@@ -30,7 +30,7 @@ import numpy as np
 import ddlcomm
 from ddlcomm.comm import algorithms, native
 from ddlcomm.dtypes import DTYPES, OPS, get_op
-from ddlcomm.errors import UsageError
+from ddlcomm.errors import EveryRankError, UsageError
 from suite_kit import THIN_HELP, Checks, conclude, data, guarded, is_float, reference, thinned
 
 COUNTS = (0, 1, 7, 13)
@@ -207,17 +207,21 @@ class Suite(Checks):
             self.check(f"isend/irecv count={count}", np.array_equal(got, np.full(count, left)))
 
     def argument_checks(self) -> None:
-        """Bad arguments raise UsageError with a precise message, before any message is sent."""
+        """Bad arguments raise UsageError with a precise message: those every rank refuses
+        alike before any message is sent; a receive buffer (every rank's here) after the
+        call into scratch memory that each rank refusing its own takes part in."""
         comm = self.comm
         ring = native.get("allreduce", "ring")
         a = np.ones(5, np.float32)
         ro = np.ones(5, np.float32)
         ro.setflags(write=False)
+        frozen_cols = np.ones((4, 4), np.float32)[:, 1]
+        frozen_cols.setflags(write=False)
         expect = [
             (lambda: ring(comm, a, ro), "allreduce's receive buffer is read-only"),
             (lambda: algorithms.bind(comm, "allreduce", "shm", np.ones(5, np.int32), None,
                                      get_op("avg"), 0),
-             "op avg needs a floating-point dtype, not int32"),
+             "allreduce by shm: rank 0: op avg needs a floating-point dtype, not int32"),
         ] + [
             (lambda: ring(comm, a, np.ones(4, np.float32)),
              "allreduce's receive buffer needs 5 elements, got 4"),
@@ -235,6 +239,13 @@ class Suite(Checks):
             (lambda: ring(comm, np.ones((4, 4), np.float32)[:, 1]),
              "buffers must be C-contiguous arrays"),
             (lambda: ring(comm, [1.0, 2.0]), "allreduce's send buffer must be a NumPy array"),
+            (lambda: ring(comm, [1.0, 2.0], np.zeros(2, np.float32)),
+             "allreduce's send buffer must be a NumPy array"),
+            (lambda: native.get("broadcast", "pipelined")(comm, [1.0]),
+             "broadcast's buffer must be a NumPy array"),
+            # read-only as well, off the root: refused alike (it took part, the root never sent)
+            (lambda: native.get("broadcast", "binomial")(comm, frozen_cols, root=0),
+             "buffers must be C-contiguous"),
             (lambda: native.get("reduce", "binomial")(comm, a, root=comm.size),
              f"root {comm.size} is not a rank of this communicator"),
             (lambda: native.get("allreduce", "tree"),
@@ -281,6 +292,16 @@ class Suite(Checks):
                 self.check(f"{label}: rank {rank} got {got}", rank != bad and right(got))
             except UsageError as exc:
                 self.check(f"{label}: rank {rank} raised {exc}", rank == bad and str(exc).startswith(message))
+        # bound (algorithms.bind: the harness's and training's way): checked on every rank and
+        # agreed, so every rank raises, naming the rank; none waits in the set-up or first call
+        for name in ("ring", "rhd", "shm", "hierarchical"):
+            try:
+                algorithms.bind(comm, "allreduce", name, mine, ro if rank == bad else np.zeros(5, np.float32),
+                                get_op("sum"), 0)
+                self.check(f"bind {name}: rank {rank} bound a read-only buffer of rank {bad}", False)
+            except EveryRankError as exc:
+                self.check(f"bind {name}: rank {rank} raised {exc}",
+                           f"rank {bad}: allreduce's receive buffer is read-only" in str(exc))
         comm.barrier()
 
 

@@ -152,11 +152,15 @@ def test_hugepage_asks_the_pool_of_its_own_page_size(monkeypatch):
         raise OSError(22, "refused here")
     monkeypatch.setattr(vm, "huge_page_bytes", lambda: 2 * MiB)
     monkeypatch.setattr(vm, "thp_mode", lambda: "never")
-    monkeypatch.setattr(vm, "meminfo", lambda: {"HugePages_Total": 8})
+    monkeypatch.setattr(vm, "hugetlb_pages", lambda page_bytes: 8 if page_bytes == 2 * MiB else 0)
     monkeypatch.setattr(vm, "map_region", refuse)
     with pytest.raises(UnsupportedError, match="hugetlb refused"):
         hugepage.allocate("hugepage", None, MiB, None)
     assert asked == [vm.MAP_PRIVATE | vm.MAP_ANONYMOUS | vm.map_huge(2 * MiB)]
+    # the 2 MiB pool counts, not /proc/meminfo's HugePages_Total (the default pool's)
+    monkeypatch.setattr(vm, "hugetlb_pages", lambda page_bytes: 0)
+    with pytest.raises(UnsupportedError, match="no hugetlb pages are reserved"):
+        hugepage.check(None, None)
 
 
 def test_hugepage_rounds_up_to_whole_huge_pages():

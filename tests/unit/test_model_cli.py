@@ -441,5 +441,15 @@ def test_predict_chooses_mpichs_allreduce_by_element_count(capsys):
 
 
 def test_a_fit_prices_each_point_by_its_own_dtype():
+    """64 B on 16 ranks in 2 containers (no shared memory between them): 8 float64 elements,
+    fewer than the ranks' power of two, run MPICH's recursive doubling; 16 float32, its rhd."""
     from ddlcomm.model import calibrate as cal
     assert cal.itemsize_of({"dtype": "float64"}) == 8 and cal.itemsize_of({}) == 4
+    for dtype, want in (("float64", "recursive_doubling"), ("float32", "rhd")):
+        points = [{"backend": "mpi", "library": "MPICH", "collective": "allreduce", "form": "buffer",
+                   "algorithm": "library", "bytes": n, "ranks": 16, "t_p50_us": 10.0 + n / 1000,
+                   "check": "passed", "containers": 2, "hosts": ["c0"] * 8 + ["c1"] * 8,
+                   "dtype": dtype, "host_cores": 16} for n in (64, 4096, 1 << 20)]
+        fit = cal.calibrate(points)
+        (small,) = [r for r in fit.residuals if r["bytes"] == 64]
+        assert small["model_algorithm"] == want, dtype

@@ -111,17 +111,16 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
     except (KeyboardInterrupt, SystemExit):
         rc = EXIT_INTERRUPTED
     except DdlcommError as exc:         # no rank started (no launcher, no containers)
-        processes.adopt_orphans(False)
         with Store(db_path) as store:
             store.end_if_running(run_id, "failed", f"starting the ranks failed: {exc}")
         raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        processes.adopt_orphans(False)  # those orphaned while the ranks ran are ours already
     processes.reap_ended(had)           # the launcher's orphans: their CPU time is the run's
     if rc:
         _clean_up(segments, had)
-    processes.adopt_orphans(False)
     if opened.moved():                  # do not make a new, empty one in its place
         saved = rescue_path(db_path, run_id)
         raise RunLost(f"{db_path} was removed or replaced while run {run_id} ran"

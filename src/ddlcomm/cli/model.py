@@ -509,7 +509,8 @@ def cmd_ssgd(args) -> int:
     if args.fit is not None:
         if not phases.layers:
             raise UsageError("--fit prices each message: give --model or --layers")
-        comm_at = comm_from_fit(load(args.fit), args.arch, args.algorithm, _selection(args), per_node)
+        comm_at = comm_from_fit(load(args.fit), args.arch, args.algorithm, _selection(args), per_node,
+                                get_dtype(args.dtype or "float32").itemsize)
     elif args.arch != "allreduce" or args.algorithm != "library":
         raise UsageError("--arch and --algorithm apply with --fit")
     elif any(getattr(args, k) for k in SELECTION):

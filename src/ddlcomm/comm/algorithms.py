@@ -40,6 +40,7 @@ from ..kernels.device import DEVICE_KERNELS, HOST_KERNELS
 from ..lazy import load
 from ..units import format_size
 from . import device, native, shm
+from .agree import agreed, attempt
 from .native._common import check_buf, check_op, check_recv, flat
 from .names import KERNEL_SEP, piece, split
 from .tuning import Tuning
@@ -206,6 +207,9 @@ def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[R
          root: int, *, kind_cache: bool = True, transport: str = "auto") -> Callable[[], None]:
     """``collective`` by ``algorithm`` (not ``library`` or ``auto``) bound to these buffers.
 
+    Collective: every rank binds, and the arguments are checked on every rank and agreed
+    (:func:`ddlcomm.comm.agree.agreed`): where one rank's are refused (a receive buffer
+    of its own), every rank raises, none left waiting in the set-up or the first call.
     Torch tensors (device buffers) go to :mod:`ddlcomm.comm.device` (``kind_cache``:
     the buffer-kind cache or the driver asked every call; ``transport``: auto, ipc or
     staged); the bound call's ``facts()`` then says what ran."""
@@ -216,6 +220,17 @@ def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[R
     if not isinstance(sendbuf, np.ndarray):               # tensors: ddlcomm.comm.device
         return device.bind(comm, collective, base, sendbuf, recvbuf, op, root, kernel=suffix,
                            kind_cache=kind_cache, transport=transport)
+    make, why = attempt(_on_host, comm, collective, algorithm, sendbuf, recvbuf, op, root)
+    agreed(comm, why, f"{collective} by {base}")
+    return make()
+
+
+def _on_host(comm, collective: str, algorithm: str, sendbuf: np.ndarray, recvbuf, op: Optional[ReduceOp],
+             root: int) -> Callable[[], Callable[[], None]]:
+    """This rank's part of :func:`bind` on host arrays, checked: what makes the bound call
+    (the shared-memory all-reduces' set-up is collective: it runs once every rank's checks
+    are agreed)."""
+    base = split(algorithm)[0]
     reduce = kernel(algorithm, op, sendbuf.dtype)
     pieces = piece(algorithm)
     if (collective, base) in SHARED_MEMORY:
@@ -227,7 +242,7 @@ def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[R
         recv = check_recv(comm, sendbuf, recvbuf, sendbuf.size, f"{collective}'s receive buffer")
         recv = send if recvbuf is sendbuf else flat(recv)
         more = {} if pieces is None else {"chunk_bytes": pieces}
-        return load(SHARED_MEMORY[collective, base])(comm, send, recv, op, reduce=reduce, **more)
+        return lambda: load(SHARED_MEMORY[collective, base])(comm, send, recv, op, reduce=reduce, **more)
     coll = get_collective(collective)
     kwargs = {"reduce": reduce} if coll.reduces else {}
     if collective in PIPELINED:
@@ -235,5 +250,6 @@ def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[R
     entry = native.get(collective, base)
     args = coll.call_args(sendbuf, recvbuf, op, root)
     if hasattr(entry, "bound"):                 # checked here once, not on every call
-        return entry.bound(comm, *args, **kwargs)
-    return functools.partial(entry, comm, *args, **kwargs)
+        call = entry.bound(comm, *args, **kwargs)
+        return lambda: call
+    return lambda: functools.partial(entry, comm, *args, **kwargs)

@@ -54,14 +54,14 @@ def node_segment(comm, leader: int, nbytes: int):
     if comm.rank == leader:
         buf, why = attempt(memory.allocate, "shared", max(1, nbytes))
         name = None if buf is None else segment_of(buf.array(np.uint8, 1))[0]
-    names = agreed(comm, why, "the node's shared-memory segment", name)
-    if buf is None:
-        buf, why = attempt(attach, names[leader])
     try:
+        names = agreed(comm, why, "the node's shared-memory segment", name)
+        if buf is None:
+            buf, why = attempt(attach, names[leader])
         # every rank has it mapped before anyone frees
         agreed(comm, why, "mapping the node's shared-memory segment")
     except EveryRankError:
-        if buf is not None:
+        if buf is not None:             # another node's leader failed, or another rank
             buf.free()
         raise
     if comm.rank == leader:

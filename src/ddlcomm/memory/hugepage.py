@@ -24,7 +24,7 @@ _HINT = ("enable transparent huge pages (echo madvise > /sys/kernel/mm/transpare
 
 def check(arg: str | None, hbw_fallback: str | None) -> None:
     require_linux("hugepage")
-    if vm.thp_mode() in (None, "never") and vm.meminfo().get("HugePages_Total", 0) == 0:
+    if vm.thp_mode() in (None, "never") and vm.hugetlb_pages(vm.huge_page_bytes()) == 0:
         raise UnsupportedError(f"memory kind hugepage: no hugetlb pages are reserved and transparent huge "
                                f"pages are {vm.thp_mode() or 'not in this kernel'}", _HINT)
 

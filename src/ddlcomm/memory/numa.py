@@ -59,7 +59,7 @@ def check(arg: str | None, hbw_fallback: str | None) -> None:
         hint = f"use numa:{nodes[0]}" if nodes else "use pageable"
         if node in nodes_with_memory():
             raise UsageError(f"NUMA node {node} has memory, but this process's cpuset does not allow "
-                             f"it (Mems_allowed_list: {listed})", hint)
+                             f"it (nodes allowed here: {listed})", hint)
         raise UsageError(f"NUMA node {node} does not exist here (nodes with memory: {listed})", hint)
 
 

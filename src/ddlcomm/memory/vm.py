@@ -162,6 +162,17 @@ def huge_page_bytes() -> int:
         return meminfo().get("Hugepagesize", 2048) * 1024
 
 
+def hugetlb_pages(page_bytes: int, root: str = "/sys/kernel/mm/hugepages") -> int:
+    """Pages reserved in the hugetlb pool of ``page_bytes`` pages (``nr_hugepages`` of
+    ``hugepages-<kB>kB``; /proc/meminfo's HugePages_Total counts the default pool only, which
+    may be of 1 GiB pages); 0 where there is none."""
+    try:
+        with open(f"{root}/hugepages-{page_bytes // 1024}kB/nr_hugepages", encoding="ascii") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 0
+
+
 def meminfo(path: str = "/proc/meminfo") -> dict[str, int]:
     """``/proc/meminfo`` as numbers (``kB`` fields in KiB, page counts as counts)."""
     out: dict[str, int] = {}

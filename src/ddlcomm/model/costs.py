@@ -875,19 +875,22 @@ def ps_step_time(algorithm: str, p: int, nbytes: float, params: Params,
 
 
 def allreduce_time(fit, algorithm: str, p: int, nbytes: float, ranks_per_node: Optional[int] = None,
-                   **want: Optional[str]) -> float:
+                   itemsize: int = 4, **want: Optional[str]) -> float:
     """Seconds of one all-reduce of ``nbytes`` on ``p`` ranks with a calibrated
     ``fit`` (:class:`ddlcomm.model.calibrate.Fit`; ``want`` picks its
     parameter set: library, backend, placement, form) or plain :class:`Params`;
-    ``ranks_per_node`` (default: the fitted node's cores) share a node.
+    ``ranks_per_node`` (default: the fitted node's cores) share a node; ``itemsize``: the
+    bytes of an element (MPICH chooses its all-reduce by element count).
 
     ``functools.partial(allreduce_time, fit, "ring", p)`` is the ``comm``
     callable :func:`ddlcomm.model.ssgd.predict` takes.
     """
     if isinstance(fit, Params):
-        return time("allreduce", algorithm, p, nbytes, fit, Setting(ranks_per_node=ranks_per_node))
+        return time("allreduce", algorithm, p, nbytes, fit,
+                    Setting(ranks_per_node=ranks_per_node, itemsize=itemsize))
     params, setting = fit.params_for("allreduce", algorithm, nbytes, **want)
-    return time("allreduce", algorithm, p, nbytes, params, replace(setting, ranks_per_node=ranks_per_node))
+    return time("allreduce", algorithm, p, nbytes, params,
+                replace(setting, ranks_per_node=ranks_per_node, itemsize=itemsize))
 
 
 def ps_time(fit, algorithm: str, p: int, nbytes: float, setting: Optional[Setting] = None,

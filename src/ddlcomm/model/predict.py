@@ -103,16 +103,18 @@ def ran_as(collective: str, algorithm: str, p: int, n: int, setting: Setting) ->
 
 
 def comm_from_fit(fit, arch: str, algorithm: str, want: Mapping[str, Optional[str]],
-                  ranks_per_node: Optional[int] = None) -> Callable[[int], Callable[[int], float]]:
+                  ranks_per_node: Optional[int] = None,
+                  itemsize: int = 4) -> Callable[[int], Callable[[int], float]]:
     """comm_at(N) -> comm(nbytes): the all-reduce among N workers, or a PS step
     with N workers and one server, priced by the fit's set that ``want`` picks
     (backend, library, placement, form); GPUs drive the ranks, so no oversubscription.
-    ``ranks_per_node``: the ranks sharing a node (default: as many as the fitted node's cores)."""
+    ``ranks_per_node``: the ranks sharing a node (default: as many as the fitted node's cores);
+    ``itemsize``: the bytes of a gradient's element."""
 
     def comm_at(workers: int) -> Callable[[int], float]:
         def comm(nbytes: int) -> float:
             if arch == "ps":
                 return costs.ps_time(fit, algorithm, workers + 1, nbytes, None, ranks_per_node, **want)
-            return costs.allreduce_time(fit, algorithm, workers, nbytes, ranks_per_node, **want)
+            return costs.allreduce_time(fit, algorithm, workers, nbytes, ranks_per_node, itemsize, **want)
         return comm
     return comm_at

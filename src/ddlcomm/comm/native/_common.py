@@ -80,27 +80,21 @@ def recv_or_part(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np
         raise take_part(refused, lambda: call(np.empty(count, sendbuf.dtype))) from None
 
 
-def check_broadcast(comm: "Communicator", buf: np.ndarray, root: int) -> tuple[np.ndarray, int]:
+def broadcast_or_part(comm: "Communicator", buf: np.ndarray, root: int,
+                      call: Callable[[np.ndarray, int], Any]) -> tuple[np.ndarray, int]:
     """A broadcast's buffer as a flat view, and its root, checked (the ranks other than the
-    root write into the buffer)."""
+    root write into the buffer).  Where a rank off the root refuses its read-only buffer
+    (its own, which the others cannot see), ``call`` (the broadcast of a given flat buffer
+    from a root) runs into a scratch copy first, so the others are not left waiting in it;
+    a buffer or root refused alike on every rank is refused before any message."""
     flat = check_buf(comm, buf, "broadcast's buffer")
     root = comm.check_root(root)
     if comm.rank != root:
-        check_writable(buf, "broadcast's buffer")
+        try:
+            check_writable(buf, "broadcast's buffer")
+        except DdlcommError as refused:
+            raise take_part(refused, lambda: call(np.array(flat), root)) from None
     return flat, root
-
-
-def broadcast_or_part(comm: "Communicator", buf: np.ndarray, root: int,
-                      call: Callable[[np.ndarray, int], Any]) -> tuple[np.ndarray, int]:
-    """:func:`check_broadcast`; where a rank off the root refuses its read-only buffer,
-    ``call`` (the broadcast of a given flat buffer from a root) runs into a scratch copy
-    first, so the others are not left waiting in it."""
-    try:
-        return check_broadcast(comm, buf, root)
-    except DdlcommError as refused:
-        if not isinstance(buf, np.ndarray) or buf.flags.writeable or comm.rank == comm.check_root(root):
-            raise                           # not a read-only buffer off the root: refused alike
-        raise take_part(refused, lambda: call(np.array(buf).reshape(-1), root)) from None
 
 
 def check_op(comm: "Communicator", op: "str | ReduceOp", array: np.ndarray) -> ReduceOp:
@@ -352,6 +346,7 @@ def allreduce_entry(run: Callable) -> Callable:
         that many bytes.  ``avg`` divides by the number of ranks at the end.
         """
         if recvbuf is not None:
+            check_buf(comm, sendbuf, "allreduce's send buffer")     # refused alike, before any message
             recvbuf = recv_or_part(comm, sendbuf, recvbuf, sendbuf.size, "allreduce's receive buffer",
                                    lambda scratch: bound(comm, sendbuf, scratch, op, reduce=reduce,
                                                          chunk_bytes=chunk_bytes)())

@@ -28,6 +28,7 @@ DEFAULT_CHUNK_BYTES = 256 * 1024
 def broadcast(comm: "Communicator", buf: np.ndarray, root: int = 0, *,
               chunk_bytes: Optional[int] = DEFAULT_CHUNK_BYTES) -> np.ndarray:
     """Copy the root's ``buf`` into every rank's ``buf`` (in place), in pieces of ``chunk_bytes``."""
+    c.check_buf(comm, buf, "broadcast's buffer")
     chunk = c.check_chunk(DEFAULT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes,
                           buf.itemsize)
     flat, root = c.broadcast_or_part(comm, buf, root, lambda scratch, r: run(comm, scratch, r, chunk))

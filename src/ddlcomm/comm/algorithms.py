@@ -239,7 +239,7 @@ def _on_host(comm, collective: str, algorithm: str, sendbuf: np.ndarray, recvbuf
         # by NumPy's copy
         send = check_buf(comm, sendbuf, f"{collective}'s send buffer")
         op = check_op(comm, op, send)             # e.g. avg of integers, as the native ones refuse
-        recv = check_recv(comm, sendbuf, recvbuf, sendbuf.size, f"{collective}'s receive buffer")
+        recv = check_recv(comm, sendbuf, recvbuf, sendbuf.size, f"{collective}'s receive buffer", True)
         recv = send if recvbuf is sendbuf else flat(recv)
         more = {} if pieces is None else {"chunk_bytes": pieces}
         return lambda: load(SHARED_MEMORY[collective, base])(comm, send, recv, op, reduce=reduce, **more)

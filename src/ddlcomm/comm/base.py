@@ -14,14 +14,11 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
-from ..collectives import COLLECTIVES, Collective, get_collective
+from ..collectives import Collective, get_collective
 from ..dtypes import DTYPES, OPS, ByNumpy, DType, ReduceOp, dtype_of, get_op
 from ..errors import DdlcommError, UnsupportedError, UsageError
 from . import buffers, objects
 from .buffers import check_writable
-
-#: The collectives whose receive buffer may be the send buffer (in place).
-IN_PLACE = [c.name for c in COLLECTIVES.values() if c.in_place_ok]
 
 
 class Request(Protocol):
@@ -252,27 +249,6 @@ class Communicator(abc.ABC):
             raise UsageError(f"tag {tag} is outside 0..{self.max_tag}, the tags backend {self.name} takes")
         return int(tag)
 
-    def _check_recv(self, recvbuf: Optional[np.ndarray], sendbuf: np.ndarray, count: int,
-                    what: str, in_place: bool = False) -> np.ndarray:
-        """``recvbuf`` if it is a writable array of ``count`` elements of sendbuf's dtype, the
-        send buffer itself only where the collective runs ``in_place``."""
-        if recvbuf is None:
-            raise UsageError(f"{what} needs {count} elements, got none")
-        if recvbuf is sendbuf and not in_place:
-            raise UsageError(f"{what} is its send buffer: only {' and '.join(IN_PLACE)} run in place",
-                             "pass another receive buffer, or none for a new one")
-        if recvbuf is not sendbuf:
-            self.check_buffer(recvbuf)
-            have, want = buffers.numpy_dtype(recvbuf), buffers.numpy_dtype(sendbuf)
-            if have != want:
-                raise UsageError(f"{what} is {have}, not {want} as the send buffer")
-            buffers.check_apart(recvbuf, sendbuf, what)
-        got = recvbuf.size if recvbuf.__class__ is np.ndarray else buffers.count(recvbuf)
-        if got != count:
-            raise UsageError(f"{what} needs {count} elements, got {got}")
-        check_writable(recvbuf, what)
-        return recvbuf
-
     def _recv_or_part(self, recvbuf: Optional[np.ndarray], sendbuf: np.ndarray, count: int,
                       what: str, call: Callable[[np.ndarray, np.ndarray], None],
                       shaped: bool = False, in_place: bool = False) -> np.ndarray:
@@ -283,7 +259,7 @@ class Communicator(abc.ABC):
         if recvbuf is None:
             return buffers.empty_like(sendbuf) if shaped else buffers.empty(count, sendbuf)
         try:
-            return self._check_recv(recvbuf, sendbuf, count, what, in_place)
+            return buffers.check_recv(recvbuf, sendbuf, count, what, self.check_buffer, in_place)
         except DdlcommError as refused:
             raise buffers.take_part(refused, lambda: call(sendbuf, buffers.empty(count, sendbuf))) from None
 
@@ -530,8 +506,8 @@ class Communicator(abc.ABC):
         if coll.divisible:
             self._block(n, collective)
         if coll.has_recvbuf(self.rank, root):
-            self._check_recv(recvbuf, sendbuf, coll.recv_count(n, self.size),
-                             f"{collective}'s receive buffer", coll.in_place_ok)
+            buffers.check_recv(recvbuf, sendbuf, coll.recv_count(n, self.size),
+                               f"{collective}'s receive buffer", self.check_buffer, coll.in_place_ok)
         else:
             recvbuf = None
         if coll.in_send and self.rank != root:          # broadcast: the result lands in it

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..collectives import COLLECTIVES
 from ..dtypes import DTYPES, DType
 from ..errors import DdlcommError, UnsupportedError, UsageError
 
@@ -117,6 +118,34 @@ def contiguous(buf: Any) -> Any:
 def copy_of(buf: Any) -> Any:
     """A writable, contiguous copy of an array or a tensor."""
     return np.array(buf) if isinstance(buf, np.ndarray) else buf.clone()
+
+
+#: The collectives whose receive buffer may be the send buffer (in place).
+IN_PLACE = [c.name for c in COLLECTIVES.values() if c.in_place_ok]
+
+
+def check_recv(recvbuf: Any, sendbuf: Any, n: int, what: str, check_buffer: Callable[[Any], Any],
+               in_place: bool = False) -> Any:
+    """``recvbuf`` if it is a writable buffer of ``n`` elements of sendbuf's dtype that the
+    backend carries (``check_buffer``: its own check), apart from the send buffer, or the
+    send buffer itself only where the collective runs ``in_place``: the one check of the
+    Communicator's methods and of ddlcomm's own algorithms."""
+    if recvbuf is None:
+        raise UsageError(f"{what} needs {n} elements, got none")
+    if recvbuf is sendbuf and not in_place:
+        raise UsageError(f"{what} is its send buffer: only {' and '.join(IN_PLACE)} run in place",
+                         "pass another receive buffer, or none for a new one")
+    if recvbuf is not sendbuf:
+        check_buffer(recvbuf)
+        have, want = numpy_dtype(recvbuf), numpy_dtype(sendbuf)
+        if have != want:
+            raise UsageError(f"{what} is {have}, not {want} like the send buffer")
+        check_apart(recvbuf, sendbuf, what)
+    got = recvbuf.size if recvbuf.__class__ is np.ndarray else count(recvbuf)
+    if got != n:
+        raise UsageError(f"{what} needs {n} elements, got {got}")
+    check_writable(recvbuf, what)
+    return recvbuf
 
 
 def check_writable(array: np.ndarray, what: str) -> None:

@@ -23,7 +23,8 @@ import numpy as np
 
 from ...dtypes import ReduceOp
 from ...errors import DdlcommError, UsageError
-from ..buffers import check_apart, check_writable, take_part
+from ..buffers import check_recv as buffers_check_recv
+from ..buffers import check_writable, take_part
 
 if TYPE_CHECKING:
     from ..base import Communicator
@@ -46,36 +47,37 @@ def flat(array: np.ndarray) -> np.ndarray:
 
 def check_buf(comm: "Communicator", array: np.ndarray, what: str) -> np.ndarray:
     """``array`` as a flat view, if the backend can carry it; else a precise error."""
-    if not isinstance(array, np.ndarray):
-        raise UsageError(f"{what} must be a NumPy array, not {type(array).__name__}",
-                         "wrap it with np.asarray(...)")
+    numpy_array(array, what)
     comm.check_buffer(array)                      # dtype the backend carries, C-contiguous
     return flat(array)
 
 
+def numpy_array(array: np.ndarray, what: str) -> None:
+    """Refuse anything but a NumPy array: ddlcomm's own algorithms on host buffers take those."""
+    if not isinstance(array, np.ndarray):
+        raise UsageError(f"{what} must be a NumPy array, not {type(array).__name__}",
+                         "wrap it with np.asarray(...)")
+
+
 def check_recv(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.ndarray],
-               count: int, what: str) -> np.ndarray:
-    """``recvbuf`` (allocated when None) checked to hold ``count`` elements of sendbuf's dtype,
-    writable."""
+               count: int, what: str, in_place: bool) -> np.ndarray:
+    """``recvbuf`` (allocated when None) checked as the Communicator's methods check theirs
+    (:func:`ddlcomm.comm.buffers.check_recv`): a NumPy array of ``count`` elements of
+    sendbuf's dtype, writable, apart from the send buffer, or the send buffer itself where
+    the collective runs ``in_place`` (the all-reduces, reduce at the root)."""
     if recvbuf is None:
         return np.empty(count, sendbuf.dtype)
-    check_buf(comm, recvbuf, what)
-    if recvbuf.dtype != sendbuf.dtype:
-        raise UsageError(f"{what} is {recvbuf.dtype}, not {sendbuf.dtype} like the send buffer")
-    if recvbuf.size != count:
-        raise UsageError(f"{what} needs {count} elements, got {recvbuf.size}")
-    check_apart(recvbuf, sendbuf, what)
-    check_writable(recvbuf, what)
-    return recvbuf
+    numpy_array(recvbuf, what)
+    return buffers_check_recv(recvbuf, sendbuf, count, what, comm.check_buffer, in_place)
 
 
 def recv_or_part(comm: "Communicator", sendbuf: np.ndarray, recvbuf: Optional[np.ndarray],
-                 count: int, what: str, call: Callable[[np.ndarray], Any]) -> np.ndarray:
+                 count: int, what: str, call: Callable[[np.ndarray], Any], in_place: bool = True) -> np.ndarray:
     """:func:`check_recv`; where it refuses, ``call`` (the collective into a given receive
     buffer) runs into scratch memory first, so the other ranks are not left waiting in it
     (as the Communicator's methods do: :func:`ddlcomm.comm.buffers.take_part`)."""
     try:
-        return check_recv(comm, sendbuf, recvbuf, count, what)
+        return check_recv(comm, sendbuf, recvbuf, count, what, in_place)
     except DdlcommError as refused:
         raise take_part(refused, lambda: call(np.empty(count, sendbuf.dtype))) from None
 
@@ -325,7 +327,7 @@ def allreduce_entry(run: Callable) -> Callable:
         rop = check_op(comm, op, sendbuf)
         kernel = check_reduce(reduce, rop)
         chunk = check_chunk(chunk_bytes, sendbuf.itemsize)
-        recvbuf = check_recv(comm, sendbuf, recvbuf, sendbuf.size, "allreduce's receive buffer")
+        recvbuf = check_recv(comm, sendbuf, recvbuf, sendbuf.size, "allreduce's receive buffer", True)
         recv = send if recvbuf is sendbuf else flat(recvbuf)    # in place: one view
         link, p = HostLink(comm), comm.size
 
@@ -369,7 +371,7 @@ def gather_entry(run: Callable) -> Callable:
             run(comm, send, None, root)
             return None
         recvbuf = recv_or_part(comm, sendbuf, recvbuf, sendbuf.size * comm.size, "gather's receive buffer",
-                               lambda scratch: run(comm, send, scratch, root))
+                               lambda scratch: run(comm, send, scratch, root), in_place=False)
         run(comm, send, flat(recvbuf), root)
         return recvbuf
     return gather

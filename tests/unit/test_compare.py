@@ -88,3 +88,20 @@ def test_senders_huge_share():
     assert senders_huge_share({"extra": {"pages": {"huge_share_ranks": [0.25]}}}) == 0.25
     assert senders_huge_share({"memory": "pageable"}) == 0.0
     assert senders_huge_share({"pages": {"memory": "numpy"}}) is None and senders_huge_share({}) is None
+
+
+def test_points_of_several_data_paths_are_paired_by_path():
+    """One run measured along host-staged and direct (choi2021's step): the key had no path,
+    so the last point stored of each key won, and a ratio could set one path against another."""
+    def along(path, us):
+        p = point("broadcast", 4, us, phase="broadcast")
+        p["extra"] = {**p.get("extra", {}), **({"path": path} if path else {})}
+        return p
+    a = [along("host-staged", 100.0), along("direct", 50.0), along(None, 10.0)]
+    b = [along("direct", 500.0), along("host-staged", 110.0), along(None, 20.0)]
+    rows = compare(a, b)
+    ratios = {r["path"]: r["ratio"] for r in rows}
+    assert ratios == {"host-staged": pytest.approx(1.1), "direct": pytest.approx(10.0), "host": pytest.approx(2.0)}
+    from ddlcomm.report.tables import render_compare
+    header = next(line for line in render_compare(rows, 1, 2).splitlines() if line.startswith("size"))
+    assert "path" in header.split()

@@ -453,3 +453,12 @@ def test_a_fit_prices_each_point_by_its_own_dtype():
         fit = cal.calibrate(points)
         (small,) = [r for r in fit.residuals if r["bytes"] == 64]
         assert small["model_algorithm"] == want, dtype
+
+
+def test_predicted_bandwidth_counts_bytes_as_measured_points_do(capsys):
+    """A gather's measured points count the p messages the root gets; predictions counted
+    one: 1.42 GB/s where a point of the same time was stored as 11.3 GB/s."""
+    rc, out, _ = run(capsys, "predict", "--collective", "gather", "--algorithm", "linear", "--alpha",
+                     "1e-6", "--beta", "1e-10", "--ranks", "8", "--bytes", "1MiB")
+    cells = out.strip().splitlines()[-1].split()
+    assert rc == 0 and float(cells[-1]) == pytest.approx(8 * (1 << 20) / (float(cells[-2]) * 1e-6) / 1e9, rel=0.01)

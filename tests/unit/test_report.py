@@ -418,3 +418,19 @@ def test_a_log_axis_labels_its_decades_in_plain_text():
     assert "10⁻²" in labels and "10⁴" in labels and not any("$" in t for t in labels), labels
     major, minor = log_axis_labels([6, 12, 40])   # under a decade: the decade in it as plainly
     assert "10" in major and "20" in minor and all(t.isascii() for t in major + minor), (major, minor)
+
+
+def test_a_fit_figure_draws_held_out_points_apart_from_fitted_ones():
+    """A series held out in part (--holdout bytes=4MiB) was drawn all hollow, labelled
+    'held out', its fitted points indistinguishable from the one held out."""
+    from types import SimpleNamespace
+    from ddlcomm.report import model
+    key = {"library": "Open MPI", "backend": "mpi", "placement": "host", "form": "buffer",
+           "algorithm": "library", "collective": "allreduce"}
+    rs = [{**key, "ranks": 2, "bytes": b, "model_s": 1e-6 * (i + 1), "measured_s": 1.1e-6 * (i + 1),
+           "rel_err": -0.09, "heldout": b >= 1 << 22} for i, b in enumerate([1 << 10, 1 << 14, 1 << 22])]
+    fig = model.fit_figure(SimpleNamespace(residuals=rs), SimpleNamespace(key=key))
+    marks = {line.get_label(): (list(line.get_xdata()), line.get_markerfacecolor())
+             for line in fig.axes[0].get_lines() if "measured" in line.get_label()}
+    assert marks["2 ranks measured"][0] == [1 << 10, 1 << 14] and marks["2 ranks measured"][1] != "none"
+    assert marks["2 ranks measured (held out)"] == ([1 << 22], "none")

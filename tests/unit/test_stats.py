@@ -91,6 +91,9 @@ def test_one_slow_probe_call_does_not_decide_the_iterations():
     made = []                                # a call of 50 ms: 2 probe calls are a tenth already
     _, iterations, warmup = timing.calibrate(_OneRank(), _timed(0.05, 0.05, made), 0.2)
     assert made == [(2, 0), (5, 0)] and (iterations, warmup) == (5, 2)
+    made = []                                # a stall of a tenth of the budget among the first 2
+    _, iterations, warmup = timing.calibrate(_OneRank(), _timed(0.02, 2e-6, made), 0.2)
+    assert made[:2] == [(2, 0), (4, 0)] and iterations == 2000   # it stopped at 2: 10 iterations
     made = []                                # iterations given: the probe is 2 warm-up calls
     _, iterations, warmup = timing.calibrate(_OneRank(), _timed(0.05, 2e-6, made), 0.2, 7, 0)
     assert made == [(2, 0), (7, 0)] and (iterations, warmup) == (7, 2)
@@ -107,3 +110,21 @@ def test_a_record_of_no_transfer_has_no_bandwidth():
     rec = make_record(comm, algbw_bytes=None, **common)
     assert rec["algbw_GBps"] is None and rec["busbw_GBps"] is None
     assert make_record(comm, algbw_bytes=64, **common)["algbw_GBps"] == pytest.approx(64e-6)
+
+
+def test_a_copy_phase_is_as_fast_as_its_slowest_copier():
+    """A broadcast's d2h copies on the root alone: the others record about 0 s, and over the
+    ranks' mean time 64 MiB in 10 ms read 26.8 GB/s on 4 ranks, 4x the copy's 6.7 GB/s."""
+    from types import SimpleNamespace
+    from ddlcomm.measure.records import make_record
+    from ddlcomm.workloads.base import phase_bytes
+    comm = SimpleNamespace(name="mpi", library="Open MPI", library_version="5", size=4)
+    times = np.full((4, 3), 1e-6)
+    times[0] = 10e-3
+    nbytes, factor, extra = phase_bytes("broadcast.d2h", None, 64 << 20, 4, {"broadcast.d2h": 64 << 20}, {})
+    rec = make_record(comm, collective="broadcast", form="buffer", dtype="float32", op=None,
+                      nbytes=64 << 20, count=16 << 20, root=0, in_place=False, iterations=3, warmup=0,
+                      times=times, algbw_bytes=nbytes, busbw_factor=factor, check="passed", extra=extra)
+    assert rec["algbw_GBps"] == pytest.approx((64 << 20) / 10e-3 / 1e9)
+    assert extra["bandwidth_time"] == "t_max_us"
+    assert "bandwidth_time" not in phase_bytes("broadcast", None, 64, 4, {}, {})[2]

@@ -15,10 +15,14 @@ def make_record(comm, *, collective: str, form: str, dtype: str, op: Optional[st
                 warmup: int, times: np.ndarray, algbw_bytes: Optional[int], busbw_factor: float,
                 check: str, algorithm: str = "library", extra: Optional[dict] = None) -> dict:
     """The record of one point from its (ranks x iterations) matrix of times in seconds
-    (``algbw_bytes`` None: a time that is no transfer, stored without a bandwidth)."""
+    (``algbw_bytes`` None: a time that is no transfer, stored without a bandwidth).  The
+    bandwidth divides by the ranks' mean time, as nccl-tests does, or by the time
+    ``extra["bandwidth_time"]`` names (a copy phase: ``t_max_us``, its slowest copier's,
+    where the ranks that copy nothing record about 0 s)."""
     summary = stats.summarize(times)
+    on = (extra or {}).get("bandwidth_time", "t_avg_us")
     algbw, busbw = (None, None) if algbw_bytes is None else \
-        stats.bandwidth(algbw_bytes, summary["t_avg_us"], busbw_factor)
+        stats.bandwidth(algbw_bytes, summary[on], busbw_factor)
     return {
         "backend": comm.name, "library": comm.library, "library_version": comm.library_version,
         "collective": collective, "form": form, "algorithm": algorithm,

@@ -19,6 +19,10 @@ from . import stats
 PROBE_CALLS = 2
 PROBE_SHARE = 0.1
 MAX_PROBE_CALLS = 62
+#: The probe makes at least this many calls where that many of its fastest fit in its
+#: share: one stall of a few ms among 2 calls of 2 µs made their median 2 ms (10 iterations
+#: where 2000 were due); a point whose every call outlasts the share stops at 2.
+MIN_PROBE_CALLS = 6
 clock = time.perf_counter
 
 #: ``timed(n, warm)``: ``warm`` untimed calls, then the times of ``n`` timed ones
@@ -104,8 +108,11 @@ def _probe(comm: Any, timed: Timed, budget_s: float) -> tuple[float, int]:
         t = timed(n, 0)
         found.append(t if t.ndim == 1 else t[:, -1])
         made = sum(len(f) for f in found)
-        spent = agree_max(comm, float(sum(f.sum() for f in found)))
-        if spent >= PROBE_SHARE * budget_s or made + 2 * n > MAX_PROBE_CALLS:
+        spent, fastest = agree_max(comm, [float(sum(f.sum() for f in found)),
+                                          float(min(f.min() for f in found))])
+        share = PROBE_SHARE * budget_s
+        if spent >= share and (made >= MIN_PROBE_CALLS or fastest * MIN_PROBE_CALLS >= share) \
+                or made + 2 * n > MAX_PROBE_CALLS:
             break
         n *= 2
     return agree_max(comm, float(np.median(np.concatenate(found)))), made
@@ -147,8 +154,9 @@ def pass_us(comm: Any, one_pass: Callable, a: Any, b: Any, budget_s: float,
     return float(buf[0]) * 1e6
 
 
-def agree_max(comm: Any, value: float) -> float:
-    """The maximum of ``value`` over ranks (every rank gets it)."""
-    buf = np.array([value], np.float64)
+def agree_max(comm: Any, value: "float | Sequence[float]") -> Any:
+    """The maximum of ``value`` over ranks (every rank gets it); of each value of a
+    sequence, in one all-reduce (a list)."""
+    buf = np.array(value, np.float64).reshape(-1)
     comm.allreduce(buf, buf, op="max")
-    return float(buf[0])
+    return float(buf[0]) if np.ndim(value) == 0 else [float(v) for v in buf]

@@ -14,6 +14,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Optional
 
+from ..collectives import COLLECTIVES
 from ..model import costs
 from ..model.calibrate import SET_KEYS, family_summary, summarize
 from ..units import format_size
@@ -175,14 +176,18 @@ def render_tuning(table: Mapping[str, Any]) -> str:
 
 
 def render_predictions(rows: Sequence[Mapping[str, Any]]) -> str:
-    """predict's table; a split fit's rows name the sizes of the set that priced them."""
+    """predict's table; a split fit's rows name the sizes of the set that priced them.  The
+    bandwidth counts a collective's bytes as its measured points do (a gather's p messages:
+    :meth:`Collective.algbw_bytes`), a PS step's its message."""
     split = any("fit_sizes" in r for r in rows)
     headers = ["collective", "algorithm", "ran_as", "ranks", "size", "time_us", "algbw_GB/s",
                *(["fit_sizes"] if split else [])]
     out = []
     for r in rows:
         t = r["seconds"]
-        bw = f"{r['bytes'] / t / 1e9:.3g}" if t > 0 else "-"
+        coll = COLLECTIVES.get(r["collective"])
+        moved = coll.algbw_bytes(r["bytes"], r["ranks"]) if coll is not None else r["bytes"]
+        bw = f"{moved / t / 1e9:.3g}" if t > 0 else "-"
         out.append([r["collective"], r["algorithm"], r["ran_as"], str(r["ranks"]),
                     format_size(r["bytes"]), format_us(t * 1e6), bw,
                     *([r.get("fit_sizes", "*")] if split else [])])
@@ -266,12 +271,17 @@ def fit_figure(fit, group) -> Any:
             ax.plot(x, [r["model_s"] * 1e6 for r in pts], color=color, linestyle=ls,
                     marker="_" if len(x) == 1 else None, markersize=14,   # one size: no line
                     label=f"{label} model")
-            held = any(r["heldout"] for r in pts)
-            ax.plot(x, [r["measured_s"] * 1e6 for r in pts], linestyle="none", marker="o",
-                    markersize=5, color=color, markerfacecolor="none" if held else color,
-                    label=f"{label} measured" + (" (held out)" if held else ""))
-            ex.plot(x, [100 * r["rel_err"] for r in pts], marker="o", markersize=3,
-                    color=color, linestyle=ls, markerfacecolor="none" if held else color)
+            ex.plot(x, [100 * r["rel_err"] for r in pts], color=color, linestyle=ls)
+            for held in (False, True):          # a series may be held out in part (bytes=...)
+                part = [r for r in pts if bool(r["heldout"]) == held]
+                if not part:
+                    continue
+                face = "none" if held else color
+                ax.plot([r["bytes"] for r in part], [r["measured_s"] * 1e6 for r in part],
+                        linestyle="none", marker="o", markersize=5, color=color, markerfacecolor=face,
+                        label=f"{label} measured" + (" (held out)" if held else ""))
+                ex.plot([r["bytes"] for r in part], [100 * r["rel_err"] for r in part], linestyle="none",
+                        marker="o", markersize=3, color=color, markerfacecolor=face)
     if not rs:
         raise ValueError("no points of this group")
     plots.log_y(ax)

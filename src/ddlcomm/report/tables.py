@@ -553,8 +553,9 @@ def render_compare(rows: Iterable[Mapping[str, Any]], run_a: Mapping[str, Any] |
     out = [f"a = {_run_label(run_a)}", f"b = {_run_label(run_b)}"]
     for group in group_by_collective(rows).values():
         varying = [d for d in varying_dimensions(group) if d in DIMENSIONS]
-        if len({r.get("phase") for r in group}) > 1:      # a workload's phases (a row's own key)
-            varying.append("phase")
+        for own in ("path", "phase"):         # a data path's, a workload's phases: a row's own key
+            if len({r.get(own) for r in group}) > 1:
+                varying.append(own)
         group = sorted(group, key=lambda r: (r.get("bytes") or 0,
                                              [_sort_value(r.get(d)) for d in varying]))
         pages = any(_pages_apart(r) for r in group)

@@ -1,7 +1,7 @@
 """Compare the points of two runs (pure).
 
-Points are matched on :data:`KEY_FIELDS` (plus ``extra['phase']`` when a
-point has one); each match gives one row with both average times (in
+Points are matched on :data:`KEY_FIELDS` plus :data:`EXTRA_KEYS` (a workload's or a
+data path's ``phase``, and the data ``path``: host unless a point names one); each match gives one row with both average times (in
 microseconds), their ratio, whether that ratio is within the two points' own
 noise (:func:`within_noise`) and both bus bandwidths (GB/s).
 """
@@ -17,14 +17,19 @@ from ..pages import senders_huge_share
 KEY_FIELDS = ("backend", "collective", "form", "algorithm", "dtype", "op",
               "bytes", "ranks", "in_place")
 
+#: Fields of a point's ``extra`` that are part of its key, with their value where it has
+#: none: one run may measure the same collective along several data paths
+#: (``--path host-staged,nccl-chief``), each with its phases.
+EXTRA_KEYS = {"phase": None, "path": "host"}
+
 # Row order: by collective, form, ..., and message size last.
 _SORT_FIELDS = ("collective", "form", "backend", "algorithm", "dtype", "op",
-                "ranks", "in_place", "phase", "bytes")
+                "ranks", "in_place", "path", "phase", "bytes")
 
 
 def _key(point: Mapping[str, Any]) -> tuple:
-    phase = (point.get("extra") or {}).get("phase")
-    return tuple(point.get(f) for f in KEY_FIELDS) + (phase,)
+    extra = point.get("extra") or {}
+    return tuple(point.get(f) for f in KEY_FIELDS) + tuple(extra.get(k, v) for k, v in EXTRA_KEYS.items())
 
 
 def _index(points: Iterable[Mapping[str, Any]]) -> dict[tuple, Mapping[str, Any]]:
@@ -62,8 +67,8 @@ def compare(points_a: Iterable[Mapping[str, Any]],
             points_b: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Match the points of run A and run B and compare their times.
 
-    Each row holds the key fields and ``phase`` (None unless the points have
-    ``extra['phase']``), ``t_avg_us_a``/``_b`` (microseconds), ``ratio`` =
+    Each row holds the key fields, ``phase`` (None unless the points have
+    ``extra['phase']``) and ``path`` (host unless ``extra['path']`` names another), ``t_avg_us_a``/``_b`` (microseconds), ``ratio`` =
     ``t_avg_us_b / t_avg_us_a`` (above 1: B is slower; None when either time
     is missing or A's is 0), ``ratio_p50`` the same of the medians (an average that
     a few slow iterations pulled away from its median shows against it), ``noise`` (:func:`within_noise`: True when the
@@ -73,14 +78,14 @@ def compare(points_a: Iterable[Mapping[str, Any]],
     (:func:`ddlcomm.pages.senders_huge_share`: an MPI's single copy costs several
     times more from small pages, so a ratio where they differ may be the pages).
     A key measured on one side only still gets a row, the other side None.
-    Rows are sorted by collective, form, backend, library, algorithm, dtype,
-    op, ranks, in_place, phase and bytes.
+    Rows are sorted by collective, form, backend, algorithm, dtype,
+    op, ranks, in_place, path, phase and bytes.
     """
     a, b = _index(points_a), _index(points_b)
     rows = []
     for key in list(a) + [k for k in b if k not in a]:
         pa, pb = a.get(key, {}), b.get(key, {})
-        row: dict[str, Any] = dict(zip(KEY_FIELDS + ("phase",), key))
+        row: dict[str, Any] = dict(zip(KEY_FIELDS + tuple(EXTRA_KEYS), key))
         ta, tb = pa.get("t_avg_us"), pb.get("t_avg_us")
         row["t_avg_us_a"], row["t_avg_us_b"] = ta, tb
         row["ratio"] = tb / ta if ta and tb is not None else None
@@ -106,6 +111,6 @@ def unmatched(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     side_b = [r for r in rows if r["t_avg_us_b"] is not None]
     if not side_a or not side_b:
         return []
-    return [f for f in KEY_FIELDS + ("phase",)
+    return [f for f in KEY_FIELDS + tuple(EXTRA_KEYS)
             if not {r[f] for r in side_a} & {r[f] for r in side_b}]
 

@@ -99,10 +99,13 @@ def timed_phases(comm, step, nphases: int, budget_s: float, iters: Optional[int]
 def phase_bytes(phase: str, coll, nbytes: int, p: int, copied: Mapping[str, int],
                 bars: Mapping[str, dict]) -> tuple[int, float, dict]:
     """A phase's (algbw bytes, bus factor, extra fields) (pure): a copy phase of ``copied``
-    the most bytes a rank copies, with its bars; a collective's phase (``coll``) that
-    collective's bytes and factor for an ``nbytes`` message on ``p`` ranks; else the message."""
+    the most bytes a rank copies, with its bars, over its slowest copier's time (the ranks
+    that copy nothing in it record about 0 s: over the mean it read up to p times fast); a
+    collective's phase (``coll``) that collective's bytes and factor for an ``nbytes``
+    message on ``p`` ranks; else the message."""
     if phase in copied:
-        return copied[phase], 1.0, {"copy_bytes": copied[phase], **bars.get(phase, {})}
+        return copied[phase], 1.0, {"copy_bytes": copied[phase], "bandwidth_time": "t_max_us",
+                                    **bars.get(phase, {})}
     if coll is None:
         return nbytes, 1.0, {}
     return coll.algbw_bytes(nbytes, p), coll.busbw_factor(p), {}

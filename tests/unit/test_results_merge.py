@@ -105,6 +105,28 @@ def test_a_refused_one_machine_merge_makes_no_database(tmp_path, capsys):
     assert "2 machines" in capsys.readouterr().err and not dest.exists()
 
 
+def test_a_run_merged_while_it_ran_is_brought_up_to_date(tmp_path, capsys):
+    """Merged mid-run, a run was 'already here' at every later merge: the points it stored
+    since were never copied and it stayed 'running' in the destination."""
+    src, dest = tmp_path / "src.db", tmp_path / "m.db"
+    with Store(src) as store:
+        rid = store.create_run({"started_at": "2026-11-20T00:00:00+00:00", "host": "h",
+                                "command": ["ddlcomm", "bench"], "status": "running"})
+        store.add_point(rid, make_point(4))
+    assert main(["results", "merge", str(src), "--db", str(dest)]) == 0
+    with Store(src) as store:
+        store.add_point(rid, make_point(8))
+        store.add_point(rid, make_point(16))
+        store.finish_run(rid, "passed")
+    assert main(["results", "merge", str(src), "--db", str(dest)]) == 0
+    assert "1 brought up to date" in capsys.readouterr().out
+    with Store(dest) as merged:
+        (run,) = merged.runs()
+        assert run["status"] == "passed" and [p["bytes"] for p in merged.points(run["id"])] == [4, 8, 16]
+    assert main(["results", "merge", str(src), "--db", str(dest)]) == 0
+    assert "1 already here" in capsys.readouterr().out
+
+
 def test_a_merge_stopped_midway_has_said_how_far_it_got(tmp_path, capsys, monkeypatch):
     a, b, dest = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "m.db"
     fill(a, 1)

@@ -58,7 +58,8 @@ def add_parser(sub) -> None:
         description="Copy every run of each SOURCE database, with its points, into the database "
         "(--db; made if there is none), under new run ids. A run the database holds already "
         "(the same start, host, owner and command) is not taken twice, so merging again is "
-        "harmless. A source's runs killed mid-way keep every point they stored.")
+        "harmless; one merged while it ran is brought up to date (its points and status). A "
+        "source's runs killed mid-way keep every point they stored.")
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="a database to copy from")
     p.add_argument("--one-machine", action="store_true",
                    help="refuse, writing nothing, unless every run (the database's own "
@@ -140,6 +141,7 @@ def merge_sources(names: list[str], db: Path) -> list[Path]:
 def merge_runs(store: Store, args: argparse.Namespace) -> None:
     def said(done: merge.Merged) -> None:
         print(f"{done.source}: {counted(done.runs, 'run')} ({counted(done.points, 'point')}) merged"
+              + (f", {done.updated} brought up to date (merged before while running)" if done.updated else "")
               + (f", {done.already} already here" if done.already else ""), flush=True)
     try:
         merge.merge(store, args.sources, args.one_machine, said)

@@ -19,12 +19,14 @@ from .store import Store
 
 @dataclass
 class Merged:
-    """What one source gave: runs added (with their points) and runs already there."""
+    """What one source gave: runs added (with their points), runs already there, and runs
+    there that the source has gone on with since (merged while they ran: brought up to date)."""
 
     source: str
     runs: int = 0
     points: int = 0
     already: int = 0
+    updated: int = 0
 
 
 def machine_of(run: dict) -> tuple:
@@ -59,8 +61,11 @@ def merge(dest: Store, sources: Sequence[Path], one_machine: bool = False,
         with Store(path, readonly=True) as store:           # a source is read, never written
             for run in reversed(store.runs()):                  # oldest first
                 points = store.points(run["id"])
-                if dest.import_run(run, points) is None:
+                _, state = dest.import_run(run, points)
+                if state == "already":
                     done.already += 1
+                elif state == "updated":
+                    done.updated, done.points = done.updated + 1, done.points + len(points)
                 else:
                     done.runs, done.points = done.runs + 1, done.points + len(points)
         out.append(done)

@@ -577,22 +577,32 @@ class Store:
                          (run_id, seq, *cols.values()))
         return int(cur.lastrowid)
 
-    def import_run(self, run: dict[str, Any], points: list[dict[str, Any]]) -> int | None:
+    def import_run(self, run: dict[str, Any], points: list[dict[str, Any]]) -> tuple[int, str]:
         """Add a run read from another store (:meth:`run`) with its points (:meth:`points`),
-        in one transaction, under a new id; None where this store holds it already (the
-        same start, host, owner and command)."""
+        in one transaction, under a new id: ``(id, "added")``.  Where this store holds it
+        already (the same start, host, owner and command): ``(id, "updated")`` when the
+        source has gone on since (more points, or another status: it was merged while it
+        ran), its fields and points then replaced; else ``(id, "already")``."""
         cols = self._run_columns({name: run.get(name) for name in RUN_FIELDS})
         rows = [self._point_columns(p) for p in points]
         with self._write() as db:
-            same = db.execute("SELECT 1 FROM runs WHERE started_at = ? AND host IS ? AND owner IS ?"
+            same = db.execute("SELECT id, status, (SELECT COUNT(*) FROM points WHERE run_id = runs.id)"
+                              " FROM runs WHERE started_at = ? AND host IS ? AND owner IS ?"
                               " AND command IS ?", (cols["started_at"], cols["host"], cols["owner"],
                                                     cols["command"])).fetchone()
             if same is not None:
-                return None
-            run_id = self._insert_run(db, cols)
+                run_id, status, held = same
+                if status == cols["status"] and held >= len(rows):
+                    return run_id, "already"
+                sets = ", ".join(f"{name} = ?" for name in cols)
+                db.execute(f"UPDATE runs SET {sets} WHERE id = ?", (*cols.values(), run_id))
+                db.execute("DELETE FROM points WHERE run_id = ?", (run_id,))
+                state = "updated"
+            else:
+                run_id, state = self._insert_run(db, cols), "added"
             for row in rows:
                 self._insert_point(db, run_id, row)
-            return run_id
+            return run_id, state
 
     def points(self, run_id: int | None = None) -> list[dict[str, Any]]:
         """Points of one run (or of every run, by run id), in insertion order.

@@ -145,7 +145,7 @@ BENCH_CONFLICTS = [
     "--dtype=int32 --op=avg --collective=allreduce", "--containers=4 --ranks=2",
     "--root=3 --ranks=2", "--workload=allreduce --algorithm=ring", "--impl=c,c",
     "--impl=c --collective=alltoall", "--backend=mpi,mpi", "--collective=gather,gather",
-    "--sizes=4B --oversubscribe --ranks=100000",
+    "--sizes=4B --oversubscribe --ranks=100000", "--workload=ps-async --warmup=2",
 ]
 
 BENCH = st.one_of(

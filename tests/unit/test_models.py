@@ -148,3 +148,15 @@ def test_fuse_negative_threshold(threshold):
 def test_fuse_negative_size():
     with pytest.raises(UsageError):
         fuse([1, -2], 10)
+
+
+def test_a_workloads_fusion_0_sends_a_message_per_tensor():
+    """--fusion 0 ('0: per tensor', its help says) read as no --fusion: a message per layer
+    (ResNet-50: 54 messages, not its 161 tensors)."""
+    from types import SimpleNamespace
+    from ddlcomm.workloads.base import message_bytes
+    from ddlcomm.workloads import models
+    plan = lambda fusion: SimpleNamespace(model="resnet50", dtype="float32", fusion=fusion)  # noqa: E731
+    tensors = len(models.gradient_sizes("resnet50", 4))
+    assert len(message_bytes(plan(0), 0)) == tensors > len(message_bytes(plan(None), 0))
+    assert len(message_bytes(plan(None), 0)) == len(models.per_layer("resnet50", 4))

@@ -48,7 +48,8 @@ def add_parser(sub) -> None:
     b.add_argument("--fusion", metavar="BYTES",
                    help="workloads with --model: fuse gradients into buckets of at most BYTES "
                         "(e.g. 25MiB; 0: per tensor); without it, one message per layer")
-    b.add_argument("--steps", help="workloads: timed steps (ps-async: pushes per worker, default 100)")
+    b.add_argument("--steps", help="workloads: timed steps (ps-async: pushes per worker, default 100, "
+                                   "every one timed: no --warmup, no --budget)")
     b.add_argument("--path",
                    help="data path, or a comma list measured side by side: host (default) or the "
                         "GPU paths host-staged, direct (also for single collectives), "

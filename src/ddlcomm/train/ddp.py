@@ -9,7 +9,8 @@ The same network, seed, data, batch, optimizer and iterations as ddlcomm's
 own configuration, through the same timed loop (:mod:`.timed`); DDP's buckets
 are ``--fusion`` bytes (``bucket_cap_mb``) and its all-reduces overlap
 backward by its own design, so its communication is inside the backward phase
-and not timed apart.  Phases: io, h2d, forward, backward (with DDP's
+and not timed apart; it does not broadcast module buffers (BatchNorm's statistics) before
+each forward, as ddlcomm's own configuration keeps each rank's.  Phases: io, h2d, forward, backward (with DDP's
 communication), update.  The replicas are checked the same way.
 """
 from __future__ import annotations
@@ -55,8 +56,11 @@ def run_ddp(comm, gloo_comm, cfg: TrainConfig) -> list[dict]:
     spec = get_net(cfg.model)
     place = get_device(cfg.device).open(comm.local_rank)
     model = build(cfg, place)
+    # broadcast_buffers off: ddlcomm's own configuration keeps each rank's BatchNorm statistics,
+    # and DDP's broadcast of them from rank 0 before every forward put a collective (and a
+    # wait for rank 0) in its timed forward phase
     ddp = DDP(model, device_ids=[place.gpu] if place.on_gpu else None,
-              bucket_cap_mb=max(cfg.fusion, 1) / (1 << 20))
+              bucket_cap_mb=max(cfg.fusion, 1) / (1 << 20), broadcast_buffers=False)
     data = make_data(cfg, spec.classes, comm.rank, comm.size)
     opt = SGD(ddp.parameters(), lr=cfg.lr, momentum=0.9)
     criterion = torch.nn.CrossEntropyLoss()

@@ -25,6 +25,8 @@ class AllreduceWorkload:
     min_ranks: int = 1
     #: it needs a receive from whichever rank sends first (any source)
     any_source: bool = False
+    #: its steps run --warmup untimed first
+    warms_up: bool = True
     #: the data paths it runs along (every one)
     paths: tuple = ()
 

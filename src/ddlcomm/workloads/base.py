@@ -32,7 +32,7 @@ def message_bytes(plan, nbytes: int) -> list[int]:
     if plan.model is None:
         return [nbytes]
     itemsize = get_dtype(plan.dtype).itemsize
-    if plan.fusion:
+    if plan.fusion is not None:         # 0: a message per tensor (fuse's), not per layer
         return models.fuse([b for _, b in models.gradient_sizes(plan.model, itemsize)], plan.fusion)
     return [b for _, b in models.per_layer(plan.model, itemsize)]
 
@@ -60,6 +60,9 @@ def check_request(plan) -> None:
             raise UnsupportedError(f"{name}'s server receives from whichever worker sends first, "
                                    f"which backend {', '.join(lacking)} cannot",
                                    "use --backend mpi or gloo")
+        if plan.warmup is not None and not workload.warms_up:
+            raise UsageError(f"--warmup: {name} times every push, the first ones too (its check "
+                             "counts every push the server applies)", f"drop --warmup for {name}")
         if plan.ranks is not None and plan.ranks < workload.min_ranks:
             raise UsageError(f"{name} needs at least {workload.min_ranks} ranks "
                              "(a server and a worker)", f"use --ranks {workload.min_ranks} or more")
@@ -149,7 +152,7 @@ def copy_bytes(comm, copies: Mapping[str, int]) -> dict[str, int]:
 def extra_fields(plan, spec, phase: str, nmessages: int, **more) -> dict:
     extra = {"workload": spec.name, "phase": phase, "path": spec.path, "messages": nmessages}
     if plan.model is not None:
-        extra.update(model=plan.model, fusion=plan.fusion or 0)
+        extra.update(model=plan.model, fusion=plan.fusion)      # None: a message per layer
     extra.update(more)
     return extra
 

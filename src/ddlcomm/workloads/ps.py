@@ -46,6 +46,8 @@ class PSSync:
     min_ranks: int = 2
     #: it needs a receive from whichever rank sends first (any source)
     any_source: bool = False
+    #: its steps run --warmup untimed first
+    warms_up: bool = True
     #: the data paths it runs along (every one)
     paths: tuple = ()
 
@@ -110,6 +112,9 @@ class PSAsync:
     any_source: bool = True
     #: the data paths it runs along: host memory only (point-to-point, any-source receive)
     paths: tuple = ("host",)
+    #: every push is timed, the first ones too, and its check counts every push the server
+    #: applied: no untimed warm-up (``--warmup`` refused), and no budget (``--steps``)
+    warms_up: bool = False
 
     def measure(self, comm, plan, spec, alloc) -> list[dict]:
         dtype, counts = _prepare(self.name, comm, plan, spec)
@@ -145,7 +150,7 @@ class PSAsync:
             base.phase_record(comm, plan, spec, "step", worker_times,
                               algbw_bytes=2 * spec.nbytes, **common),
             base.phase_record(comm, plan, spec, base.APPLY, np.array([server["apply_s"]]),
-                              algbw_bytes=spec.nbytes, **common),
+                              algbw_bytes=spec.nbytes, **{**common, "iterations": len(server["apply_s"])}),
         ]
 
     @staticmethod

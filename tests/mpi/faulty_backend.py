@@ -1,8 +1,9 @@
 """A test plugin backend (loaded through DDLCOMM_PLUGINS): MPI with an injected fault.
 
-``DDLCOMM_FAULT=raise|hang|die``, ``DDLCOMM_FAULT_RANK`` (default 1) and
+``DDLCOMM_FAULT=raise|hang|die|wrong``, ``DDLCOMM_FAULT_RANK`` (default 1) and
 ``DDLCOMM_FAULT_BYTES`` (default 16384): the chosen rank fails in allreduce
-once the message reaches that many bytes.
+once the message reaches that many bytes (``wrong``: its result is off by one, so the
+point fails its check and the rank goes on).
 """
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ class FaultyCommunicator(MPICommunicator):
         fault = os.environ.get("DDLCOMM_FAULT", "raise")
 
         def faulty():
+            if fault == "wrong":
+                call()
+                recvbuf[...] += 1
+                return
             if fault == "raise":
                 raise RuntimeError("injected fault")
             if fault == "hang":

@@ -100,6 +100,16 @@ def test_ranks_mismatch_is_refused(mpi, tmp_path, command):
     assert "MPI_ABORT" not in res.stderr
 
 
+def test_sizes_the_launched_ranks_cannot_cut_are_refused_once(mpi, tmp_path):
+    """reduce_scatter of 4 B under `mpirun -n 2` (whole blocks per rank, known once the ranks
+    join): each rank said it and aborted the others (exit 3, MPI_ABORT's box)."""
+    res = mpi.mpirun(2, [mpi.python, "-m", "ddlcomm", "bench", "--db", tmp_path / "s.db",
+                         "--collective", "reduce_scatter", "--sizes", "4B", "--iters", "1"], timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stderr.count("ddlcomm: error:") == 1 and "reduce_scatter" in res.stderr, res.stderr
+    assert "MPI_ABORT" not in res.stderr
+
+
 def test_root_past_the_launched_ranks_is_refused(mpi, tmp_path):
     """--root 2 under `mpirun -n 2`: known wrong once the ranks join, said once, exit 2, no
     run stored (it was a failed run, exit 3, each rank's error and MPI_ABORT's box)."""
@@ -140,6 +150,22 @@ def test_failing_rank_ends_the_job(mpi, tmp_path, fault):
         sizes = [b for (b,) in con.execute("select bytes from points order by seq")]
     assert status == "failed" and error
     assert sizes == [4 * 2 ** k for k in range(12)]      # 4B .. 8KiB kept
+
+
+def test_a_failed_check_under_ddlcomms_own_launch_exits_1(mpi, tmp_path):
+    """Every rank exited 1 after a failed check; the owner took its launcher's 1 for a rank
+    that failed: the run 'failed: ranks ended with exit code 1', exit 3 (README: 1)."""
+    db = tmp_path / "c.db"
+    res = _bench(mpi, ["--backend", "faulty", "--collective", "allreduce", "--sizes", "4B:32KiB",
+                       "--form", "buffer", "--ranks", "2", "--iters", "2"],
+                 db, timeout=90, DDLCOMM_PLUGINS="faulty_backend", DDLCOMM_FAULT="wrong")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "ranks ended with exit code" not in res.stderr, res.stderr
+    with sqlite3.connect(db) as con:
+        status, error = con.execute("select status, error from runs").fetchone()
+        checks = [c for (c,) in con.execute('select "check" from points order by seq')]
+    assert status == "failed" and "exit code" not in (error or ""), error
+    assert checks.count("failed") == 2 and checks.count("passed") == 12, checks
 
 
 def test_where_a_run_ended_is_read_from_its_points_as_stored(mpi, tmp_path):

@@ -21,7 +21,7 @@ from ..comm import algorithms, tuning
 from ..comm.device import one_gpu
 from ..comm.nodes import same_node
 from ..dtypes import get_dtype
-from ..errors import EveryRankError, UnsupportedError
+from ..errors import EveryRankError, UnsupportedError, UsageError
 from ..kernels.device import copy_pass
 from ..launch.placement import format_cpulist, split_ranks, transport
 from ..measure import timing
@@ -153,7 +153,15 @@ def gpu_fields(uuids: list[str], gpus: list[int]) -> dict:
 
 def check_plan(comms: dict, plan: BenchPlan) -> None:
     """Refuse, before measuring anything, what a backend declares it cannot do, and sizes
-    too small for the job's ranks (started by a launcher of the user's, they were not known)."""
+    too small for the job's ranks (started by a launcher of the user's, they were not known):
+    every rank finds it alike, so rank 0 alone says it and no rank aborts the others."""
+    try:
+        _check_plan(comms, plan)
+    except (UsageError, UnsupportedError) as exc:
+        raise EveryRankError(exc.args[0], exc.hint) from None
+
+
+def _check_plan(comms: dict, plan: BenchPlan) -> None:
     dtype = get_dtype(plan.dtype)
     check_whole_blocks(plan, next(iter(comms.values())).size)
     for spec in plan.points():

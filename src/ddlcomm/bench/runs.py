@@ -122,11 +122,7 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
     if rc:
         _clean_up(segments, had)
     if opened.moved():                  # do not make a new, empty one in its place
-        saved = rescue_path(db_path, run_id)
-        raise RunLost(f"{db_path} was removed or replaced while run {run_id} ran"
-                      + (f": rank 0 saved the database it wrote to {saved}" if saved.exists()
-                         else ": its points went with it"),
-                      "leave a database in place while a run writes it")
+        raise run_lost(db_path, run_id)
     try:
         record_load(db_path, run_id, before, most_ranks(info.get("config") or {}), own=True)
     except DdlcommError as exc:         # a full disk: the run must still be settled and said
@@ -134,6 +130,16 @@ def own(db_path: Path, info: dict, env: dict, start: Callable[[dict], int]) -> t
     if signals.got and rc == EXIT_INTERRUPTED:
         _OWNER_SIGNAL[run_id] = processes.signal_name(signals.got[0]) or f"signal {signals.got[0]}"
     return run_id, rc
+
+
+def run_lost(db_path: Path, run_id: int) -> RunLost:
+    """The error of a run whose database file was removed or replaced while it ran, naming
+    the copy rank 0 saved (:func:`rescue_path`) where there is one."""
+    saved = rescue_path(db_path, run_id)
+    return RunLost(f"{db_path} was removed or replaced while run {run_id} ran"
+                   + (f": rank 0 saved the database it wrote to {saved}" if saved.exists()
+                      else ": its points went with it"),
+                   "leave a database in place while a run writes it")
 
 
 def _name_owners_signal(store: Store, run_id: int, signame: str) -> None:
@@ -256,6 +262,9 @@ class RankResult:
     owner: bool = False
     run_id: Optional[int] = None
     failed: int = 0
+    #: rank 0: the database file was removed or replaced while the run wrote it (a copy
+    #: saved: :func:`run_lost` says where); nothing more is written to that path
+    lost: bool = False
 
 
 def _record(db_path: Path, run_id: Optional[int], status: str, message: str) -> bool:
@@ -368,12 +377,14 @@ def _failed(comm, exc: Exception, watchdog: Watchdog, record: Callable[[str, str
     return RankResult(exc.exit_code if isinstance(exc, DdlcommError) else EXIT_RANK_FAILED)
 
 
-def _keep(store: Store, db_path: Path, run_id: int, failed: int) -> None:
+def _keep(store: Store, db_path: Path, run_id: int, failed: int) -> bool:
     """Rank 0, at the end: where the database file was removed or replaced while the run
     wrote it, save what the store still holds open to :func:`rescue_path` (the owner says
     where), the run ended in it as its checks say (no owner can end it there: it would
-    read stale); then close the store, and remove SQLite's files left beside a removed one."""
-    if store.moved():
+    read stale); then close the store, and remove SQLite's files left beside a removed one.
+    Whether the file was removed or replaced."""
+    moved = store.moved()
+    if moved:
         to = rescue_path(db_path, run_id)
         store.save_copy(to)
         with Store(to) as copy:
@@ -386,6 +397,7 @@ def _keep(store: Store, db_path: Path, run_id: int, failed: int) -> None:
     if not db_path.exists():
         for leftover in (Path(f"{db_path}-wal"), Path(f"{db_path}-shm")):
             leftover.unlink(missing_ok=True)
+    return moved
 
 
 def _run_body(comm, db_path: Path, state: dict, owner: bool, watchdog: Watchdog,
@@ -405,10 +417,9 @@ def _run_body(comm, db_path: Path, state: dict, owner: bool, watchdog: Watchdog,
         state["run_id"] = comm.broadcast_object(state["run_id"], 0)
     before = load.snapshot() if owner and store is not None else None
     failed = body(watchdog, store, state["run_id"])
-    if store is not None:
-        _keep(store, db_path, state["run_id"], failed)
+    lost = store is not None and _keep(store, db_path, state["run_id"], failed)
     comm.barrier()
-    if before is not None:
+    if before is not None and not lost:     # not into a new, empty file in its place
         # ranks of a launcher we did not start: their CPU time and count per host are not ours to read
         record_load(db_path, state["run_id"], before, None, own=False)
-    return RankResult(None, owner, state["run_id"], failed)
+    return RankResult(None, owner, state["run_id"], failed, lost)

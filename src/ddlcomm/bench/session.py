@@ -26,7 +26,8 @@ from ..report import html, tables
 from ..results import Store
 from .plan import BenchPlan
 from .runner import PROGRESS_ENV, check_plan, preflight, run_sweep
-from .runs import EXIT_CHECK_FAILED, exit_code, own, program, rank_run, run_info, settle, starting
+from .runs import (EXIT_CHECK_FAILED, exit_code, own, program, rank_run, run_info, run_lost, settle,
+                   starting)
 
 
 # ---------------------------------------------------------------- owner side
@@ -124,6 +125,10 @@ def rank_main(plan: BenchPlan, argv: Sequence[str], info: LaunchInfo, db_path: P
         return result.code
     for c in comms.values():
         c.close()
+    if result.lost and result.owner:
+        raise run_lost(db_path, result.run_id)
     if result.owner and comm.rank == 0:
         return finish(db_path, result.run_id, 0, report_dir)
-    return EXIT_CHECK_FAILED if result.failed else 0
+    # under a launcher of yours every rank says the checks; under ddlcomm's own the owner
+    # does, from the points (a rank's 1 would read to it as a rank that failed)
+    return EXIT_CHECK_FAILED if result.failed and result.owner else 0

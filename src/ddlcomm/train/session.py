@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..bench.runs import (exit_code, own, program, rank_run, ranks_ended_it, run_info, settle,
+from ..bench.runs import (exit_code, own, program, rank_run, ranks_ended_it, run_info, run_lost, settle,
                           starting)
 from ..comm import registry
 from ..errors import EveryRankError, UsageError
@@ -146,6 +146,8 @@ def rank_main(job: TrainJob, argv: Sequence[str], db_path: Path,
     if gloo is not comm:
         gloo.close()
     comm.close()
+    if result.lost and result.owner:
+        raise run_lost(db_path, result.run_id)
     if result.owner and comm.rank == 0:
         return finish(db_path, result.run_id, 0, report_dir, scaling=False)
     return 0

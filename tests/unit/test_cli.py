@@ -70,7 +70,9 @@ def cases(*pairs):
     ("--warmup -1", ["--warmup"]),
     ("--budget soon", ["--budget"]),
     ("--timeout 0", ["--timeout"]),
-    ("--budget 3 --timeout 1", ["--timeout 1 s is not more than --budget 3 s"]),
+    ("--budget 3 --timeout 1", ["--timeout 1 s is not more than a point takes at --budget 3 s"]),
+    # a point takes up to about 1.5 budgets: every large one timed out, called a hang
+    ("--budget 0.9 --timeout 1", ["--timeout 1 s is not more than a point takes at --budget 0.9 s"]),
     ("--root 2", ["--root 2", "2 ranks"]),
     ("--form nope", ["--form", "nope"]),
     ("--in-place --collective gather", ["--in-place", "gather"]),

@@ -44,6 +44,9 @@ def ddlcomm(*argv: str, db) -> subprocess.CompletedProcess:
      "ddlcomm: error: --path nccl-chief is a parameter-server path"),
     (("--collective", "allreduce", "--path", "host-staged", "--impl", "c"),
      "ddlcomm: error: --impl c runs on host buffers"),
+    # a path's object points were left out unsaid: 0 points, 'passed'
+    (("--collective", "allreduce", "--path", "host-staged", "--form", "object"),
+     "ddlcomm: error: --path host-staged moves buffer-form calls only, not object"),
 ])
 def test_gpu_requests_without_a_gpu(tmp_path, argv, says):
     res = ddlcomm(*argv, db=tmp_path / "x.db")

@@ -162,6 +162,20 @@ def test_bench_refuses_a_bad_tuning_table_before_starting(tmp_path, capsys):
     assert "is not a tuning table" in capsys.readouterr().err
 
 
+def test_bench_refuses_a_table_naming_an_algorithm_it_lacks_or_no_auto(tmp_path, capsys):
+    """A band naming 'rnig' passed the plan and ended every rank at the first auto point;
+    --tuning without auto was accepted and stored, changing nothing."""
+    bad = tmp_path / "t.json"
+    bad.write_text(json.dumps({"format": tuning.FORMAT, "version": tuning.VERSION, "tables": [
+        {"library": "Open MPI", "collective": "allreduce", "ranks": 2, "bands": [[0, "rnig"]]}]}))
+    args = ["bench", "--collective", "allreduce", "--tuning", str(bad), "--db", str(tmp_path / "x.db")]
+    assert main([*args, "--algorithm", "library,auto"]) == 2
+    assert "no algorithm rnig for allreduce" in capsys.readouterr().err
+    assert main([*args, "--algorithm", "library,ring"]) == 2
+    assert "no auto is asked" in capsys.readouterr().err
+    assert not (tmp_path / "x.db").exists()
+
+
 def test_a_table_choice_that_cannot_run_here_gives_way_to_the_rules():
     """A table measured on host buffers on one node named shm and ring+c: handed to a run on
     device buffers, or across nodes, they were refused at bind or mid-call."""

@@ -363,7 +363,7 @@ def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
         warmup=parse_positive_int(o.warmup, "--warmup", 0, MAX_ITERS) if o.warmup is not None else None,
         budget_s=parse_seconds(o.budget, "--budget"),
         timeout_s=parse_seconds(o.timeout, "--timeout"),
-        root=parse_positive_int(o.root, "--root", 0), tuning=_tuning(o.tuning), heap=o.heap,
+        root=parse_positive_int(o.root, "--root", 0), tuning=_tuning(o.tuning, algorithms_), heap=o.heap,
         extra={"tag": o.tag} if o.tag else {})
     check(plan)
     check_kind_cache(plan, o.kind_cache)
@@ -382,12 +382,23 @@ def _check_library_forms(forms: list[str]) -> None:
                          "add library to --algorithm, or ask for the buffer form alone")
 
 
-def _tuning(path: Optional[str]) -> Optional[str]:
-    """``--tuning``: the table's absolute path, read and checked now (UsageError if bad)."""
+def _tuning(path: Optional[str], asked: list[str]) -> Optional[str]:
+    """``--tuning``: the table's absolute path, read and checked now (UsageError if bad: a
+    band naming an algorithm this ddlcomm lacks failed every rank at the first ``auto``
+    point; and a table without ``auto`` among ``asked`` would change nothing)."""
     if path is None:
         return None
+    if not any(algorithms.split(a)[0] == "auto" for a in asked):
+        raise UsageError("--tuning is the table --algorithm auto chooses from, and no auto is asked",
+                         "add auto to --algorithm, or drop --tuning")
     full = str(Path(path).expanduser().resolve())
-    tuning.load(full)
+    table = tuning.load(full)
+    for (_, collective, _), bands in table.bands.items():
+        for _, name in bands:
+            try:
+                algorithms.check(collective, name)
+            except UsageError as exc:
+                raise UsageError(f"--tuning {path}: {exc.args[0]}", exc.hint) from None
     return full
 
 
@@ -459,18 +470,22 @@ def _sizes(o: BenchOptions, dtype: DType) -> list[int]:
 
 
 def _forms(o: BenchOptions) -> list[str]:
-    """--form or --impl; on a device memory kind the buffer form only (objects are pickled
-    host bytes, the C reference moves host memory)."""
+    """--form or --impl; on a device memory kind, or along GPU data paths only, the buffer
+    form only (objects are pickled host bytes, the C reference moves host memory; a path's
+    object points were left out unsaid)."""
     if o.impl is not None and o.form is not None:
         raise UsageError("give --form or --impl, not both", "--impl c,buffer,object covers both")
     forms = parse_impls(o.impl) if o.impl is not None else parse_forms("both" if o.form is None else o.form)
-    if not memory.on_device(o.memory):
+    along = o.path is not None and "host" not in parse_list(o.path, "--path")
+    if not (memory.on_device(o.memory) or along):
         return forms
     if o.form is None and o.impl is None:
         return ["buffer"]
-    if forms != ["buffer"]:
-        raise UsageError(f"--memory {o.memory} holds buffer-form calls only, not "
-                         f"{', '.join(f for f in forms if f != 'buffer')}", "use --form buffer")
+    # along a path the C reference is refused with its own reason (check_collective_paths)
+    wrong = [f for f in forms if f != "buffer" and (f == "object" or not along)]
+    if wrong:
+        where = f"--path {o.path} moves" if along else f"--memory {o.memory} holds"
+        raise UsageError(f"{where} buffer-form calls only, not {', '.join(wrong)}", "use --form buffer")
     return forms
 
 
@@ -487,6 +502,11 @@ def check_containers(plan: BenchPlan) -> None:
                          "use --algorithm hierarchical (or ring) across containers")
 
 
+#: Budgets a point takes at most, about: the probe (a tenth or more), the warm-up (a tenth of
+#: the iterations), the timed calls (one budget) and x_add's NumPy pass (up to a quarter).
+POINT_BUDGETS = 1.5
+
+
 def check(plan: BenchPlan) -> None:
     """What the pieces refuse: ranks, workloads, memory, the C reference, containers, algorithms."""
     if plan.ranks is not None and plan.root >= plan.ranks:
@@ -494,9 +514,11 @@ def check(plan: BenchPlan) -> None:
     if plan.root and plan.collectives and not any(get_collective(c).rooted for c in plan.collectives):
         raise UsageError(f"--root applies to rooted collectives, not {', '.join(plan.collectives)}",
                          "add broadcast, gather, reduce, ... to --collective, or leave --root out")
-    if plan.iters is None and plan.budget_s >= plan.timeout_s:
-        raise UsageError(f"--timeout {plan.timeout_s:g} s is not more than --budget {plan.budget_s:g} s: "
-                         "every point would time out", "raise --timeout, or lower --budget")
+    if plan.iters is None and POINT_BUDGETS * plan.budget_s >= plan.timeout_s:
+        raise UsageError(f"--timeout {plan.timeout_s:g} s is not more than a point takes at --budget "
+                         f"{plan.budget_s:g} s (about {POINT_BUDGETS:g}x: the probe, the warm-up, the "
+                         "timed calls and x_add's pass): every large point would time out",
+                         "raise --timeout, or lower --budget")
     if plan.workloads:
         workloads.check_request(plan)
     elif plan.paths != ["host"]:

@@ -280,7 +280,7 @@ class PSAggregator:
         self.server = comm.rank == 0
         self.tables = self._tables(bk.gbufs)
         self.gathers = self._gathers(bk.gwires, self.tables)
-        self.bcasts = [wired(comm.bind("broadcast", w.buf, root=0), [w], [w]) for w in bk.pwires]
+        self.bcasts = [self._bcast(w) for w in bk.pwires]
         self.optimizer = optimizer_factory() if self.server else None
         self.ready: list = []
         self.hooks_off_main = self.hooks_refused = 0     # its hooks only stamp moments
@@ -296,9 +296,18 @@ class PSAggregator:
         return [self.bk.wire(g.new_empty(g.numel() * self.comm.size)) for g in gbufs]
 
     def _gathers(self, gwires: list, tables: list) -> list:
+        """Each bucket's gather to the server: a worker's gradient copied out before it (a
+        staged wire), the server's table back after it; the server's own row is never read
+        (:meth:`apply`), so its gradient is not copied out."""
         return [wired(self.comm.bind("gather", w.buf, t.buf if t is not None else None, root=0),
-                      [w], [t] if t is not None else [])
+                      [] if self.server else [w], [t] if t is not None else [])
                 for w, t in zip(gwires, tables)]
+
+    def _bcast(self, w) -> Callable[[], None]:
+        """A bucket's broadcast from the server: copied out there before it, back on the
+        workers after it (each copy where a staged wire needs it, once)."""
+        return wired(self.comm.bind("broadcast", w.buf, root=0),
+                     [w] if self.server else [], [] if self.server else [w])
 
     def begin(self) -> None:
         self.ready.clear()
@@ -335,8 +344,7 @@ class PSAggregator:
         sg = [w.scratch() for w in self.bk.gwires]
         sp = [w.scratch() for w in self.bk.pwires]
         gathers = self._gathers(sg, self._tables([w.tensor for w in sg]))
-        calls = [[g, wired(self.comm.bind("broadcast", x.buf, root=0), [x], [x])]
-                 for g, x in zip(gathers, sp)]
+        calls = [[g, self._bcast(x)] for g, x in zip(gathers, sp)]
         return _time_buckets(self.comm, calls, self.bk.nbytes, reps, self.place.sync)
 
     def close(self) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 import threading
 import time
 
@@ -149,9 +150,16 @@ def test_migration_adds_column(db_path, monkeypatch):
         rid = s.create_run({})
     nxt = ("ALTER TABLE runs ADD COLUMN gpu TEXT",)
     monkeypatch.setattr(store_mod, "MIGRATIONS", store_mod.MIGRATIONS + [nxt])
-    with Store(db_path, readonly=True) as s:        # a reading command upgrades it too
+    before = Path(db_path).read_bytes()
+    with Store(db_path, readonly=True) as s:        # a reading command reads it through a copy
         assert s.schema_version() == len(store_mod.MIGRATIONS)
         assert s.run(rid)["status"] == "running"
+    cols = [r[1] for r in sqlite3.connect(db_path).execute("PRAGMA table_info(runs)")]
+    # the file as it was: upgraded (and switched to WAL) by a reading command, an older
+    # ddlcomm refused it, and one on read-only storage could not be read at all
+    assert "gpu" not in cols and Path(db_path).read_bytes() == before
+    with Store(db_path) as s:                       # a writing one upgrades it
+        assert s.schema_version() == len(store_mod.MIGRATIONS)
     cols = [r[1] for r in sqlite3.connect(db_path).execute("PRAGMA table_info(runs)")]
     assert "gpu" in cols
 

@@ -240,11 +240,9 @@ class Store:
                                  "give --db (or DDLCOMM_DB) a writable path") from None
         try:
             self._db = self._connect(readonly)
-            if readonly and self._check_readable():     # an older schema: upgraded, as before
-                self._db.close()
-                self._db = self._connect(False)
-                readonly = False
-            if not readonly:
+            if readonly and self._check_readable():     # an older schema: read through a copy
+                self._upgraded_copy()
+            elif not readonly:
                 self._open_schema()
             self._identity = _identity(self.path)
         except sqlite3.DatabaseError as e:
@@ -261,6 +259,23 @@ class Store:
         except StoreError:
             self.close()
             raise
+
+    def _upgraded_copy(self) -> None:
+        """Read a database of an older schema through a copy in memory brought up to this
+        one: the file is left as it is (it was upgraded in place, and switched to WAL, by
+        commands that only read it, a merge's sources too; an older ddlcomm then refused it,
+        and one on read-only storage could not be read at all)."""
+        mem = sqlite3.connect(":memory:", isolation_level=None)
+        self._conn.backup(mem)
+        self._conn.close()
+        mem.row_factory = sqlite3.Row
+        self._db = mem
+        path, self.path = self.path, ":memory:"       # no WAL for the copy
+        try:
+            self._open_schema()
+            self._conn.execute("PRAGMA query_only = ON")
+        finally:
+            self.path = path
 
     def _connect(self, readonly: bool) -> sqlite3.Connection:
         """The connection, rows by name, waiting up to :data:`BUSY_TIMEOUT_S` for a lock."""
@@ -295,7 +310,7 @@ class Store:
 
     def _check_readable(self) -> bool:
         """A read-only store: a ddlcomm database, not empty, not newer; True where its
-        schema is older and must be upgraded (written) before this ddlcomm can read it."""
+        schema is older and is read through a copy brought up to this one (:meth:`_upgraded_copy`)."""
         version = self._version()
         self._check_not_newer(version)
         if version == 0:

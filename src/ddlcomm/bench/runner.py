@@ -92,7 +92,6 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
                               extra={"pages": pages, "algorithm_run": algorithm, **extra})
 
 
-
 def measure_workload(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
     """A workload's phases, its buffers (zeroed) in the run's memory kind (on its data path)."""
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:

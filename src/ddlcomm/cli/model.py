@@ -21,7 +21,7 @@ from ..model.calibrate import (METRICS, POINT_FIELDS, calibrate, load, parse_hol
                                with_cores)
 from ..model.costs import Params
 from ..model.node import bandwidth_of
-from ..model.predict import caveats, check_request, comm_from_fit, predict
+from ..model.predict import caveats, check_request, comm_from_fit, predict, priced_by
 from ..model.ssgd import Phases, model_layers
 from ..outputs import writable_dir, write_text
 from ..report import model as view
@@ -443,9 +443,8 @@ def cmd_predict(args) -> int:
                    leaders=args.leaders, itemsize=get_dtype(args.dtype).itemsize)
     for note in (caveats(fit, collective, args.algorithm, sizes, _selection(args)) if fit else ()):
         print(f"note: {note}", file=sys.stderr)
-    lookup = "broadcast" if collective == "ps" else collective      # the sets that priced the rows
-    node = cores or (max((fit.select(lookup, args.algorithm, n, **_selection(args)).cores or 0
-                          for n in sizes), default=0) if fit else 0)
+    node = cores or (max((priced_by(fit, collective, args.algorithm, n, _selection(args)).cores or 0
+                          for n in sizes), default=0) if fit else 0)   # the sets that priced the rows
     if per_node is None and node and max(ranks) > node and inter is None:
         print(f"note: ranks past {node} (the cores of a node) are priced as several nodes of "
               f"{node} ranks, each message as the fitted node's own transport moved it (no network is "

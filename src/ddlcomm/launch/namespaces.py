@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..errors import UnsupportedError
-from .processes import proc_stat
-from .processes import pid_alive, terminate
+from .processes import pid_alive, proc_stat, terminate
 
 #: Where sets keep their namespace files, hosts file and launch agent.
 STATE_DIR = Path("/run/ddlcomm")

@@ -4,7 +4,7 @@ iteration priced with a fit (``ddlcomm model ssgd --fit``) (pure)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..errors import UsageError
 from ..units import format_size
@@ -26,6 +26,11 @@ def check_request(collective: str, algorithm: str) -> str:
     return name
 
 
+def priced_by(fit, collective: str, algorithm: str, nbytes: int, want: Mapping[str, Any]):
+    """The fitted set that prices ``collective`` at ``nbytes`` (a PS step: its broadcast's)."""
+    return fit.select("broadcast" if collective == "ps" else collective, algorithm, nbytes, **want)
+
+
 def predict(collective: str, algorithm: str, ranks: Sequence[int], sizes: Sequence[int], *,
             fit=None, params: Optional[Params] = None, want: Optional[dict] = None,
             ranks_per_node: Optional[int] = None, cores: Optional[int] = None,
@@ -43,8 +48,7 @@ def predict(collective: str, algorithm: str, ranks: Sequence[int], sizes: Sequen
     for n in sizes:
         regime = None
         if fit is not None:
-            lookup = "broadcast" if collective == "ps" else collective
-            group = fit.select(lookup, algorithm, n, **want)
+            group = priced_by(fit, collective, algorithm, n, want)
             p_n, regime, own = group.params, group.key.get("regime"), fit.setting_of(group)
         else:
             p_n, own = params, Setting(library=want.get("library"),

@@ -24,6 +24,8 @@ def test_ps_sync_phases(mpi, tmp_path):
         (b, ph) for b in (1024, 65536) for ph in ("broadcast", "gather", "apply", "step")}
     assert {p["check"] for p in points} == {"passed"}
     assert {p["collective"] for p in points} == {"ps-sync"}
+    for step in (p for p in points if p["phase"] == "step"):
+        assert_step_counts_its_size(step)
     # apply is the server's computation: a time, no bandwidth; the others move bytes
     assert {(p["phase"], p["busbw_GBps"] is None, p["algbw_GBps"] is None) for p in points} == {
         ("broadcast", False, False), ("gather", False, False), ("apply", True, True),
@@ -42,6 +44,14 @@ def test_ps_async_applies_every_push_once(mpi, tmp_path):
         assert p["pushes_per_s"] > 0 and p["staleness_max"] >= 0
     step = next(p for p in points if p["phase"] == "step")
     assert step["iterations"] == 200
+    assert_step_counts_its_size(step)
+
+
+def assert_step_counts_its_size(step):
+    """A step's bandwidth is the step's size over its time, in every workload (ps-async
+    counted its push and pull, 2x what ps-sync and allreduce count for the same bytes)."""
+    bandwidth_time = step.get("bandwidth_time", "t_avg_us")
+    assert step["algbw_GBps"] == pytest.approx(step["bytes"] / step[bandwidth_time] / 1e3, rel=1e-3)
 
 
 def test_allreduce_model_fused(mpi, tmp_path):

@@ -148,7 +148,7 @@ class PSAsync:
                       busbw_factor=1.0, **more)
         return [
             base.phase_record(comm, plan, spec, "step", worker_times,
-                              algbw_bytes=2 * spec.nbytes, **common),
+                              algbw_bytes=spec.nbytes, **common),
             base.phase_record(comm, plan, spec, base.APPLY, np.array([server["apply_s"]]),
                               algbw_bytes=spec.nbytes, **{**common, "iterations": len(server["apply_s"])}),
         ]

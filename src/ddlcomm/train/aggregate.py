@@ -237,6 +237,12 @@ class AllreduceAggregator:
             for call in self.calls:
                 call()
 
+    def facts(self) -> dict:
+        """The iteration record's fields on where the hooks ran (this rank's, every iteration
+        so far) and whether they started the all-reduces within the last backward."""
+        return {"hooks_on_main_thread": self.hooks_off_main == 0,
+                "overlap_in_backward": bool(self.overlap and self.hooks_refused == 0)}
+
     def step(self, optimizer) -> float:
         """Local update; returns 0 (no server)."""
         optimizer.step()
@@ -283,7 +289,6 @@ class PSAggregator:
         self.bcasts = [self._bcast(w) for w in bk.pwires]
         self.optimizer = optimizer_factory() if self.server else None
         self.ready: list = []
-        self.hooks_off_main = self.hooks_refused = 0     # its hooks only stamp moments
         self.t_apply = 0.0
         ready, stamp = self.ready, place.stamp
         self._handles = [p.register_post_accumulate_grad_hook(lambda _p: ready.append(stamp()))
@@ -311,6 +316,12 @@ class PSAggregator:
 
     def begin(self) -> None:
         self.ready.clear()
+
+    @staticmethod
+    def facts() -> dict:
+        """Its hooks only stamp moments (on whichever thread autograd runs them): nothing
+        starts within backward, and the thread they ran on does not matter."""
+        return {"overlap_in_backward": False}
 
     def finish(self) -> None:
         """Gradients to the server, its update, parameters back (the server's apply time is kept)."""

@@ -336,8 +336,7 @@ def _iteration_fields(t: Training, g: dict[str, np.ndarray], identical, alone: t
         # Autograd runs CPU backward on the calling thread, so the hooks that start
         # MPI calls run on the main thread (MPI is at THREAD_FUNNELED): checked every hook.
         # GPU backward runs them on autograd's device thread.
-        "hooks_on_main_thread": t.agg.hooks_off_main == 0,
-        "overlap_in_backward": bool(t.cfg.overlap and t.agg.hooks_refused == 0),
+        **t.agg.facts(),
         "wire": t.bk.wire.kind,
     }
 

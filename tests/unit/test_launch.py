@@ -304,6 +304,24 @@ def test_a_rank_that_cannot_start_ends_those_started():
         spawn.run(0, program, dict(os.environ))
 
 
+def test_a_rank_that_ignores_sigterm_is_killed_with_its_group():
+    """A started rank deaf to SIGTERM (its whole process group) is SIGKILLed ``grace_s``
+    later and reaped, when a later rank cannot start."""
+    import os
+    import subprocess
+    import time
+
+    from ddlcomm.errors import BackendUnavailable
+    from ddlcomm.launch import spawn
+    program = ["sh", "-c", "trap '' TERM; sleep 30.0418 & wait"]
+    begun = time.monotonic()
+    with pytest.raises(BackendUnavailable, match="cannot start rank 1"):
+        spawn.run(2, program, dict(os.environ), grace_s=1, prefixes=[[], ["/no/such/taskset"]])
+    assert time.monotonic() - begun < 5
+    left = subprocess.run(["pgrep", "-f", "sleep 30.0418"], capture_output=True, text=True)
+    assert left.stdout == ""
+
+
 
 def _launcher(tmp_path: Path, first: str) -> list[str]:
     """A stand-in for a launcher whose first launch runs ``first`` (Python, with ``sys``) and

@@ -40,14 +40,16 @@ def end_orphans(grace_s: float = 10.0, keep: frozenset[int] = frozenset()) -> in
     return len(kids)
 
 
-def terminate(pids: Sequence[int], gone: Callable[[int], bool], grace_s: float) -> list[int]:
-    """SIGTERM ``pids``, SIGKILL those not ``gone`` ``grace_s`` later; those still not gone
-    another ``grace_s`` on."""
+def terminate(pids: Sequence[int], gone: Callable[[int], bool], grace_s: float,
+              first: int = signal.SIGTERM, kill: Callable[[int, int], None] = os.kill) -> list[int]:
+    """Send ``pids`` ``first`` (SIGTERM), SIGKILL those not ``gone`` ``grace_s`` later;
+    returns those still not gone another ``grace_s`` on.  ``kill`` sends a signal
+    (``os.killpg``: to each pid's whole process group)."""
     left = list(pids)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    for sig in (first, signal.SIGKILL):
         for pid in left:
             try:
-                os.kill(pid, sig)
+                kill(pid, sig)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + grace_s

@@ -18,7 +18,7 @@ import time
 from typing import Mapping, Optional, Sequence
 
 from ..errors import BackendUnavailable, UsageError
-from .processes import die_with_parent, forwarded, signal_name
+from .processes import die_with_parent, forwarded, signal_name, terminate
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -73,12 +73,10 @@ def run(nranks: int, program: Sequence[str], env: Mapping[str, str],
                 _signal_all(procs, signal.SIGKILL)
             time.sleep(poll_s)
     except (KeyboardInterrupt, SystemExit) as exc:   # Ctrl-C, or SIGTERM/SIGHUP as SystemExit
-        _signal_all(procs, forwarded(exc))
-        _wait_or_kill(procs, grace_s)
+        _end_all(procs, forwarded(exc), grace_s)
         return 130
     except OSError as exc:                          # a rank's command could not start
-        _signal_all(procs, signal.SIGTERM)
-        _wait_or_kill(procs, grace_s)
+        _end_all(procs, signal.SIGTERM, grace_s)
         raise BackendUnavailable(f"cannot start rank {len(procs)}: {exc}",
                                  "check the command and the tools it starts with (taskset, nsenter)") from None
     if code == 0:
@@ -108,11 +106,9 @@ def _signal_all(procs, sig) -> None:
                 pass
 
 
-def _wait_or_kill(procs, grace_s: float) -> None:
-    deadline = time.monotonic() + grace_s
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _signal_all([p], signal.SIGKILL)
-            p.wait()
+def _end_all(procs, first: int, grace_s: float) -> None:
+    """Send every live rank's process group ``first``, SIGKILL those left ``grace_s`` later
+    (:func:`~ddlcomm.launch.processes.terminate`); each ended rank is reaped."""
+    by_pid = {p.pid: p for p in procs}
+    terminate([p.pid for p in procs if p.poll() is None], lambda pid: by_pid[pid].poll() is not None,
+              grace_s, first=first, kill=os.killpg)

@@ -14,6 +14,7 @@ import pytest
 
 from ddlcomm.launch import shmclean
 from ddlcomm.launch.mpirun import not_started
+from ddlcomm.launch.processes import proc_stat
 
 pytestmark = pytest.mark.mpi
 #: A sweep long enough to be stopped in the middle.
@@ -32,11 +33,9 @@ def _descendants(pid: int) -> set[int]:
     """Every live process below ``pid`` (from /proc's parent links)."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(stat.parent.name))
+        ppid = _parent(stat.parent.name)
+        if ppid >= 0:
+            children.setdefault(ppid, []).append(int(stat.parent.name))
     found, todo = set(), [pid]
     while todo:
         kids = children.get(todo.pop(), [])
@@ -47,14 +46,7 @@ def _descendants(pid: int) -> set[int]:
 
 def _alive(pids: set[int]) -> set[int]:
     """Those of ``pids`` that still run (a zombie has ended)."""
-    left = set()
-    for pid in pids:
-        try:
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                left.add(pid)
-        except OSError:
-            pass
-    return left
+    return {pid for pid in pids if (proc_stat(pid) or ["Z"])[0] != "Z"}
 
 
 def _sigint_as_in_a_terminal() -> None:
@@ -196,11 +188,10 @@ def test_sigkill_to_the_launcher_ends_its_orphaned_ranks(mpi, tmp_path):
     assert status == "failed" and error.startswith("the launcher was killed by SIGKILL"), error
 
 
-def _parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return -1
+def _parent(pid: "int | str") -> int:
+    """``pid``'s parent, -1 where it is gone."""
+    fields = proc_stat(pid)
+    return int(fields[1]) if fields and len(fields) > 1 else -1
 
 
 @pytest.mark.parametrize("launch", ["own", "yours"])

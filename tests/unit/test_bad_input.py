@@ -30,6 +30,7 @@ from ddlcomm.comm import registry
 from ddlcomm.comm.native import ALGORITHMS
 from ddlcomm.dtypes import DTYPES, OPS
 from ddlcomm.errors import UsageError
+from ddlcomm.launch.processes import proc_stat
 from ddlcomm.memory import KINDS
 from ddlcomm.recipes import RECIPES
 from ddlcomm.results import Store
@@ -66,15 +67,8 @@ def _snapshot(folder: Path) -> dict:
 
 def _session_left(sid: int) -> list[str]:
     """The processes still in session ``sid`` (from /proc/PID/stat: pgrp, then session)."""
-    left = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[3]) == sid:
-            left.append(stat.parent.name)
-    return left
+    stats = {stat.parent.name: proc_stat(stat.parent.name) for stat in Path("/proc").glob("[0-9]*/stat")}
+    return [pid for pid, fields in stats.items() if fields and int(fields[3]) == sid]
 
 
 def refused(place: Path, *argv: str) -> str:

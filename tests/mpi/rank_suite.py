@@ -104,9 +104,8 @@ def run_cases(comm) -> Cases:
                 def gather_bound():
                     recv = np.zeros(count * p, dtype) if rank == root else None
                     call = comm.bind("gather", mine, recv, root=root)
-                    call()
-                    call()
-                    return close(recv, np.concatenate(every), dtype) if rank == root else True
+                    return all(twice(call, recv, lambda: close(recv, np.concatenate(every), dtype)
+                                     if rank == root else True))
                 case(f"gather bound {tag} root={root}", "gather", gather_bound)
 
                 def gather_object():
@@ -183,9 +182,9 @@ def run_cases(comm) -> Cases:
                         if how == "bound":
                             recv = np.zeros(count, dtype) if rank == root else None
                             call = comm.bind("reduce", mine, recv, op=opname, root=root)
-                            call()
-                            call()
-                            got = recv
+                            return all(twice(call, recv, lambda: (
+                                close(recv, want, dtype) if rank == root else True)
+                                and np.array_equal(mine, kept)))
                         else:
                             got = comm.reduce(mine, op=opname, root=root)
                         ok = close(got, want, dtype) if rank == root else got is None
@@ -213,17 +212,26 @@ def run_cases(comm) -> Cases:
     return case
 
 
+def twice(call, recv, check) -> list[bool]:
+    """``check()`` after each of two runs of the bound ``call``, ``recv`` (None off a
+    root) zeroed before each: the second run must write its result again."""
+    results = []
+    for _ in range(2):
+        if recv is not None:
+            recv[:] = 0
+        call()
+        results.append(bool(check()))
+    return results
+
+
 def bound_twice(comm, collective: str, sendbuf: np.ndarray, recv_count: int,
                 want: np.ndarray, op: str = "sum") -> bool:
     """A bound call on fixed out-of-place buffers, run twice: right both times, input kept."""
     kept = sendbuf.copy()
     recv = np.zeros(recv_count, sendbuf.dtype)
     call = comm.bind(collective, sendbuf, recv, op=op)
-    call()
-    first = close(recv, want, sendbuf.dtype)
-    recv[:] = 0
-    call()
-    return first and close(recv, want, sendbuf.dtype) and np.array_equal(sendbuf, kept)
+    return all(twice(call, recv, lambda: close(recv, want, sendbuf.dtype))) and \
+        np.array_equal(sendbuf, kept)
 
 
 def recv_any_from_all(comm) -> bool:

@@ -259,6 +259,8 @@ def main() -> int:
     for label, call, send, mine, recv, want, dt in cases(comm, held, args.thin):
         for attempt in (1, 2):              # the second call reuses the segment
             send[:] = mine                  # (in place, the first call overwrote it)
+            if recv is not send:
+                recv[:] = 0                 # the second call must write its result again
             call()
             if not close(recv, want, dt):
                 failures.append(f"rank {comm.rank} {label} (call {attempt})")

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.mpi
 def test_every_collective_form_dtype_op(mpi, nranks):
     res = mpi.mpirun(nranks, [mpi.python, HERE / "rank_suite.py"], timeout=240)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert f"{nranks} ranks, 0 failures" in res.stdout
+    # the MPI backend runs every collective on every dtype: a skipped case is a lost one
+    assert f"{nranks} ranks, 0 failures, 0 cases skipped" in res.stdout, res.stdout
 
 
 @pytest.mark.parametrize("nranks", [2, 3])
@@ -24,7 +25,7 @@ def test_object_form_in_small_chunks(mpi, nranks):
     """The chunking that carries objects above 2 GiB, exercised with 5-byte chunks."""
     res = mpi.mpirun(nranks, [mpi.python, HERE / "rank_suite.py", "--chunk", "5"], timeout=240)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert f"{nranks} ranks, 0 failures" in res.stdout
+    assert f"{nranks} ranks, 0 failures, 0 cases skipped" in res.stdout, res.stdout
 
 
 @pytest.mark.long

@@ -222,8 +222,11 @@ def memory_needed(coll: Collective, nbytes: int, ranks: int, object_form: bool) 
 
     Each rank holds its input, its output and the expected result for the
     check; each receiver of a gather (the root; every rank of an allgather)
-    holds ``ranks`` messages twice.  Pickled objects double what is held.
+    holds ``ranks`` messages twice.  Pickled objects double what is held.  The barrier
+    holds nothing.
     """
+    if not coll.moves_data:
+        return 0
     receivers = sum(coll.has_recvbuf(r, 0) for r in range(ranks)) if coll.gathers else 1
     need = ranks * 3 * nbytes + 2 * receivers * coll.receiver_bytes(nbytes, ranks)
     return need * 2 if object_form else need

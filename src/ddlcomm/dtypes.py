@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from .errors import UsageError
-from .units import format_size
+from .units import typed_size
 
 
 @dataclass(frozen=True)
@@ -110,9 +110,9 @@ def check_whole(nbytes: int, dtype: DType, flag: str) -> None:
     """Refuse ``nbytes`` (given as ``flag``) that is not a whole number of ``dtype`` elements."""
     if nbytes % dtype.itemsize:
         size = dtype.itemsize
-        raise UsageError(f"{flag} {format_size(nbytes)} is not a whole number of {dtype.name} "
+        raise UsageError(f"{flag} {typed_size(nbytes)} is not a whole number of {dtype.name} "
                          f"elements ({size} bytes each)",
-                         f"give multiples of {size} B, e.g. {format_size(max(size, nbytes - nbytes % size))}")
+                         f"give multiples of {size} B, e.g. {typed_size(max(size, nbytes - nbytes % size))}")
 
 
 def dtype_of(array: np.ndarray) -> DType:

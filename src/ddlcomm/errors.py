@@ -7,6 +7,8 @@ prints its message on one line and exits non-zero.  Each error may carry a
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
+from typing import Iterator
 
 #: A C++ library's source location before its message: ``[/path/gloo/.../pair.cc:537] ``.
 _SOURCE_AT = re.compile(r"^\[[^\]\s]*\.(?:cc|cpp|cxx|c|h|hpp):\d+\]\s*")
@@ -66,3 +68,16 @@ class RunLost(StoreError):
     """The database a run wrote was removed or replaced while it ran (exit 3, as a failed run)."""
 
     exit_code = 3
+
+
+@contextmanager
+def option(flag: str) -> Iterator[None]:
+    """Bad input found while ``flag``'s value is read names the option (``--fusion: cannot
+    parse size 'abc'``), unless its message already does: a parser shared by several
+    options (sizes, lists) cannot know which one it reads."""
+    try:
+        yield
+    except UsageError as exc:
+        if flag in exc.args[0]:
+            raise
+        raise type(exc)(f"{flag}: {exc.args[0]}", exc.hint) from None

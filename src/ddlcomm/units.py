@@ -14,7 +14,7 @@ import re
 import shlex
 from typing import Iterable, Optional
 
-from .errors import UsageError
+from .errors import UsageError, option
 
 _UNITS = {
     "": 1, "b": 1,
@@ -37,8 +37,12 @@ _NUMBER_RE = re.compile(r"^\s*[-+]?[\d.]+(?:[eE][-+]?\d+)?\s*[a-zA-Z]*\s*$")
 SIZES_HINT = "give a sweep LO:HI[xF] (e.g. 4B:64MiB or 4B:64MiBx4) or a list a,b,c, not both"
 
 
-def parse_size(text: str) -> int:
-    """Return the number of bytes in ``text`` (e.g. ``"4B"``, ``"64MiB"``)."""
+def parse_size(text: str, flag: Optional[str] = None) -> int:
+    """Return the number of bytes in ``text`` (e.g. ``"4B"``, ``"64MiB"``); a refusal names
+    ``flag``, the option it was given to."""
+    if flag is not None:
+        with option(flag):
+            return parse_size(text)
     m = _SIZE_RE.match(text)
     if not m or m.group(2).lower() not in _UNITS:
         raise UsageError(f"cannot parse size {text!r}",
@@ -51,11 +55,17 @@ def parse_size(text: str) -> int:
 ZERO_HINT = "a barrier moves none: measure it with --collective barrier"
 
 
-def parse_sizes(text: str, zero_hint: str = ZERO_HINT) -> list[int]:
+def parse_sizes(text: str, zero_hint: str = ZERO_HINT, flag: str = "--sizes") -> list[int]:
     """Parse a sweep: ``LO:HI`` [``xF``] (LO, LO·F, LO·F², ... up to HI) or ``a,b,c``.
 
-    The result is sorted and free of duplicates; a size of 0 is refused with ``zero_hint``.
+    The result is sorted and free of duplicates; a size of 0 is refused with ``zero_hint``;
+    a refusal names ``flag``, the option it was given to.
     """
+    with option(flag):
+        return _parse_sizes(text, zero_hint)
+
+
+def _parse_sizes(text: str, zero_hint: str) -> list[int]:
     text = given = text.strip()
     if not text.strip(", "):
         raise UsageError("empty size list", "give e.g. 4B:64MiB or 1KiB,1MiB")
@@ -113,6 +123,12 @@ def format_size(nbytes: float) -> str:
             value = nbytes / scale
             return f"~{value:.{max(0, 2 - int(math.log10(value)))}f}{unit}"
     return f"{nbytes}B"
+
+
+def typed_size(nbytes: int) -> str:
+    """:func:`format_size` where it is exact, else the bytes (``1294B``): a size to type."""
+    short = format_size(nbytes)
+    return f"{nbytes}B" if short.startswith("~") else short
 
 
 def about_size(nbytes: float) -> str:

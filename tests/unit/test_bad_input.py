@@ -132,15 +132,22 @@ TOO_MANY_RANKS = st.integers(10 ** 5, 10 ** 9).map(str)
 
 
 # ------------------------------------------------------------------ bench
-BENCH_CONFLICTS = [
-    "--collective=allreduce --workload=ps-sync", "--workload=ps-sync --sizes=4B --model=alexnet",
-    "--form=buffer --impl=c", "--fusion=1KiB", "--steps=3", "--model=alexnet",
-    "--in-place --collective=gather", "--hbw-fallback=dram", "--impl=c --backend=gloo",
-    "--dtype=int32 --op=avg --collective=allreduce", "--containers=4 --ranks=2",
-    "--root=3 --ranks=2", "--workload=allreduce --algorithm=ring", "--impl=c,c",
-    "--impl=c --collective=alltoall", "--backend=mpi,mpi", "--collective=gather,gather",
-    "--sizes=4B --oversubscribe --ranks=100000", "--workload=ps-async --warmup=2",
-]
+#: Options that conflict, each with the words its refusal must say (not another refusal's).
+BENCH_CONFLICTS = {
+    "--collective=allreduce --workload=ps-sync": "give --collective or --workload",
+    "--workload=ps-sync --sizes=4B --model=alexnet": "give --sizes or --model",
+    "--form=buffer --impl=c": "give --form or --impl", "--fusion=1KiB": "--fusion applies to",
+    "--steps=3": "--steps applies to", "--model=alexnet": "--model applies to",
+    "--in-place --collective=gather": "--in-place does not apply to gather",
+    "--hbw-fallback=dram": "--hbw-fallback applies to", "--impl=c --backend=gloo": "--impl c needs --backend mpi",
+    "--dtype=int32 --op=avg --collective=allreduce": "op avg needs a floating-point dtype",
+    "--containers=4 --ranks=2": "--containers 4 needs at least", "--root=3 --ranks=2": "--root 3 is not one of",
+    "--workload=allreduce --algorithm=ring": "--algorithm applies to collectives", "--impl=c,c": "bad --impl",
+    "--impl=c --collective=alltoall": "--impl c has no alltoall", "--backend=mpi,mpi": "--backend names something twice",
+    "--collective=gather,gather": "--collective names something twice",
+    "--sizes=4B --oversubscribe --ranks=100000": "100000 ranks need about",
+    "--workload=ps-async --warmup=2": "--warmup: ps-async times every push",
+}
 
 BENCH = st.one_of(
     st.tuples(st.just("--sizes"), st.one_of(BAD_SIZE, ragged(4), REVERSED)),
@@ -155,7 +162,7 @@ BENCH = st.one_of(
               st.one_of(NOT_A_NUMBER, st.sampled_from(["0", "-1", "1e9"]))),
     st.tuples(st.just("--ranks"), TOO_MANY_RANKS),
     st.tuples(st.sampled_from(["--form", "--bind", "--hbw-fallback"]), NAME),
-).map(lambda fv: [opt(*fv)]) | st.sampled_from(BENCH_CONFLICTS).map(str.split) | (
+).map(lambda fv: [opt(*fv)]) | st.sampled_from(sorted(BENCH_CONFLICTS)).map(str.split) | (
     st.tuples(st.sampled_from([d for d in DTYPES if DTYPES[d].itemsize > 1]), st.integers(1, 1 << 16))
     .filter(lambda t: t[1] % DTYPES[t[0]].itemsize)
     .map(lambda t: [opt("--dtype", t[0]), opt("--sizes", f"{t[1]}B")]))
@@ -164,15 +171,27 @@ BENCH = st.one_of(
 @settings(max_examples=60)
 @given(argv=BENCH)
 def test_bench(place, argv):
-    refused(place, "bench", *argv)
+    says_why(refused(place, "bench", *argv), argv, BENCH_CONFLICTS)
+
+
+def says_why(line: str, argv: list[str], conflicts: dict[str, str]) -> None:
+    """A conflict's refusal says its own words; a generated one names one of its options."""
+    words = conflicts.get(" ".join(argv))
+    if words is not None:
+        assert words in line, f"{argv}: {line}"
+    else:
+        flags = [a.split("=")[0].lstrip("-") for a in argv]
+        assert any(flag in line for flag in flags), f"{argv}: {line}"
 
 
 # ------------------------------------------------------------------ train
-TRAIN_CONFLICTS = [
-    "--batch=4 --batch-sweep=4,8", "--batch-sweep=4,8 --ranks=2", "--arch=ps --overlap",
-    "--arch=ps --wait=sleep", "--arch=ps --ranks=1", "--arch=allreduce,allreduce",
-    "--ranks=1,1", "--batch=100000000 --image-size=4096",
-]
+TRAIN_CONFLICTS = {
+    "--batch=4 --batch-sweep=4,8": "give --batch or --batch-sweep",
+    "--batch-sweep=4,8 --ranks=2": "--batch-sweep trains on one worker",
+    "--arch=ps --overlap": "--overlap applies to --arch allreduce", "--arch=ps --wait=sleep": "--wait applies to",
+    "--arch=ps --ranks=1": "--arch ps needs a server", "--arch=allreduce,allreduce": "--arch names something twice",
+    "--ranks=1,1": "--ranks names something twice", "--batch=100000000 --image-size=4096": "a batch of 100000000 images",
+}
 TRAIN = st.one_of(
     st.tuples(st.sampled_from(["--model", "--backend", "--arch"]), NAME),
     st.tuples(st.sampled_from(["--ranks", "--batch", "--iters", "--threads", "--prefetch",
@@ -189,13 +208,13 @@ TRAIN = st.one_of(
     st.tuples(st.just("--ranks"), TOO_MANY_RANKS),
     st.tuples(st.just("--data"), st.sampled_from(["/nonexistent/npz", "/proc/self/status"])),
     st.tuples(st.sampled_from(["--overlap", "--wait", "--peer"]), NAME),
-).map(lambda fv: [opt(*fv)]) | st.sampled_from(TRAIN_CONFLICTS).map(str.split)
+).map(lambda fv: [opt(*fv)]) | st.sampled_from(sorted(TRAIN_CONFLICTS)).map(str.split)
 
 
 @settings(max_examples=35)
 @given(argv=TRAIN)
 def test_train(place, argv):
-    refused(place, "train", *argv)
+    says_why(refused(place, "train", *argv), argv, TRAIN_CONFLICTS)
 
 
 def test_train_ranks_are_checked_like_bench(place):

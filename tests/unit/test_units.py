@@ -6,9 +6,9 @@ import subprocess
 
 import pytest
 
-from ddlcomm.errors import UsageError
+from ddlcomm.errors import UsageError, option
 from ddlcomm.units import (MAX_SECONDS, format_size, fusion_label, parse_positive_int, parse_seconds, parse_size,
-                           parse_sizes, printable, shell_join)
+                           parse_sizes, printable, shell_join, typed_size)
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
@@ -76,6 +76,25 @@ def test_parse_sizes_errors(text, words):
     with pytest.raises(UsageError) as err:
         parse_sizes(text)
     assert words in str(err.value)
+    assert str(err.value).startswith("--sizes: ")       # the option it was given to
+
+
+def test_a_size_refusal_names_its_option():
+    """One size parser serves many options: the refusal says which (--fusion's said only
+    "cannot parse size 'abc'"); a message that names its option already is kept."""
+    with pytest.raises(UsageError, match=r"^--fusion: cannot parse size 'abc' \(use"):
+        parse_size("abc", "--fusion")
+    with pytest.raises(UsageError, match=r"^--bytes: sweep '64MiB:4B' ends below its start$"):
+        parse_sizes("64MiB:4B", flag="--bytes")
+    with pytest.raises(UsageError, match=r"^cannot parse size 'abc' \(use"):
+        parse_size("abc")
+    with pytest.raises(UsageError) as err, option("--x"):
+        raise UsageError("--x is 3", "give 2")
+    assert (str(err.value), err.value.hint) == ("--x is 3 (give 2)", "give 2")
+
+
+def test_typed_size_is_what_one_can_type():
+    assert [typed_size(n) for n in (4, 1294, 64 * KiB, 65532)] == ["4B", "1294B", "64KiB", "65532B"]
 
 
 @pytest.mark.parametrize("nbytes, text", [

@@ -522,7 +522,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = ap.parse_args(argv)
     try:
         records = run(parse_positive_int(args.ranks, "--ranks"), args.collective, args.dtype,
-                      [parse_size(b) for b in (args.bytes or ["4"])],
+                      [parse_size(b, "--bytes") for b in (args.bytes or ["4"])],
                       parse_positive_int(args.iters, "--iters"),
                       parse_positive_int(args.warmup, "--warmup", minimum=0),
                       args.memory, args.mpicc)

@@ -353,7 +353,7 @@ def resolve(o: BenchOptions, default_ranks: Optional[int]) -> BenchPlan:
     plan = BenchPlan(
         backends=backends, collectives=collectives, sizes=_sizes(o, dtype),
         workloads=workloads_, model=o.model,
-        fusion=parse_size(o.fusion) if o.fusion is not None else None,
+        fusion=parse_size(o.fusion, "--fusion") if o.fusion is not None else None,
         steps=parse_positive_int(o.steps, "--steps", 1, MAX_ITERS) if o.steps is not None else None,
         paths=parse_list("host" if o.path is None else o.path, "--path"),
         staged=staged_backends(backends, o.memory, algorithms_) if left_out else [],

@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     rounds = parse_positive_int(args.rounds, "--rounds", 1, 10_000)
     op_name(args.op)
-    nbytes = parse_size(args.size)
+    nbytes = parse_size(args.size, "--size")
     # the dtypes last: checking bfloat16's (a default) loads ml_dtypes, 0.9 s here
     dtypes = [get_dtype(name).name for name in parse_list(args.dtype, "--dtype")]
     check_request(dtypes, nbytes, mem_available())

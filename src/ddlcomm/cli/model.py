@@ -104,7 +104,7 @@ def parse_bytes_list(text: str, flag: str = "--bytes") -> list[int]:
     """Sizes: ``1GiB``, ``1KiB,1MiB`` or a sweep ``4B:64MiB[xF]`` (see units)."""
     if not text or not text.strip():
         raise UsageError(f"{flag} is empty", "e.g. 1GiB, 64KiB,1MiB or 4B:64MiB")
-    return parse_sizes(text, "the model prices the bytes a call moves: give sizes from 1B")
+    return parse_sizes(text, "the model prices the bytes a call moves: give sizes from 1B", flag)
 
 
 def parse_number(text: Optional[str], flag: str, *, positive: bool = False) -> Optional[float]:
@@ -359,11 +359,11 @@ def _refuse_what_matches_nothing(points: list[dict], asked: dict) -> None:
 
 def cmd_calibrate(args) -> int:
     holdout = [parse_holdout(h) for h in (args.holdout or [])]
-    split = [parse_size(s) for s in args.split.split(",") if s.strip()] if args.split else []
-    summary_bytes = parse_size(args.summary_bytes)
+    split = [parse_size(s, "--split") for s in args.split.split(",") if s.strip()] if args.split else []
+    summary_bytes = parse_size(args.summary_bytes, "--summary-bytes")
     machine = _machine_facts(args.machine) if args.machine else {}
     if args.cache is not None:
-        cache = parse_size(args.cache)
+        cache = parse_size(args.cache, "--cache")
     elif args.machine:
         cache = (machine.get("cpus") or {}).get("last_level_cache_bytes")
     else:
@@ -470,7 +470,7 @@ def _phases(args) -> tuple[Phases, Optional[int]]:
         layers = model_layers(args.model, t["b"], get_dtype(args.dtype or "float32").itemsize)
     elif args.layers:
         layers = _read_layers(args.layers)
-    fusion = parse_size(args.fusion) if args.fusion is not None else None
+    fusion = parse_size(args.fusion, "--fusion") if args.fusion is not None else None
     return Phases(t["io"], t["h2d"], t["f"], t["b"], t["u"], layers), fusion
 
 

@@ -152,10 +152,11 @@ def merge_runs(store: Store, args: argparse.Namespace) -> None:
 
 
 def versus_runs(store: Store, args: argparse.Namespace) -> None:
-    goals = {"speedup_from": parse_size(args.speedup_from), "floor_from": parse_size(args.floor_from),
-             "auto_below": parse_size(args.auto_below)}
+    goals = {"speedup_from": parse_size(args.speedup_from, "--speedup-from"),
+             "floor_from": parse_size(args.floor_from, "--floor-from"),
+             "auto_below": parse_size(args.auto_below, "--auto-below")}
     get_collective(args.collective)                  # one line for a name that is none
-    from_bytes = parse_size(args.from_size)
+    from_bytes = parse_size(args.from_size, "--from")
     found = versus.versus(map(export.point_record, store.points(None)), args.collective, from_bytes)
     if not found:                                    # say what was asked, not just "no run"
         own = [name for name in algorithms.names(args.collective) if name not in ("library", "auto")]

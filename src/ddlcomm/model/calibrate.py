@@ -207,7 +207,7 @@ def parse_holdout(text: str) -> Holdout:
     if not sep or name not in ("ranks", "bytes", "run") or not spec:
         raise UsageError(f"cannot parse --holdout {text!r}",
                          "use ranks=4, ranks=4:64, bytes=1MiB:64MiB, bytes=64KiB,1MiB or run=7")
-    conv = parse_size if name == "bytes" else _int(name)
+    conv = (lambda t: parse_size(t, "--holdout")) if name == "bytes" else _int(name)
     if ":" in spec:
         lo_t, _, hi_t = spec.partition(":")
         lo, hi = conv(lo_t), conv(hi_t)

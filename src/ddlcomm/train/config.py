@@ -161,7 +161,7 @@ def base_config(o: TrainOptions) -> TrainConfig:
             raise UsageError(f"--lr must be a number, got {o.lr!r}") from None
         if not 0 < lr < 10:
             raise UsageError(f"--lr must be above 0 and below 10, got {o.lr}")
-    fusion = parse_size(o.fusion)
+    fusion = parse_size(o.fusion, "--fusion")
     return TrainConfig(
         model=spec.name, fusion=fusion, batch=spec.batch, image_size=image,
         iters=parse_positive_int(o.iters, "--iters", 1, MAX_ITERS),

@@ -107,7 +107,8 @@ def test_sizes_the_launched_ranks_cannot_cut_are_refused_once(mpi, tmp_path):
     res = mpi.mpirun(2, [mpi.python, "-m", "ddlcomm", "bench", "--db", tmp_path / "s.db",
                          "--collective", "reduce_scatter", "--sizes", "4B", "--iters", "1"], timeout=120)
     assert res.returncode == 2, res.stdout + res.stderr
-    assert res.stderr.count("ddlcomm: error:") == 1 and "reduce_scatter" in res.stderr, res.stderr
+    assert res.stderr.count("ddlcomm: error:") == 1 and "reduce_scatter" in res.stderr and \
+        "2 ranks" in res.stderr, res.stderr
     assert "MPI_ABORT" not in res.stderr
 
 

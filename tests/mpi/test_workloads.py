@@ -41,7 +41,10 @@ def test_ps_async_applies_every_push_once(mpi, tmp_path):
         # passed: the server's final parameters are minus the sum of every push
         assert p["check"] == "passed"
         assert p["workers"] == 3 and p["steps_per_worker"] == 200
-        assert p["pushes_per_s"] > 0 and p["staleness_max"] >= 0
+        assert p["pushes_per_s"] > 0
+        # how many updates a push was behind: never more than all the others' pushes
+        assert 0 <= p["staleness_mean"] <= p["staleness_max"] < 200 * 3 and \
+            isinstance(p["staleness_max"], int)
     step = next(p for p in points if p["phase"] == "step")
     assert step["iterations"] == 200
     assert_step_counts_its_size(step)

@@ -70,7 +70,7 @@ def test_recv_count(name, recv):
 
 
 # ------------------------------------------------------------------ fill
-@pytest.mark.parametrize("op", [None, "sum", "prod"])
+@pytest.mark.parametrize("op", [None, "prod"])           # sum's pattern is None's
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=lambda d: d.name)
 def test_fill_differs_per_rank_and_is_small(dtype, op):
     rop = OPS[op] if op else None

@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import api_cases
-from ddlcomm.bench.plan import MAX_RANKS_PER_CORE
+from ddlcomm.bench.plan import MAX_RANKS_PER_CPU
 from ddlcomm.collectives import COLLECTIVES
 from ddlcomm.comm import registry
 from ddlcomm.comm.native import ALGORITHMS
@@ -221,7 +221,7 @@ def test_train_ranks_are_checked_like_bench(place):
     limit_hint = "--oversubscribe"
     assert limit_hint in refused(place, "train", "--ranks=100000")
     assert "memory" in refused(place, "train", "--ranks=100000", "--oversubscribe")
-    assert str(MAX_RANKS_PER_CORE) in refused(place, "bench", "--ranks=100000")
+    assert str(MAX_RANKS_PER_CPU) in refused(place, "bench", "--ranks=100000")
 
 
 # ------------------------------------------------------------------ results, report, model, ...

@@ -86,7 +86,7 @@ def cases(*pairs):
     ("--sizes 3B", ["--sizes 3B", "float32", "4 bytes"]),
     ("--sizes 4B:64KiB --dtype float64", ["--sizes 4B", "float64", "multiples of 8 B"]),
     ("--sizes 6B,8B --dtype int32", ["--sizes 6B", "int32"]),
-    ("--ranks 100000 --sizes 1KiB", ["--ranks 100000", "ranks per core", "--oversubscribe"]),
+    ("--ranks 100000 --sizes 1KiB", ["--ranks 100000", "ranks per CPU", "--oversubscribe"]),
     ("--ranks 100000 --oversubscribe --sizes 1KiB", ["100000 ranks", "memory", "fewer --ranks"]),
 )
 def test_bench_bad_input(db, cmd, words):

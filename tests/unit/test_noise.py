@@ -149,17 +149,17 @@ def test_summarize_and_warnings_of_a_quiet_run():
     assert load.warnings(rec) == [] and load.warnings({}) == []
     line = load.describe(rec)
     assert line.startswith("load average 0.50 -> 2.00; others 0.05 cores (0.5 s); steal 0.1 s")
-    assert line.endswith("2 ranks on 2 cores over 10.0 s") and load.describe({}) == "-"
+    assert line.endswith("2 ranks on 2 CPUs over 10.0 s") and load.describe({}) == "-"
 
 
 def test_warnings_of_a_busy_oversubscribed_stolen_run():
     rec = load.summarize(snap(0.0, 0, 0, 0.0, (185.9, 200, 90)), snap(10.0, 2000, 100, 12.0), 3)
     assert rec["others_cpu_s"] == 8.0 and rec["others_cores"] == 0.8 and rec["steal_s"] == 1.0
     warned = load.warnings(rec)
-    assert warned[0] == ("oversubscribed: 3 ranks on 2 usable cores, so ranks wait for each "
+    assert warned[0] == ("oversubscribed: 3 ranks on 2 usable CPUs, so ranks wait for each "
                          "other's time slices")
-    assert warned[1] == "loaded before the run: 1-minute load average 185.90 on 2 usable cores"
-    assert warned[2].startswith("busy machine: other processes kept 0.80 of the run's 2 cores")
+    assert warned[1] == "loaded before the run: 1-minute load average 185.90 on 2 usable CPUs"
+    assert warned[2].startswith("busy machine: other processes kept 0.80 of the run's 2 CPUs")
     assert warned[3].startswith("stolen CPU time: the hypervisor gave 1.0 s") and "(5.0%)" in warned[3]
     assert load.warnings(dict(rec, loadavg_before=[2.0, 0, 0], ranks=2, others_cores=0.2,
                               steal_s=0.1)) == []                # at the limits: quiet
@@ -170,7 +170,7 @@ def test_summarize_without_own_cpu_or_proc():
     assert rec["busy_s"] == 20.0 and rec["own_cpu_s"] is None and rec["others_cores"] is None
     assert load.warnings(rec) == []
     assert "busy 20.0 s (the ranks' own share unknown)" in load.describe(rec)
-    assert "? ranks on 2 cores" in load.describe(rec)
+    assert "? ranks on 2 CPUs" in load.describe(rec)
     blind = dict(snap(0.0, 0, 0, 0.0), ticks=None, loadavg=None)
     rec = load.summarize(blind, blind, 2)
     assert rec["busy_s"] is None and rec["loadavg_before"] is None

@@ -206,10 +206,10 @@ def test_check_fits_refuses_a_point_too_big_for_memory():
 
 
 def test_check_ranks_limit_and_override():
-    from ddlcomm.bench.plan import MAX_RANKS_PER_CORE, check_ranks
-    check_ranks(MAX_RANKS_PER_CORE * 2, 2, False)
+    from ddlcomm.bench.plan import MAX_RANKS_PER_CPU, check_ranks
+    check_ranks(MAX_RANKS_PER_CPU * 2, 2, False)
     with pytest.raises(UsageError, match="--oversubscribe"):
-        check_ranks(MAX_RANKS_PER_CORE * 2 + 1, 2, False)
+        check_ranks(MAX_RANKS_PER_CPU * 2 + 1, 2, False)
     check_ranks(10 ** 5, 2, True)
 
 

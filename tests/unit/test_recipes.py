@@ -314,7 +314,7 @@ def test_a_recipe_page_names_its_session_and_runs(tmp_path):
     html = session_section("woo2020:abc", db, runs)
     assert f"ddlcomm reproduce woo2020 --report-only woo2020:abc --db {db}" in html
     assert "node&lt;1&gt;" in html and "Open MPI 5.0.11" in html and "0123456789ab<" in html
-    assert "oversubscribed: 4 ranks on 2 usable cores" in html and "elsewhere" not in html
+    assert "oversubscribed: 4 ranks on 2 usable CPUs" in html and "elsewhere" not in html
 
 
 def test_full_runs_have_no_run_limit_and_hours_per_point():

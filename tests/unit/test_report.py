@@ -107,8 +107,8 @@ def test_render_runs_and_run(points):
     assert f"gpus:       {verdict}" in render_run(dict(RUN, machine={"gpu_verdict": verdict}))
     assert render_runs([]) == "(no runs)"
     busy = render_run(dict(RUN, load={"ranks": 4, "usable_cores": 2, "wall_s": 1.0}))
-    assert "load:       load average ? -> ?; 4 ranks on 2 cores over 1.0 s" in busy
-    assert "warning:    oversubscribed: 4 ranks on 2 usable cores" in busy
+    assert "load:       load average ? -> ?; 4 ranks on 2 CPUs over 1.0 s" in busy
+    assert "warning:    oversubscribed: 4 ranks on 2 usable CPUs" in busy
 
 
 def test_render_compare():
@@ -221,7 +221,7 @@ def test_run_report_warns_of_noise_and_shows_ps_async(points, tmp_path):
             "others_cpu_s": 1.0, "others_cores": 0.11}
     page = write_run_report(dict(RUN, load=load), noisy + [ps], tmp_path / "r").read_text()
     assert '<div class="warn"><b>Warning</b>' in page
-    assert "oversubscribed: 3 ranks on 2 usable cores" in page
+    assert "oversubscribed: 3 ranks on 2 usable CPUs" in page
     assert "machine load</th><td>load average 0.10 -&gt; 2.00; others 0.11 cores" in page
     assert page.count('class="noisy"') == 5 and page.count('class="failed"') == 1  # failed wins
     assert "Q (2 points: 1KiB buffer, 1KiB object)" in page

@@ -136,7 +136,7 @@ def test_the_training_page_warns_as_a_run_page_does(tmp_path):
            "load": {"ranks": 4, "usable_cores": 2, "wall_s": 9.0}}
     html = report.write_train_report(run, pts, tmp_path / "out").read_text()
     assert '<div class="warn"><b>Warning</b>' in html
-    assert "oversubscribed: 4 ranks on 2 usable cores" in html
+    assert "oversubscribed: 4 ranks on 2 usable CPUs" in html
 
 
 def test_the_batch_sweep_labels_batches_as_numbers():

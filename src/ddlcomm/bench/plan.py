@@ -18,15 +18,15 @@ from ..collectives import COLLECTIVES, Collective, check_in_place, get_collectiv
 from ..comm import algorithms, device, registry, tuning
 from ..dtypes import DType, ReduceOp, check_whole, get_dtype, get_op
 from ..errors import UnsupportedError, UsageError
-from ..units import (MAX_ITERS, about_size, format_size, parse_list, parse_positive_int, parse_seconds,
+from ..units import (MAX_ITERS, about_size, counted, format_size, parse_list, parse_positive_int, parse_seconds,
                      parse_size, parse_sizes)
 from ..workloads import base as workloads
 from ..workloads.paths import check_path, get_path
 from .cref import ABILITIES as C_REFERENCE
 
 FORMS = ("buffer", "object")
-#: Ranks per core beyond which ranks are started only with --oversubscribe.
-MAX_RANKS_PER_CORE = 8
+#: Ranks per CPU this process may use beyond which ranks start only with --oversubscribe.
+MAX_RANKS_PER_CPU = 8
 #: The largest message of the default sweep.
 DEFAULT_MAX_SIZE = "64MiB"
 #: Implementations ``--impl`` accepts: the two Python forms and the C reference.
@@ -270,23 +270,24 @@ def check_rank_memory(ranks: int, rank_bytes: int, available: int) -> int:
 
 
 def check_start(ranks: int, oversubscribe: bool, backends: list[str]) -> None:
-    """Before starting ``ranks`` local ranks running ``backends``: against the cores this
+    """Before starting ``ranks`` local ranks running ``backends``: against the CPUs this
     process may use (see :func:`check_ranks`) and the memory available."""
-    check_ranks(ranks, usable_cores(), oversubscribe)
+    check_ranks(ranks, usable_cpus(), oversubscribe)
     check_rank_memory(ranks, rank_bytes(backends), mem_available())
 
 
-def usable_cores() -> int:
-    """The cores this process may run on."""
+def usable_cpus() -> int:
+    """The CPUs this process may run on (logical CPUs, as taskset lists them: two hardware
+    threads of one core are two)."""
     return len(os.sched_getaffinity(0))
 
 
-def check_ranks(ranks: int, cores: int, oversubscribe: bool) -> None:
-    """Refuse to start more than MAX_RANKS_PER_CORE ranks per core unless asked to."""
-    limit = MAX_RANKS_PER_CORE * cores
+def check_ranks(ranks: int, cpus: int, oversubscribe: bool) -> None:
+    """Refuse to start more than MAX_RANKS_PER_CPU ranks per CPU unless asked to."""
+    limit = MAX_RANKS_PER_CPU * cpus
     if ranks > limit and not oversubscribe:
-        raise UsageError(f"--ranks {ranks} is more than {MAX_RANKS_PER_CORE} ranks per core on "
-                         f"the {cores} cores this process may use",
+        raise UsageError(f"--ranks {ranks} is more than {MAX_RANKS_PER_CPU} ranks per CPU on "
+                         f"the {counted(cpus, 'CPU')} this process may use",
                          f"use --ranks {limit} or fewer, or add --oversubscribe to start them anyway")
 
 

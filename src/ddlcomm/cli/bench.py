@@ -12,7 +12,7 @@ from dataclasses import fields
 from typing import Optional
 
 from ..bench.plan import (BenchOptions, BenchPlan, check_fits, check_ranks, mem_available, resolve,
-                          staged_note, usable_cores)
+                          staged_note, usable_cpus)
 from ..bench.runs import owners_run
 from ..comm import registry
 from ..errors import UsageError
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         if owners_run() is None:
             refuse_own_launch_options(plan)
         return session.rank_main(plan, argv, info, db, common.report_dir(args, db))
-    check_ranks(plan.ranks, usable_cores(), args.oversubscribe)   # memory: check_fits
+    check_ranks(plan.ranks, usable_cpus(), args.oversubscribe)   # memory: check_fits
     if plan.containers:
         check_available()
     check_fits(plan, mem_available())

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from ..bench.plan import MAX_RANKS_PER_CORE
+from ..bench.plan import MAX_RANKS_PER_CPU
 from ..errors import UsageError
 from ..outputs import writable_dir, writable_file
 from ..results import default_db_path
@@ -40,7 +40,7 @@ def add_db(p: argparse.ArgumentParser) -> None:
 def add_oversubscribe(p: argparse.ArgumentParser) -> None:
     """``--oversubscribe``, for the commands that start ranks themselves (bench, train)."""
     p.add_argument("--oversubscribe", action="store_true",
-                   help=f"start more than {MAX_RANKS_PER_CORE} ranks per usable core anyway "
+                   help=f"start more than {MAX_RANKS_PER_CPU} ranks per CPU this process may use anyway "
                         "(refused without it)")
 
 

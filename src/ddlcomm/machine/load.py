@@ -136,9 +136,9 @@ def summarize(before: Mapping[str, Any], after: Mapping[str, Any], ranks: Option
 def warnings(load: Mapping[str, Any]) -> list[str]:
     """What a user should know about a run's load record (empty when it ran undisturbed).
 
-    Oversubscription (more ranks than usable cores), a 1-minute load average
-    above :data:`LOADAVG_WARN_PER_CORE` per usable core before the run,
-    others keeping at least :data:`OTHERS_CORES_WARN` of the run's cores busy,
+    Oversubscription (more ranks than usable CPUs), a 1-minute load average
+    above :data:`LOADAVG_WARN_PER_CORE` per usable CPU before the run,
+    others keeping at least :data:`OTHERS_CORES_WARN` of the run's CPUs busy,
     and a hypervisor stealing at least :data:`STEAL_WARN_FRACTION` of its CPU
     time.
     """
@@ -147,19 +147,19 @@ def warnings(load: Mapping[str, Any]) -> list[str]:
     out = []
     ranks, cores = load.get("ranks"), load.get("usable_cores")
     if ranks and cores and ranks > cores:
-        out.append(f"oversubscribed: {ranks} ranks on {cores} usable cores, so ranks wait for "
+        out.append(f"oversubscribed: {ranks} ranks on {cores} usable CPUs, so ranks wait for "
                    "each other's time slices")
     avg = load.get("loadavg_before")
     if avg and cores and avg[0] > LOADAVG_WARN_PER_CORE * cores:
         out.append(f"loaded before the run: 1-minute load average {avg[0]:.2f} on {cores} usable "
-                   "cores")
+                   "CPUs")
     others = load.get("others_cores")
     if others is not None and others >= OTHERS_CORES_WARN:
-        out.append(f"busy machine: other processes kept {others:.2f} of the run's {cores} cores "
+        out.append(f"busy machine: other processes kept {others:.2f} of the run's {cores} CPUs "
                    f"busy on average ({load.get('others_cpu_s'):.1f} s of CPU time)")
     steal, wall = load.get("steal_s"), load.get("wall_s")
     if steal and wall and cores and steal >= STEAL_WARN_FRACTION * wall * cores:
-        out.append(f"stolen CPU time: the hypervisor gave {steal:.1f} s of the run's cores to "
+        out.append(f"stolen CPU time: the hypervisor gave {steal:.1f} s of the run's CPUs to "
                    f"other guests ({100 * steal / (wall * cores):.1f}%)")
     return out
 
@@ -180,6 +180,6 @@ def describe(load: Mapping[str, Any]) -> str:
     if load.get("steal_s") is not None:
         parts.append(f"steal {load['steal_s']:.1f} s")
     ranks = load.get("ranks")
-    parts.append(f"{ranks if ranks is not None else '?'} ranks on {load.get('usable_cores')} cores"
+    parts.append(f"{ranks if ranks is not None else '?'} ranks on {load.get('usable_cores')} CPUs"
                  f" over {load.get('wall_s', 0):.1f} s")
     return "; ".join(parts)

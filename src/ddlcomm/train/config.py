@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
-from ..bench.plan import (MAX_RANKS_PER_CORE, check_device_algorithm, check_start, mem_available,
-                          usable_cores)
+from ..bench.plan import (MAX_RANKS_PER_CPU, check_device_algorithm, check_start, mem_available,
+                          usable_cpus)
 from ..comm import algorithms, registry
 from ..errors import UnsupportedError, UsageError
 from ..workloads.models import total_parameters
@@ -168,7 +168,7 @@ def base_config(o: TrainOptions) -> TrainConfig:
         warmup=parse_positive_int(o.warmup, "--warmup", 0, MAX_ITERS), lr=lr,
         seed=parse_positive_int(o.seed, "--seed", 0, MAX_SEED),
         threads=parse_positive_int(o.threads, "--threads", 1,
-                                   MAX_RANKS_PER_CORE * usable_cores()), data=data,
+                                   MAX_RANKS_PER_CPU * usable_cpus()), data=data,
         prefetch=parse_positive_int(o.prefetch or "4", "--prefetch"),
         comm_reps=parse_positive_int(o.comm_reps, "--comm-reps", 1, MAX_ITERS), check=o.check,
         heap=o.heap)

@@ -154,7 +154,7 @@ class FolderData:
 
     def __init__(self, files: list[Path], batch: int, rank: int, size: int,
                  prefetch: int = 4) -> None:
-        mine = files[rank::size] or files       # fewer files than ranks: every rank reads them all
+        mine = files[rank::size] or files       # a rank left without a file reads them all
         # (as :func:`shares` counts them)
         self.batch = batch
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, prefetch))

@@ -1,1 +1,2 @@
-"""The benchmark harness: timing protocol, statistics, sweep planning, the in-rank runner."""
+"""The benchmark harness (``ddlcomm bench``): the plan of points, the ranks' run and its
+record, the in-rank runner and the C reference; timing and statistics are in ``measure/``."""

@@ -1,6 +1,6 @@
 """The in-rank side of ``ddlcomm bench``: pre-flight, then measure every point.
 
-Timing protocol (SPEC §2, as OSU and nccl-tests): an untimed check call whose
+Timing protocol (README, "Timing protocol"; as OSU and nccl-tests): an untimed check call whose
 result is verified; warm-up calls; then per timed iteration ``barrier; t0;
 collective; t1`` on every rank.  Rank 0 gathers every rank's per-call times,
 summarises them (:mod:`ddlcomm.measure`) and stores the point at once.

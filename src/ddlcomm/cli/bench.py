@@ -64,7 +64,7 @@ def add_parser(sub) -> None:
     b.add_argument("--op", default="sum", help="sum, prod, min, max, avg (default: sum)")
     b.add_argument("--form", choices=["buffer", "object", "both"],
                    help="buffer calls (NumPy arrays), pickled-object calls, or both (default; "
-                        "buffer on --memory device)")
+                        "buffer on --memory device or along a GPU --path, where object is refused)")
     b.add_argument("--algorithm", default="library",
                    help="comma list of algorithms measured side by side: library (the backend's "
                         "own collective), auto, or ddlcomm's own (ring, rhd, shm, shm-map, "

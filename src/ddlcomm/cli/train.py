@@ -65,7 +65,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "or both, measured in turn (default spin); ps beside it runs once, spinning")
     t.add_argument("--peer", default="none", choices=PEERS,
                    help="ddp: also train the same configuration with torch DistributedDataParallel "
-                        "over Gloo in the same job (default none)")
+                        "in the same job, over the backend's torch.distributed group (nccl, gloo; "
+                        "with mpi, a Gloo group beside it) (default none)")
     t.add_argument("--ranks", help="ranks, or a comma list for a weak-scaling study "
                                    "(1 is added as the baseline); default 2, or the launcher's")
     common.add_oversubscribe(t)

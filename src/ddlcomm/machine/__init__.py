@@ -6,7 +6,7 @@ missing thing as ``available: false`` with its ``reason`` instead of raising:
 ``cpus`` (model, affinity, NUMA), ``ram`` (memory, THP, hugetlb, /dev/shm),
 ``mpi`` (library, version, launcher, CUDA-awareness with evidence), ``gpus``
 (torch, CUDA, NCCL, devices, ranks per GPU, MPS), ``features`` (namespaces,
-memkind, Slurm).  ``probe`` is how they ask: commands and child interpreters
+memkind, Slurm, cross-memory attach).  ``probe`` is how they ask: commands and child interpreters
 under timeouts.  :func:`facts` runs the sections at once (the MPI and torch
 children take a second or two each) and turns a section that raised into
 ``{"error": ...}``.

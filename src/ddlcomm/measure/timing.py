@@ -1,4 +1,4 @@
-"""The timing protocol (SPEC §2, as OSU and nccl-tests): a barrier before every
+"""The timing protocol (README, "Timing protocol"; as OSU and nccl-tests): a barrier before every
 timed call, per-call times per rank, warm-up calls untimed, and iterations
 chosen from a probe so that a point lasts about its budget.
 """

@@ -1,7 +1,7 @@
 """Named experiments (``ddlcomm reproduce NAME``): plans over the same pieces.
 
-A recipe lists ``ddlcomm bench`` invocations (which environment, which
-options) and how its report is laid out; it adds no mechanism of its own.
+A recipe lists ``ddlcomm bench`` and ``ddlcomm train`` invocations (which environment,
+which options) and how its report is laid out; it adds no mechanism of its own.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Where a worker's batches come from: synthetic (the default) or files read ahead.
 
-Synthetic data keeps storage out of the measurement (SPEC §4): a small pool of
+Synthetic data keeps storage out of the measurement (README, "ddlcomm train"): a small pool of
 random images with fixed labels, generated once per rank from a seed, cycled
 through; reading a batch is then free, and a network can learn the pool, so
 the loss falls and training can be checked.

@@ -1,4 +1,4 @@
-"""The ``nccl-chief`` data path (SPEC §2, Choi et al.): MPI between the PS server and one
+"""The ``nccl-chief`` data path (README, "Workloads"; Choi et al.): MPI between the PS server and one
 chief worker, NCCL among the workers.
 
 The run's backend (MPI) links the server (rank 0) and the chief (rank 1); an

@@ -1,4 +1,4 @@
-"""Data paths: where a rank's data lives and how it reaches the collective (SPEC §2).
+"""Data paths: where a rank's data lives and how it reaches the collective (README, "Workloads").
 
 Each path is a class in :data:`PATHS`, looked up by name:
 

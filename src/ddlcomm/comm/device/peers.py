@@ -13,7 +13,7 @@ travel over the backend, and the peer opens them as a tensor of its own:
   ``cuMemGetAddressRange``), torch keeps the producer's block alive while a
   consumer holds it (its IPC reference counts), caches opened handles per
   process, and makes the consumer wait on the producer's event at opening.
-  This is also the route found to work on our GPU machine (FIELD-NOTES).
+  This is also the route found to work on our GPU machine (docs/gpu-runs).
 - ``posix-shm``: CPU tensors in POSIX shared-memory files (``/dev/shm``),
   allocated by :func:`shared_tensor`.  It stands in for GPU memory in tests
   on machines without a GPU, so that the ``ipc`` transport's protocol and the

@@ -256,6 +256,16 @@ def shm_refused_in_place_on_some_ranks(suite: Suite) -> None:
         suite.check("shm in place on rank 0 only refused", False)
     except UsageError as exc:
         suite.check(f"shm in place on rank 0 only refused: {exc}", "on ranks [0] only" in str(exc))
+    # another size on the last rank: it would read slices, the others the whole message
+    n = 8 if comm.rank == comm.size - 1 else 4
+    send = suite.tensor(np.ones(n, np.float32), "float32", True)
+    recv = suite.tensor(np.zeros(n, np.float32), "float32", True)
+    try:
+        dev.bind(comm, "allreduce", "shm", send, recv, get_op("sum"))
+        suite.check("shm with another size on one rank refused", False)
+    except UsageError as exc:
+        suite.check(f"shm with another size on one rank refused: {exc}",
+                    f"rank {comm.size - 1}: 8 float32" in str(exc))
 
 
 def run(comm, device: str, thin: bool = False) -> Suite:

@@ -39,18 +39,26 @@ def test_device_min_and_max_keep_a_nan(mpi):
 
     import torch
 
-    from ddlcomm.kernels.device import many_reducer
-    kernels = ["auto", "torch"] + (["cupy"] if importlib.util.find_spec("cupy") else [])
+    from ddlcomm.kernels.device import _cupy_unusable, many_reducer
+    cupy = importlib.util.find_spec("cupy") is not None
+    kernels = ["auto", "torch"] + (["cupy"] if cupy else [])
     nan = float("nan")
-    for op, third in (("min", 2.0), ("max", 3.0)):
-        for kernel in kernels:
-            a = torch.tensor([1.0, nan, 2.0], device="cuda")
-            b = torch.tensor([nan, 1.0, 3.0], device="cuda")
-            out = torch.zeros(3, device="cuda")
-            reduce = many_reducer(op, torch.float32, True, kernel)
-            reduce([a, b], out)
-            got = out.cpu()
-            assert torch.isnan(got[:2]).all() and got[2] == third, (op, kernel, reduce.label, got)
+    # float16 too: its first preamble did not compile for CuPy's float16 (a + b a float
+    # beside a float16), and auto quietly took torch
+    for dtype in (torch.float32, torch.float16):
+        for op, third in (("min", 2.0), ("max", 3.0)):
+            for kernel in kernels:
+                a = torch.tensor([1.0, nan, 2.0], device="cuda", dtype=dtype)
+                b = torch.tensor([nan, 1.0, 3.0], device="cuda", dtype=dtype)
+                out = torch.zeros(3, device="cuda", dtype=dtype)
+                reduce = many_reducer(op, dtype, True, kernel)
+                reduce([a, b], out)
+                got = out.float().cpu()
+                what = (dtype, op, kernel, reduce.label, got)
+                assert torch.isnan(got[:2]).all() and got[2] == third, what
+                if kernel in ("auto", "cupy") and cupy:        # its kernel compiles and keeps a NaN
+                    why = _cupy_unusable(op, str(dtype).rpartition(".")[2], torch.cuda.current_device())
+                    assert reduce.label == "CuPy", (*what, why)
 
 
 def test_the_driver_is_asked_and_device_tensors_are_device(mpi):

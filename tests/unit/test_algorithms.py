@@ -69,6 +69,22 @@ def test_auto_on_device_runs_shm_only_with_every_rank_on_one_gpu():
     assert decide("allreduce", "auto+cupy", 1 << 20, 4, one_node=True, on_device=True)[0] == "rhd+cupy"
 
 
+def test_auto_over_a_backend_without_host_messages_is_the_library_or_the_device_shm():
+    """Over NCCL auto chose ring or rhd from 1 MiB with a GPU per rank: their transports
+    hand the backend host headers, which NCCL refused at the point's first call."""
+    def over_nccl(nbytes, one_device, tuning=None):
+        return decide("allreduce", "auto", nbytes, 4, one_node=True, on_device=True,
+                      one_device=one_device, host_messages=False, tuning=tuning, library="NCCL")[0]
+    assert over_nccl(1 << 20, one_device=False) == "library"
+    assert over_nccl(1 << 20, one_device=True) == "shm"
+    assert over_nccl(4, one_device=True) == "library"
+
+    class Table:
+        def choose(self, *_):
+            return "ring"
+    assert over_nccl(1 << 20, one_device=False, tuning=Table()) == "library"
+
+
 def test_shared_memory_algorithms_are_allreduce_names():
     assert {name for _, name in SHARED_MEMORY} == {"shm", "shm-map", "hierarchical"} <= set(names("allreduce"))
     assert "hierarchical" not in names("broadcast")

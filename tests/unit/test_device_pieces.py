@@ -168,3 +168,18 @@ def test_cpu_tensors_end_with_no_sync():
 @pytest.mark.parametrize("dtype", ["float32", np.float32, np.dtype("float32"), torch.float32])
 def test_a_dtype_is_named_whatever_form_it_comes_in(dtype):
     assert _dtype_name(dtype) == "float32"
+
+
+def test_a_peer_buffer_the_driver_will_not_map_is_a_refusal():
+    """CUDA IPC refused on one rank (torch's RuntimeError) becomes UnsupportedError, which
+    map_peers agrees on: a RuntimeError left the others waiting in the first call."""
+    from ddlcomm.comm.device.allreduce_shm import open_peers
+
+    class Refusing:
+        def open(self, handle):
+            raise RuntimeError("CUDA error: invalid resource handle\nCUDA kernel errors ...")
+    mine = torch.zeros(4)
+    with pytest.raises(UnsupportedError, match=r"^cannot map rank 1's buffer: CUDA error: "
+                                               r"invalid resource handle \(use ring or rhd"):
+        open_peers(0, Refusing(), mine, [(b"", 0, 16), (b"h", 0, 16)])
+    assert open_peers(0, Refusing(), mine, [(b"", 0, 16)])[0] is mine

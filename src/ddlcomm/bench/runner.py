@@ -53,7 +53,8 @@ def measure_collective(comm, plan: BenchPlan, spec: PointSpec) -> list[dict]:
         algorithm, by = algorithms.decide(
             spec.name, algorithm, count * dtype.itemsize, comm.size, one_node=same_node(comm),
             tuning=tuning.load(plan.tuning) if plan.tuning else None, library=comm.library,
-            on_device=on_device(plan), one_device=on_device(plan) and one_gpu(comm))
+            on_device=on_device(plan), one_device=on_device(plan) and one_gpu(comm),
+            host_messages="host" in comm.memories)
         if by != "asked":
             extra["auto_by"] = by if by == "rules" else f"tuning {plan.tuning}"
     with PointBuffers(plan.memory, plan.hbw_fallback) as bufs:

@@ -155,7 +155,8 @@ def kernel(algorithm: str, op: Optional[ReduceOp], dtype) -> Optional[Callable]:
 
 def decide(collective: str, algorithm: str, nbytes: int, nranks: int = 2, one_node: bool = False,
            tuning: Optional[Tuning] = None, library: Optional[str] = None,
-           on_device: bool = False, one_device: bool = False) -> tuple[str, str]:
+           on_device: bool = False, one_device: bool = False,
+           host_messages: bool = True) -> tuple[str, str]:
     """``auto`` made concrete for this size and rank count (the same on every rank):
     (the algorithm, what chose it: ``asked``, ``tuning`` or ``rules``).
 
@@ -166,7 +167,10 @@ def decide(collective: str, algorithm: str, nbytes: int, nranks: int = 2, one_no
     runs on one node; ``on_device``: the buffers are device tensors
     (:data:`SHM_MIN_BYTES_OF` is of host buffers), and ``one_device``: every
     rank's on one device (:func:`ddlcomm.comm.device.one_gpu`), which the device
-    shm all-reduce needs."""
+    shm all-reduce needs; ``host_messages``: whether the backend carries host messages,
+    which the device ring and rhd send (their transports' headers, staged blocks) and the
+    device shm does not (its barriers and set-up are the backend's own collectives): over
+    NCCL ``auto`` is the library's or the device shm."""
     base, suffix = split(algorithm)
     if base != "auto":
         return algorithm, "asked"
@@ -174,12 +178,16 @@ def decide(collective: str, algorithm: str, nbytes: int, nranks: int = 2, one_no
     choice = tuning.choose(library, collective, nranks, nbytes) if tuning is not None else None
     if choice is not None and not runs_here(collective, choice, on_device, shared):
         choice = None
+    if choice is not None and not host_messages and split(choice)[0] not in ("library", "shm"):
+        choice = None
     by = "tuning" if choice is not None else "rules"
     if choice is None:
         # on device the shm all-reduce runs torch's or CuPy's kernels, not the host pipeline
         pipelined = shared and get_collective(collective).reduces and (
             on_device or shm.pipelines(reducer("sum", "float32", suffix)))
         choice = choose_auto(collective, nbytes, nranks, pipelined, None if on_device else library)
+        if not host_messages and split(choice)[0] != "shm":
+            choice = "library"
     if split(choice)[0] == "library":
         return "library", by
     if KERNEL_SEP in choice:                    # the table measured that kernel

@@ -38,11 +38,15 @@ _TORCH_OPS = {"sum": "add", "prod": "mul", "min": "minimum", "max": "maximum"}
 #: CuPy's ufunc per op; its fused expression of two operands.
 _CUPY_OPS = {"sum": ("add", "{a} + {b}"), "prod": ("multiply", "{a} * {b}"),
              "min": ("minimum", "ddlcomm_min({a}, {b})"), "max": ("maximum", "ddlcomm_max({a}, {b})")}
-#: The fused kernels' min and max: NaN where either operand is NaN, as NumPy's, torch's and
+#: The fused kernels' min and max: the NaN where an operand is NaN, as NumPy's, torch's and
 #: the host kernels' (CUDA's min and max of floats are fminf and fmaxf, which drop a NaN).
+#: Every branch is a T: CuPy's float16 has no operator+, and a + b was a float beside a
+#: float16, which each convert to the other (an ambiguous ?:, no kernel compiled).  NaN is
+#: told by !(x == x): CUDA's __half != (__hne) is false where an operand is NaN, == is too.
 _CUPY_PREAMBLE = """
-template <typename T> __device__ T ddlcomm_min(T a, T b) { return (a != a || b != b) ? a + b : (b < a ? b : a); }
-template <typename T> __device__ T ddlcomm_max(T a, T b) { return (a != a || b != b) ? a + b : (b > a ? b : a); }
+template <typename T> __device__ bool ddlcomm_nan(T x) { return !(x == x); }
+template <typename T> __device__ T ddlcomm_min(T a, T b) { return ddlcomm_nan(a) ? a : ddlcomm_nan(b) ? b : (b < a ? b : a); }
+template <typename T> __device__ T ddlcomm_max(T a, T b) { return ddlcomm_nan(a) ? a : ddlcomm_nan(b) ? b : (b > a ? b : a); }
 """
 #: dtypes CuPy reduces (no bfloat16).
 CUPY_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
@@ -93,7 +97,7 @@ def cupy_reducer(op: str, dtype, on_cuda: bool = True) -> Callable:
         raise UnsupportedError("the cupy kernel reduces device buffers only", "use torch or c")
     if name not in CUPY_DTYPES:
         raise UnsupportedError(f"CuPy cannot reduce {name}", "use the torch kernel (ring+torch)")
-    why = _cupy_unusable(op, name)         # CuPy compiles its kernels when first called
+    why = _cupy_unusable(op, name, _current_gpu())   # CuPy compiles its kernels when first called
     if why is not None:
         raise UnsupportedError(f"the cupy kernel cannot reduce {name} here: {why}",
                                "use the torch kernel (ring+torch)")
@@ -199,7 +203,7 @@ def many_reducer(op: str, dtype, on_cuda: bool, kernel: str = "auto") -> Callabl
     lacks, 1 ms slower than float32 at every size.  ``cupy`` asked for where it cannot run
     is refused.  ``f.label``."""
     name = _dtype_name(dtype)
-    why_not = _cupy_unusable(op, name) if on_cuda and kernel in ("auto", "cupy") else None
+    why_not = _cupy_unusable(op, name, _current_gpu()) if on_cuda and kernel in ("auto", "cupy") else None
     if on_cuda and kernel in ("auto", "cupy") and why_not is None:
         return _cupy_many(op)
     if kernel == "cupy":
@@ -228,23 +232,27 @@ def aliased_first(inputs: Sequence, out) -> list:
 
 
 @functools.lru_cache(maxsize=None)
-def _cupy_unusable(op: str, dtype: str) -> Optional[str]:
+def _cupy_unusable(op: str, dtype: str, device: int) -> Optional[str]:
     """None when CuPy's fused kernel compiles and runs here for (op, dtype), else why not
-    (tried once per process on two elements: CuPy compiles kernels when first called, and a
-    CuPy without its runtime compiler fails only then; min and max of floats must keep a
-    NaN)."""
+    (tried once per process and GPU, on the rank's own ``device``, on two elements: CuPy
+    compiles kernels when first called, and a CuPy without its runtime compiler fails only
+    then; min and max of floats must keep a NaN, either operand's)."""
     if dtype not in CUPY_DTYPES:
         return f"CuPy has no {dtype}"
     try:
         # CuPy is optional: only on GPU machines
         import cupy
-        x = cupy.ones(2, dtype=dtype)
-        if op in ("min", "max") and dtype.startswith("float"):
-            x[1] = cupy.nan
-        y = cupy.empty_like(x)
-        _cupy_many(op)([cupy.ones(2, dtype=dtype), x], y)
-        if dtype.startswith("float") and op in ("min", "max") and not bool(cupy.isnan(y[1])):
-            return f"CuPy's {op} dropped a NaN here"
+        with cupy.cuda.Device(device):
+            x = cupy.ones(3, dtype=dtype)
+            if op in ("min", "max") and dtype.startswith("float"):
+                x[1] = cupy.nan
+            y, z = cupy.empty_like(x), cupy.ones(3, dtype=dtype)
+            if op in ("min", "max") and dtype.startswith("float"):
+                z[2] = cupy.nan
+            _cupy_many(op)([z, x], y)
+            if dtype.startswith("float") and op in ("min", "max") and \
+                    not bool(cupy.isnan(y[1:]).all()):
+                return f"CuPy's {op} dropped a NaN here"
     except Exception as exc:  # noqa: BLE001 - any failure means: reduce with torch instead
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return None
@@ -281,6 +289,12 @@ def _cupy_views(inputs: Sequence, out) -> tuple[list, Any]:
     import cupy
     y, mine = cupy.from_dlpack(out), address(out)
     return [y if address(t) == mine else cupy.from_dlpack(t) for t in inputs], y
+
+
+def _current_gpu() -> int:
+    """The rank's GPU (``use_gpu`` made it torch's current device); 0 where torch has none."""
+    cuda = _torch().cuda
+    return cuda.current_device() if cuda.is_available() else 0
 
 
 def _gpu_of(buf) -> int:

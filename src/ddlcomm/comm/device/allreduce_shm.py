@@ -37,11 +37,12 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from ...dtypes import ReduceOp
-from ...errors import UnsupportedError, UsageError
+from ...errors import UnsupportedError, UsageError, first_line
 from ...kernels.device import many_reducer
 from ..nodes import node_name
 from ..shm import slices
 from ...kernels import kinds
+from ..agree import agreed, attempt
 from ..bound import BoundCall
 from . import check_tensors, device_id, tail_sync
 from .peers import mapper_for, offset_bytes, whole
@@ -60,29 +61,49 @@ def _nbytes(t: Any) -> int:
 
 
 def map_peers(comm: Any, mapper: Any, mine: Any) -> list[Any]:
-    """Every rank's buffer like ``mine`` (this rank's own for itself), mapped here."""
+    """Every rank's buffer like ``mine`` (this rank's own for itself), mapped here; where
+    one rank cannot map a peer's (CUDA IPC refused: another IPC namespace, a GPU in
+    exclusive-process mode), every rank raises, none is left in the first call's barrier."""
     blob = (mapper.export(whole(mine)), offset_bytes(mine), _nbytes(mine))
     said = comm.allgather_object(blob)
+    out, why = attempt(open_peers, comm.rank, mapper, mine, said)
+    agreed(comm, why, "the device shm all-reduce's mapping of the other ranks' buffers")
+    return out
+
+
+def open_peers(rank: int, mapper: Any, mine: Any, said: list) -> list[Any]:
+    """``said`` (every rank's (handle, offset, bytes)) opened through ``mapper``, ``mine``
+    for ``rank`` itself; a mapping the driver refuses (RuntimeError) is UnsupportedError."""
     out = []
-    for rank, (handle, offset, nbytes) in enumerate(said):
-        if rank == comm.rank:
+    for peer, (handle, offset, nbytes) in enumerate(said):
+        if peer == rank:
             out.append(mine)
-        else:
+            continue
+        try:
             out.append(mapper.open(handle)[offset:offset + nbytes].view(mine.dtype))
+        except RuntimeError as exc:
+            raise UnsupportedError(f"cannot map rank {peer}'s buffer: {first_line(exc)}",
+                                   "use ring or rhd (their staged transport copies through "
+                                   "host memory)") from None
     return out
 
 
 def check_alike(comm: Any, send: Any, in_place: bool) -> None:
     """Refuse (on every rank alike) unless every rank's buffers are on one device of one
     node (the reducing kernel reads every peer's input in place, which it can only do on
-    the device those inputs are on) and every rank works in place or every rank does not
-    (the two run different steps)."""
-    said = comm.allgather_object((node_name(), device_id(send), str(send.device), in_place))
-    if len({(node, device) for node, device, _, _ in said}) > 1:
-        seen = ", ".join(sorted({f"{shown} of {node}" for node, _, shown, _ in said}))
+    the device those inputs are on), every rank works in place or every rank does not,
+    and every rank's buffer has one size and dtype (each runs different steps)."""
+    said = comm.allgather_object((node_name(), device_id(send), str(send.device),
+                                  (send.numel(), str(send.dtype).rpartition(".")[2]), in_place))
+    if len({(node, device) for node, device, *_ in said}) > 1:
+        seen = ", ".join(sorted({f"{shown} of {node}" for node, _, shown, *_ in said}))
         raise UnsupportedError(f"the device shm all-reduce needs every rank on one GPU; the "
                                f"buffers are on {seen}",
                                "use ring or rhd, which move blocks between devices")
+    if len({shape for *_, shape, _ in said}) > 1:
+        seen = ", ".join(f"rank {rank}: {n} {dtype}" for rank, (*_, (n, dtype), _) in enumerate(said))
+        raise UsageError(f"the device shm all-reduce needs one size and dtype on every rank ({seen})",
+                         "bind the same count and dtype on every rank")
     if len({alike for *_, alike in said}) > 1:
         ranks = [rank for rank, (*_, alike) in enumerate(said) if alike]
         raise UsageError(f"the device shm all-reduce works in place on ranks {ranks} only",

@@ -95,11 +95,35 @@ class MPIEnv:
 _LIVE: set[subprocess.Popen] = set()
 
 
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from /proc's parent links)."""
+    from ddlcomm.launch.processes import proc_stat
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        fields = proc_stat(stat.parent.name)
+        if fields and len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found.update(kids)
+        todo.extend(kids)
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    """Those of ``pids`` that still run (a zombie has ended)."""
+    from ddlcomm.launch.processes import proc_stat
+    return {pid for pid in pids if (proc_stat(pid) or ["Z"])[0] != "Z"}
+
+
 def end_group(proc: subprocess.Popen, grace_s: float) -> None:
-    """SIGTERM to ``proc``'s process group, SIGKILL after ``grace_s`` to what is left of it.
-    A SIGKILL alone would leave ranks running: Open MPI puts each rank in a process group of
-    its own, and ddlcomm's own start (launch/spawn.py) each in a session of its own; mpirun
-    and ddlcomm's run owner pass a SIGTERM on to them."""
+    """SIGTERM to ``proc``'s process group, SIGKILL after ``grace_s`` to what is left of it
+    and of every process below it when the end began.  Open MPI puts each rank in a process
+    group of its own, and ddlcomm's own start (launch/spawn.py) each in a session of its
+    own; mpirun and ddlcomm's run owner pass a SIGTERM on to them, but a launcher that does
+    not end would leave them running past its group's SIGKILL."""
+    below = descendants(proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -110,12 +134,18 @@ def end_group(proc: subprocess.Popen, grace_s: float) -> None:
         try:
             os.killpg(proc.pid, 0)
         except ProcessLookupError:
-            return
+            break
         time.sleep(0.1)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    else:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid in alive(below):           # ranks in groups of their own, orphaned
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _terminated(signum, frame) -> None:
@@ -181,6 +211,11 @@ def run(cmd, env, timeout: float) -> subprocess.CompletedProcess:
         end_group(proc, 12.0)               # ddlcomm's owner waits up to 10 s for its ranks
         out, err = proc.communicate()
         pytest.fail(f"{' '.join(map(str, cmd))} did not end within {timeout} s\n{out}\n{err}")
+    except BaseException:
+        # the test's own limit (pytest-timeout raises its Failed in here), a Ctrl-C: the
+        # launcher and its ranks are ended too, not left polling a core for the next tests
+        end_group(proc, 12.0)
+        raise
     finally:
         _LIVE.discard(proc)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

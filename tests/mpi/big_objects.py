@@ -7,12 +7,17 @@ import sys
 import numpy as np
 
 import ddlcomm
+from suite_kit import guarded
 
 NBYTES = (1 << 31) + (100 << 20)     # 2 GiB + 100 MiB
 
 
 def main() -> int:
     comm = ddlcomm.init("mpi")
+    return guarded(comm, lambda: run_suite(comm))
+
+
+def run_suite(comm) -> int:
     marker = np.arange(4096, dtype=np.uint8)
     if comm.rank == 0:
         big = np.empty(NBYTES, np.uint8)

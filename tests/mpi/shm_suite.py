@@ -23,7 +23,7 @@ from ddlcomm import memory
 from ddlcomm.comm import hierarchical, shm, shm_mapped
 from ddlcomm.dtypes import DTYPES, OPS
 from ddlcomm.kernels import reducer
-from suite_kit import THIN_HELP, conclude, thinned
+from suite_kit import THIN_HELP, conclude, guarded, thinned
 
 COUNTS = (0, 1, 7, 13, 10007)
 #: float32 elements above the leaders' ring threshold (1 MiB), not divisible by 2..5.
@@ -255,8 +255,12 @@ def main() -> int:
     parser.add_argument("--thin", action="store_true", help=THIN_HELP)
     args = parser.parse_args()
     comm = ddlcomm.init(args.backend)
+    return guarded(comm, lambda: run_suite(comm, args.thin))
+
+
+def run_suite(comm, thin: bool) -> int:
     failures, held = [], []
-    for label, call, send, mine, recv, want, dt in cases(comm, held, args.thin):
+    for label, call, send, mine, recv, want, dt in cases(comm, held, thin):
         for attempt in (1, 2):              # the second call reuses the segment
             send[:] = mine                  # (in place, the first call overwrote it)
             if recv is not send:

@@ -34,7 +34,7 @@ from ddlcomm.dtypes import DTYPES, get_op
 from ddlcomm.measure.calls import prepare
 from ddlcomm.memory.gpu import copy_in, copy_out
 from ddlcomm.workloads import chief, get_workload, paths
-from suite_kit import conclude
+from suite_kit import conclude, guarded
 
 SIZES = (4, 4096, 1 << 20)
 
@@ -184,6 +184,10 @@ def main() -> int:
     backend = args.parse_args().backend
     paths.PATHS["host-staged"] = paths.HostStaged(device="cpu")    # CPU tensors stand in
     comm = registry.create(backend)
+    return guarded(comm, lambda: run_suite(comm, backend))
+
+
+def run_suite(comm, backend: str) -> int:
     failures: list[str] = []
     device_side_collectives(comm, failures)
     staged_collectives(comm, backend, failures)

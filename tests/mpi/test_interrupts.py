@@ -8,12 +8,12 @@ import signal
 import sqlite3
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 from ddlcomm.launch import shmclean
 from ddlcomm.launch.mpirun import not_started
+from conftest import alive, descendants
 from ddlcomm.launch.processes import proc_stat
 
 pytestmark = pytest.mark.mpi
@@ -27,26 +27,6 @@ def _points(db) -> int:
             return con.execute("SELECT COUNT(*) FROM points").fetchone()[0]
     except sqlite3.Error:
         return 0
-
-
-def _descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (from /proc's parent links)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        ppid = _parent(stat.parent.name)
-        if ppid >= 0:
-            children.setdefault(ppid, []).append(int(stat.parent.name))
-    found, todo = set(), [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        found.update(kids)
-        todo.extend(kids)
-    return found
-
-
-def _alive(pids: set[int]) -> set[int]:
-    """Those of ``pids`` that still run (a zombie has ended)."""
-    return {pid for pid in pids if (proc_stat(pid) or ["Z"])[0] != "Z"}
 
 
 def _sigint_as_in_a_terminal() -> None:
@@ -157,12 +137,12 @@ def test_sigkill_to_ddlcomms_own_launch(mpi, tmp_path, backend):
         pytest.skip("Gloo does not use the MPI beside it: run in one venv")
     db, below = tmp_path / "k.db", set()
     rc = _stop_after_points([mpi.ddlcomm, *LONG, "--backend", backend, "--db", db], mpi.env(), db,
-                            signal.SIGKILL, before=lambda proc: below.update(_descendants(proc.pid)))
+                            signal.SIGKILL, before=lambda proc: below.update(descendants(proc.pid)))
     assert rc == -signal.SIGKILL and below, "the owner had started no launcher or ranks"
     deadline = time.monotonic() + 30
-    while _alive(below) and time.monotonic() < deadline:
+    while alive(below) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _alive(below), f"left running after the owner was killed: {sorted(_alive(below))}"
+    assert not alive(below), f"left running after the owner was killed: {sorted(alive(below))}"
     status, error = _run_row(db)
     assert status == "interrupted" and error.startswith("interrupted (SIGTERM)"), error
 
@@ -173,7 +153,7 @@ def test_sigkill_to_the_launcher_ends_its_orphaned_ranks(mpi, tmp_path):
     db, below = tmp_path / "l.db", set()
 
     def kill_launcher(proc):
-        below.update(_descendants(proc.pid))
+        below.update(descendants(proc.pid))
         launcher = [pid for pid in below if _parent(pid) == proc.pid]
         assert launcher, "no launcher under the owner"
         for pid in launcher:
@@ -182,7 +162,7 @@ def test_sigkill_to_the_launcher_ends_its_orphaned_ranks(mpi, tmp_path):
     rc = _stop_after_points([mpi.ddlcomm, *LONG, "--db", db], mpi.env(), db, signal.SIGCONT,
                             before=kill_launcher)
     assert rc == 3
-    assert not _alive(below), f"left running: {sorted(_alive(below))}"
+    assert not alive(below), f"left running: {sorted(alive(below))}"
     stored = _points(db)
     time.sleep(1.0)
     assert _points(db) == stored                     # nothing writes into the ended run

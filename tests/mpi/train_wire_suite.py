@@ -20,7 +20,7 @@ from ddlcomm.train.device import placed
 from ddlcomm.train.loop import run_config
 from ddlcomm.train.wire import StagedWire
 
-from suite_kit import conclude
+from suite_kit import conclude, guarded
 
 CONFIGS = [TrainConfig("smallcnn", batch=8, iters=6, warmup=1, comm_reps=2, fusion=16 << 10),
            TrainConfig("smallcnn", overlap=True, batch=8, iters=6, warmup=1, comm_reps=2,
@@ -30,6 +30,10 @@ CONFIGS = [TrainConfig("smallcnn", batch=8, iters=6, warmup=1, comm_reps=2, fusi
 
 def main() -> int:
     comm = ddlcomm.init("mpi")
+    return guarded(comm, lambda: run_suite(comm))
+
+
+def run_suite(comm) -> int:
     failures = []
     for cfg in CONFIGS:
         records = run_config(comm, cfg, placed(torch.device("cpu")), StagedWire)

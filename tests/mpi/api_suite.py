@@ -109,6 +109,25 @@ def run_cases(comm, backend: str) -> list[str]:
     got = comm.broadcast(ro if r == 0 else np.zeros(4))          # the root only reads it
     if not (got == 2.0).all():
         check("broadcast of a read-only buffer at the root", f"got {got}")
+    # a read-only receive buffer: refused after the message was taken into scratch memory,
+    # so the sender is not left waiting and the next receive gets the next message (Gloo
+    # wrote into the read-only memory; MPI raised its own error, the message left unmatched)
+    big = np.full(1 << 16, 3.0)                         # past the eager limits: a send waits
+    frozen = np.zeros(1 << 16)
+    frozen.setflags(write=False)
+    if r == 0:
+        comm.send(big, 1, tag=7)
+        comm.send(big * 2, 1, tag=7)
+    elif r == 1:
+        check("recv into a read-only buffer", expect_refusal(lambda: comm.recv(frozen, 0, tag=7), "read-only"))
+        got = comm.recv(np.zeros(1 << 16), 0, tag=7)
+        if not (got == 6.0).all():
+            check("recv into a read-only buffer: the next receive", f"got {got[:3]}")
+        check("irecv into a read-only buffer", expect_refusal(lambda: comm.irecv(frozen, 0, tag=7), "read-only"))
+    right, left = (r + 1) % p, (r - 1) % p
+    check("sendrecv into a read-only buffer on rank 0", expect_refusal(
+        lambda: comm.sendrecv(big, right, frozen, left, tag=8), "read-only") if r == 0 else
+        ("" if (comm.sendrecv(big, right, np.zeros(1 << 16), left, tag=8) == 3.0).all() else "wrong data"))
     lam = lambda: 1                                    # noqa: E731 - cannot be pickled
     check("broadcast_object of a lambda", expect_refusal(
         lambda: comm.broadcast_object(lam if r == 0 else None), "rank 0 could not pickle"))

@@ -289,7 +289,9 @@ class Communicator(abc.ABC):
     def recv(self, buf: np.ndarray, source: int, tag: int = 0) -> np.ndarray:
         """Receive into ``buf`` from rank ``source`` (blocking); returns ``buf``."""
         self.check_buffer(buf)
-        self._recv(buf, self.check_root(source, "source"), self.check_tag(tag))
+        source, tag = self.check_root(source, "source"), self.check_tag(tag)
+        self._writable(buf, "recv's buffer", lambda scratch: self._recv(scratch, source, tag))
+        self._recv(buf, source, tag)
         return buf
 
     def recv_any(self, buf: np.ndarray, tag: int = 0) -> int:
@@ -298,7 +300,19 @@ class Communicator(abc.ABC):
         Blocks without spinning a core where the backend allows it.
         """
         self.check_buffer(buf)
-        return self._recv_any(buf, self.check_tag(tag))
+        tag = self.check_tag(tag)
+        self._writable(buf, "recv_any's buffer", lambda scratch: self._recv_any(scratch, tag))
+        return self._recv_any(buf, tag)
+
+    def _writable(self, buf: np.ndarray, what: str, call: Callable[[np.ndarray], Any]) -> None:
+        """Refuse a read-only receive buffer (the backend would write into it: Gloo did, into
+        a read-only mapping), after ``call`` (the receive into a given buffer) took the
+        message into scratch memory: the sender is not left waiting, nor this rank's next
+        receive matched by it."""
+        try:
+            buffers.check_writable(buf, what)
+        except DdlcommError as refused:
+            raise buffers.take_part(refused, lambda: call(buffers.empty_like(buf))) from None
 
     def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
                  tag: int = 0) -> np.ndarray:
@@ -310,8 +324,10 @@ class Communicator(abc.ABC):
         """
         self.check_buffer(sendbuf)
         self.check_buffer(recvbuf)
-        self._sendrecv(sendbuf, self.check_root(dest, "dest"), recvbuf, self.check_root(source, "source"),
-                       self.check_tag(tag))
+        dest, source, tag = self.check_root(dest, "dest"), self.check_root(source, "source"), self.check_tag(tag)
+        self._writable(recvbuf, "sendrecv's receive buffer",
+                       lambda scratch: self._sendrecv(sendbuf, dest, scratch, source, tag))
+        self._sendrecv(sendbuf, dest, recvbuf, source, tag)
         return recvbuf
 
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> "Request":
@@ -324,8 +340,10 @@ class Communicator(abc.ABC):
         return self._isend(buf, self.check_root(dest, "dest"), self.check_tag(tag))
 
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> "Request":
-        """Start receiving into ``buf`` from ``source``; ``buf`` is filled once ``wait()`` returns."""
+        """Start receiving into ``buf`` from ``source``; ``buf`` is filled once ``wait()`` returns.
+        A read-only ``buf`` is refused before anything is started."""
         self.check_buffer(buf)
+        buffers.check_writable(buf, "irecv's buffer")
         return self._irecv(buf, self.check_root(source, "source"), self.check_tag(tag))
 
     def broadcast(self, buf: np.ndarray, root: int = 0) -> np.ndarray:

@@ -226,6 +226,17 @@ def failure_checks(comm, failures) -> None:
         if "rank 0: " not in str(exc) or "cannot hold" not in str(exc):
             failures.append(f"rank {comm.rank}: a 1 PiB node segment: {exc}")
     total = OPS["sum"]
+    if comm.size > 1:
+        # another count on the last rank: rank 0 sized the segment by its own, and the last
+        # rank's engine refused it alone, rank 0 left asleep in the first call
+        n = 2048 if comm.rank == comm.size - 1 else 1024
+        for alg in ("shm", "shm@64KiB", "ring"):
+            try:
+                algorithms.bind(comm, "allreduce", alg, np.ones(n, np.float32), np.zeros(n, np.float32), total, 0)
+                failures.append(f"rank {comm.rank}: {alg} bound another count on rank {comm.size - 1}")
+            except EveryRankError as exc:
+                if f"2048 float32 sum on ranks [{comm.size - 1}]" not in str(exc):
+                    failures.append(f"rank {comm.rank}: {alg} with another count: {exc}")
     if comm.size == 1 or not shm_mapped.runs(algorithms.kernel("shm-map", total, np.float32)):
         return
     bufs = [memory.allocate("shared", 4096) for _ in range(2)]

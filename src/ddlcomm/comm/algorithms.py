@@ -34,7 +34,7 @@ import numpy as np
 
 from ..collectives import get_collective
 from ..dtypes import ReduceOp
-from ..errors import UsageError
+from ..errors import EveryRankError, UsageError
 from ..kernels import reducer
 from ..kernels.device import DEVICE_KERNELS, HOST_KERNELS
 from ..lazy import load
@@ -229,8 +229,21 @@ def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[R
         return device.bind(comm, collective, base, sendbuf, recvbuf, op, root, kernel=suffix,
                            kind_cache=kind_cache, transport=transport)
     make, why = attempt(_on_host, comm, collective, algorithm, sendbuf, recvbuf, op, root)
-    agreed(comm, why, f"{collective} by {base}")
+    said = agreed(comm, why, f"{collective} by {base}",
+                  (sendbuf.size, sendbuf.dtype.name, getattr(op, "name", op)))
+    if len(set(said)) > 1:                   # the shm engines size and step by each rank's own
+        raise EveryRankError(f"{collective} by {base} needs one count, dtype and op on every "
+                             f"rank: {_who_has(said)}", "bind the same message on every rank")
     return make()
+
+
+def _who_has(said: list) -> str:
+    """Which ranks bound which (count, dtype, op), the first four kinds (pure)."""
+    ranks: dict = {}
+    for rank, what in enumerate(said):
+        ranks.setdefault(what, []).append(rank)
+    shown = [f"{n} {dtype}{f' {op}' if op else ''} on ranks {r}" for (n, dtype, op), r in ranks.items()]
+    return "; ".join(shown[:4]) + ("; ..." if len(shown) > 4 else "")
 
 
 def _on_host(comm, collective: str, algorithm: str, sendbuf: np.ndarray, recvbuf, op: Optional[ReduceOp],

@@ -143,6 +143,18 @@ def run_cases(comm, backend: str) -> list[str]:
     check("allreduce_object of an object rank 0 cannot unpickle", expect_refusal(
         lambda: comm.allreduce_object(globals()["OnlyHere"]() if r == p - 1 else r),
         f"rank {p - 1}'s object could not be unpickled at rank 0"))
+    # the ranks that receive it say so too, in one line (an AttributeError's traceback before)
+    if p > 1:
+        if r == p - 1:
+            comm.broadcast_object(globals()["OnlyHere"](), p - 1)
+            comm.send_object(globals()["OnlyHere"](), 0, tag=9)
+        else:
+            check("broadcast_object of an object the others cannot unpickle", expect_refusal(
+                lambda: comm.broadcast_object(None, p - 1),
+                f"rank {p - 1}'s object could not be unpickled at rank {r}"))
+        if r == 0:
+            check("recv_object of an object this rank cannot unpickle", expect_refusal(
+                lambda: comm.recv_object(p - 1, tag=9), f"rank {p - 1}'s object could not be unpickled at rank 0"))
     if r == 0:
         check("reduce_object of a str and ints", expect_refusal(
             lambda: comm.reduce_object("x" if r == p - 1 else r), "reduce_object could not sum"))

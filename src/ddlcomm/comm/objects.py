@@ -120,7 +120,7 @@ def recv(comm: "Communicator", source: int, tag: int) -> Any:
     data = np.empty(int(length[0]), np.uint8)
     for lo, hi in _ranges(data.size, CHUNK_BYTES):
         comm._recv(data[lo:hi], source, tag)
-    return _loads(data)
+    return _unpickled(data, source, comm.rank)
 
 
 def broadcast(comm: "Communicator", obj: Any, root: int) -> Any:
@@ -137,7 +137,7 @@ def broadcast(comm: "Communicator", obj: Any, root: int) -> Any:
         payload = np.empty(int(length[0]), np.uint8)
     for lo, hi in _ranges(payload.size, CHUNK_BYTES):
         comm._broadcast(payload[lo:hi], root)
-    got = obj if comm.rank == root else _loads(payload)
+    got = obj if comm.rank == root else _unpickled(payload, root, comm.rank)
     if isinstance(got, _Failed):
         raise UsageError(got.why)
     return got

@@ -215,6 +215,7 @@ def failure_checks(comm, failures) -> None:
     """Set-up that fails on some ranks fails on every rank alike, and leaves none waiting:
     a segment too large for /dev/shm (its leader fails), and another rank's buffer whose
     segment is gone from /dev/shm (those that map it fail).  The ranks then go on."""
+    import gc
     import os
     from ddlcomm.comm import algorithms, nodes
     from ddlcomm.errors import EveryRankError
@@ -239,6 +240,21 @@ def failure_checks(comm, failures) -> None:
                     failures.append(f"rank {comm.rank}: {alg} with another count: {exc}")
     if comm.size == 1 or not shm_mapped.runs(algorithms.kernel("shm-map", total, np.float32)):
         return
+    # the same buffers bound again while the first bound call lives: its segment's name is
+    # gone (the others failed to attach it: "no shared-memory segment"); said as such
+    a, b = np.ones(1 << 16, np.float32), np.zeros(1 << 16, np.float32)
+    first = algorithms.bind(comm, "allreduce", "shm-map", a, b, total, 0)
+    try:
+        algorithms.bind(comm, "allreduce", "shm-map", a, b, total, 0)
+        failures.append(f"rank {comm.rank}: shm-map bound the same buffers twice")
+    except EveryRankError as exc:
+        if "bound by another live shm-map call" not in str(exc):
+            failures.append(f"rank {comm.rank}: shm-map bound twice: {exc}")
+    first()
+    if not (b == comm.size).all():
+        failures.append(f"rank {comm.rank}: the first shm-map call after the refusal gave {b[:4]}")
+    del first                               # its pages go back to private memory
+    gc.collect()
     bufs = [memory.allocate("shared", 4096) for _ in range(2)]
     send, recv = (b.array(np.float32, 1024) for b in bufs)
     send[:] = comm.rank + 1

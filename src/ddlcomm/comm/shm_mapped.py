@@ -64,7 +64,12 @@ def _where(buf: np.ndarray, share: bool, held: list) -> Optional[tuple]:
     pages = remap.share(buf)
     if pages is None:
         return None
-    held.append(pages)
+    held.append(pages)                  # released where the bind fails
+    if pages.users > 1:
+        # the first bound call unlinked the segment's name once its ranks had mapped it (so
+        # that a rank killed leaves nothing in /dev/shm): the others cannot attach it again
+        raise UnsupportedError("these buffers are bound by another live shm-map call",
+                               "drop that bound call before binding them again, or use shm")
     first = pages.address - buf.__array_interface__["data"][0]
     return pages.name, first, first + pages.length, 0
 

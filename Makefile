@@ -71,7 +71,8 @@ run: .venv/openmpi/.ddlcomm-base
 # alone (they watch the whole machine's /dev/shm) one at a time; each part to its end, the
 # slowest tests after each: what to look at when CI nears its 20 minutes.
 test: setup
-	.venv/openmpi/bin/python -m pytest tests/unit -n auto --durations=10; unit=$$?; \
+	export DDLCOMM_TEST_STRICT=1; \
+	  .venv/openmpi/bin/python -m pytest tests/unit -n auto --durations=10; unit=$$?; \
 	  .venv/openmpi/bin/python -m pytest tests/mpi -n 2 --maxschedchunk 1 -m "not alone" --durations=30; mpi=$$?; \
 	  .venv/openmpi/bin/python -m pytest tests/mpi -m alone --durations=5; alone=$$?; \
 	  [ $$unit = 0 ] && [ $$mpi = 0 ] && [ $$alone = 0 ]

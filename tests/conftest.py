@@ -161,7 +161,19 @@ _SHM_BEFORE: set[str] = set()
 _SHM_REMOVED: list[int] = [0, 0]
 
 
+#: Set by make test, which installs torch in both environments: a test that would skip for
+#: want of torch (or of its Gloo) fails instead, so that a broken install cannot pass CI.
+STRICT = bool(os.environ.get("DDLCOMM_TEST_STRICT"))
+
+
 def pytest_configure(config) -> None:
+    if STRICT:
+        try:
+            import torch.distributed as dist
+            assert dist.is_gloo_available(), "torch.distributed has no Gloo"
+        except (ImportError, AssertionError) as exc:
+            raise pytest.UsageError(f"DDLCOMM_TEST_STRICT: torch with Gloo must import in "
+                                    f"{sys.executable} (make setup installs it): {exc}") from None
     signal.signal(signal.SIGTERM, _terminated)
     from ddlcomm.launch import shmclean      # the suite's own interpreter has ddlcomm
     _SHM_BEFORE.update(shmclean.names())

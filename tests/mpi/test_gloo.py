@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import STRICT
+
 HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.mpi
 
@@ -42,8 +44,9 @@ def gloo(mpi):
         _torch_ok[mpi.name] = "" if res.returncode == 0 else (res.stderr.strip().splitlines()
                                                                or ["?"])[-1]
     if _torch_ok[mpi.name]:
-        pytest.skip(f"torch with Gloo is not importable in .venv/{mpi.name} "
-                    f"({_torch_ok[mpi.name]}): pip install 'ddlcomm[torch]'")
+        (pytest.fail if STRICT else pytest.skip)(
+            f"torch with Gloo is not importable in .venv/{mpi.name} "
+            f"({_torch_ok[mpi.name]}): pip install 'ddlcomm[torch]'")
     return mpi
 
 

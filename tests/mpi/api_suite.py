@@ -123,7 +123,15 @@ def run_cases(comm, backend: str) -> list[str]:
         got = comm.recv(np.zeros(1 << 16), 0, tag=7)
         if not (got == 6.0).all():
             check("recv into a read-only buffer: the next receive", f"got {got[:3]}")
-        check("irecv into a read-only buffer", expect_refusal(lambda: comm.irecv(frozen, 0, tag=7), "read-only"))
+    if r == 0:
+        comm.send(big * 3, 1, tag=7)
+    elif r == 1:
+        pending = comm.irecv(frozen, 0, tag=7)           # taken into scratch; wait() refuses
+        check("irecv into a read-only buffer", expect_refusal(pending.wait, "read-only"))
+        comm.send(big, 0, tag=12)
+    if r == 0 and p > 1:
+        check("recv_any into a read-only buffer", expect_refusal(
+            lambda: comm.recv_any(frozen, tag=12), "read-only (rank 1's message was received"))
     right, left = (r + 1) % p, (r - 1) % p
     check("sendrecv into a read-only buffer on rank 0", expect_refusal(
         lambda: comm.sendrecv(big, right, frozen, left, tag=8), "read-only") if r == 0 else

@@ -21,7 +21,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import end_group, run
+from conftest import STRICT, end_group, run
 
 from ddlcomm.errors import UnsupportedError, UsageError
 from ddlcomm.launch import commands, containers, spawn
@@ -358,7 +358,7 @@ def test_gloo_allreduce_in_two_containers(namespaces, mpi, tmp_path):
     ok = subprocess.run([str(mpi.python), "-c", "import torch.distributed as d; "
                          "assert d.is_gloo_available()"], capture_output=True, timeout=120)
     if ok.returncode != 0:
-        pytest.skip(f"torch with Gloo is not importable in {mpi.bin.parent}")
+        (pytest.fail if STRICT else pytest.skip)(f"torch with Gloo is not importable in {mpi.bin.parent}")
     program = tmp_path / "gloo_prog.py"
     program.write_text(textwrap.dedent("""\
         import os, socket, torch, torch.distributed as dist

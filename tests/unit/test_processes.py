@@ -51,3 +51,15 @@ def test_the_callers_own_children_are_neither_ended_nor_reaped():
         adopt_orphans(False)
         mine.kill()
         mine.wait()
+
+
+def test_terminate_gives_up_on_a_process_past_sigkill():
+    """A process that SIGKILL does not end (uninterruptible sleep) is returned, not waited
+    for: spawn's ending of its ranks waited on it for ever before it used terminate."""
+    from ddlcomm.launch.processes import terminate
+    sent = []
+    begun = time.monotonic()
+    left = terminate([4242, 4243], lambda pid: pid == 4243, 0.2,
+                     first=signal.SIGINT, kill=lambda pid, sig: sent.append((pid, sig)))
+    assert left == [4242] and time.monotonic() - begun < 1.0
+    assert sent == [(4242, signal.SIGINT), (4243, signal.SIGINT), (4242, signal.SIGKILL)]

@@ -167,10 +167,10 @@ def decide(collective: str, algorithm: str, nbytes: int, nranks: int = 2, one_no
     runs on one node; ``on_device``: the buffers are device tensors
     (:data:`SHM_MIN_BYTES_OF` is of host buffers), and ``one_device``: every
     rank's on one device (:func:`ddlcomm.comm.device.one_gpu`), which the device
-    shm all-reduce needs; ``host_messages``: whether the backend carries host messages,
-    which the device ring and rhd send (their transports' headers, staged blocks) and the
-    device shm does not (its barriers and set-up are the backend's own collectives): over
-    NCCL ``auto`` is the library's or the device shm."""
+    shm all-reduce needs; ``host_messages``: whether the backend carries non-blocking host
+    messages, which the device ring and rhd post (their transports' headers, staged
+    blocks) and the device shm does not (its barriers and set-up are the backend's own
+    collectives): over NCCL ``auto`` is the library's or the device shm."""
     base, suffix = split(algorithm)
     if base != "auto":
         return algorithm, "asked"

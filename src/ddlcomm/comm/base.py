@@ -93,6 +93,27 @@ class CollectiveRequest:
         return self.done
 
 
+class RefusedRecv:
+    """A non-blocking receive into a buffer this rank refused (read-only), posted into
+    scratch memory instead: the message is taken, so that neither is its sender left
+    waiting nor this rank's next receive matched by it; ``wait()`` (and a ``test()`` that
+    finds it complete) then raises the refusal."""
+
+    __slots__ = ("_request", "_scratch", "_refused")
+
+    def __init__(self, request: Any, scratch: Any, refused: DdlcommError) -> None:
+        self._request, self._scratch, self._refused = request, scratch, refused
+
+    def wait(self) -> None:
+        self._request.wait()
+        raise self._refused
+
+    def test(self) -> bool:
+        if self._request.test():
+            raise self._refused
+        return False
+
+
 #: What a closed communicator refuses: every call that would reach its backend.
 CALLS = ("barrier", "send", "recv", "recv_any", "sendrecv", "isend", "irecv", "broadcast", "gather",
          "allgather", "reduce", "allreduce", "iallreduce", "reduce_scatter", "alltoall", "bind",
@@ -301,7 +322,12 @@ class Communicator(abc.ABC):
         """
         self.check_buffer(buf)
         tag = self.check_tag(tag)
-        self._writable(buf, "recv_any's buffer", lambda scratch: self._recv_any(scratch, tag))
+        try:
+            buffers.check_writable(buf, "recv_any's buffer")
+        except DdlcommError as refused:       # the message taken, its sender named
+            source = self._recv_any(buffers.empty_like(buf), tag)
+            raise type(refused)(f"{refused.args[0]} (rank {source}'s message was received into "
+                                "scratch memory and dropped)", refused.hint) from None
         return self._recv_any(buf, tag)
 
     def _writable(self, buf: np.ndarray, what: str, call: Callable[[np.ndarray], Any]) -> None:
@@ -341,10 +367,16 @@ class Communicator(abc.ABC):
 
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> "Request":
         """Start receiving into ``buf`` from ``source``; ``buf`` is filled once ``wait()`` returns.
-        A read-only ``buf`` is refused before anything is started."""
+        A read-only ``buf``: the message goes into scratch memory and ``wait()`` raises
+        (:class:`RefusedRecv`)."""
         self.check_buffer(buf)
-        buffers.check_writable(buf, "irecv's buffer")
-        return self._irecv(buf, self.check_root(source, "source"), self.check_tag(tag))
+        source, tag = self.check_root(source, "source"), self.check_tag(tag)
+        try:
+            buffers.check_writable(buf, "irecv's buffer")
+        except DdlcommError as refused:
+            scratch = buffers.empty_like(buf)
+            return RefusedRecv(self._irecv(scratch, source, tag), scratch, refused)
+        return self._irecv(buf, source, tag)
 
     def broadcast(self, buf: np.ndarray, root: int = 0) -> np.ndarray:
         """Copy the root's ``buf`` into every rank's ``buf`` (in place; the root's may be

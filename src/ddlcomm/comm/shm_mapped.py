@@ -52,10 +52,11 @@ def runs(reduce) -> bool:
     return _shmmap is not None and hasattr(reduce, "loop")
 
 
-def _where(buf: np.ndarray, share: bool, held: list) -> Optional[tuple]:
+def _where(buf: np.ndarray, share: bool, held: list, alone: bool = False) -> Optional[tuple]:
     """Where ``buf`` lies in shared memory, moving its pages there when ``share``: (segment
     name, first, end, offset): its bytes [first, end) are in that segment from ``offset`` on;
-    None where none are.  What this rank moved goes into ``held``."""
+    None where none are.  What this rank moved goes into ``held``.  Pages a live bound call
+    holds are refused unless ``alone`` (one rank: no other attaches them)."""
     found = segment_of(buf)
     if found is not None:
         return found[0], 0, buf.nbytes, found[1]
@@ -65,7 +66,7 @@ def _where(buf: np.ndarray, share: bool, held: list) -> Optional[tuple]:
     if pages is None:
         return None
     held.append(pages)                  # released where the bind fails
-    if pages.users > 1:
+    if pages.users > 1 and not alone:
         # the first bound call unlinked the segment's name once its ranks had mapped it (so
         # that a rank killed leaves nothing in /dev/shm): the others cannot attach it again
         raise UnsupportedError("these buffers are bound by another live shm-map call",
@@ -100,8 +101,9 @@ def _gather(comm, sendbuf, recvbuf, share: bool, held: list) -> list:
     rank; what this rank moved goes into ``held``.  A rank that could not move its pages
     makes every rank raise EveryRankError, naming it."""
     def places() -> tuple:
-        send = _where(sendbuf, share, held)
-        return send, send if recvbuf is sendbuf else _where(recvbuf, share, held)
+        alone = comm.size == 1
+        send = _where(sendbuf, share, held, alone)
+        return send, send if recvbuf is sendbuf else _where(recvbuf, share, held, alone)
 
     mine, why = attempt(places)
     return [w for pair in agreed(comm, why, "shm-map", mine) for w in pair]

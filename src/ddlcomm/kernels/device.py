@@ -234,9 +234,9 @@ def aliased_first(inputs: Sequence, out) -> list:
 @functools.lru_cache(maxsize=None)
 def _cupy_unusable(op: str, dtype: str, device: int) -> Optional[str]:
     """None when CuPy's fused kernel compiles and runs here for (op, dtype), else why not
-    (tried once per process and GPU, on the rank's own ``device``, on two elements: CuPy
+    (tried once per process and GPU, on the rank's own ``device``: CuPy
     compiles kernels when first called, and a CuPy without its runtime compiler fails only
-    then; min and max of floats must keep a NaN, either operand's)."""
+    then; min and max of floats must keep a NaN, either operand's: three elements)."""
     if dtype not in CUPY_DTYPES:
         return f"CuPy has no {dtype}"
     try:

@@ -172,7 +172,7 @@ class AllreduceAggregator:
         """The blocking all-reduce (average) of one bucket in place: the backend's own
         (``library``, through the wire's copies), or ddlcomm's algorithm (``auto`` decided by
         the bucket's size) on the bucket where it lies: a CPU bucket's NumPy view, a GPU
-        bucket itself (the device algorithms hand the backend host messages only)."""
+        bucket itself (the device algorithms hand the backend host messages only, never a tensor)."""
         nbytes = wire.tensor.numel() * wire.tensor.element_size()
         on_host = wire.kind == "view"
         name, _ = algorithms.decide("allreduce", self.algorithm, nbytes, self.comm.size,

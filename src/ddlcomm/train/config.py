@@ -50,7 +50,7 @@ class TrainConfig:
     lr: float = 0.02
     seed: int = 1
     threads: int = 1                 # torch intra-op threads per rank
-    peer: str = "ddlcomm"            # ddlcomm | ddp (torch DistributedDataParallel over gloo)
+    peer: str = "ddlcomm"            # ddlcomm | ddp (torch DistributedDataParallel, the job's group)
     data: Optional[str] = None       # folder of .npz files; None: synthetic
     prefetch: int = 4
     comm_reps: int = 10
@@ -241,9 +241,10 @@ def _check_algorithm(o: TrainOptions, archs: list[str], overlaps: tuple, waits: 
     if device != "cpu":
         check_device_algorithm("allreduce", o.algorithm, f"--device {device}")
     if device != "cpu" and "host" not in registry.get_spec(o.backend).memories:
-        raise UnsupportedError(f"ddlcomm's own all-reduces on the GPU hand the backend host messages "
-                               f"only (ipc's ready/done headers, staged blocks); backend {o.backend} "
-                               "moves device memory only",
+        raise UnsupportedError(f"ddlcomm's own all-reduces do not train over backend {o.backend}: "
+                               "ring's and rhd's transports post non-blocking host messages (ipc's "
+                               "ready/done headers, staged blocks), which it refuses, and the device "
+                               "shm has not been run over it in training",
                                f"use --backend mpi or gloo with --algorithm {o.algorithm}, or "
                                f"--algorithm library with --backend {o.backend}")
 

@@ -64,11 +64,22 @@ def map_peers(comm: Any, mapper: Any, mine: Any) -> list[Any]:
     """Every rank's buffer like ``mine`` (this rank's own for itself), mapped here; where
     one rank cannot map a peer's (CUDA IPC refused: another IPC namespace, a GPU in
     exclusive-process mode), every rank raises, none is left in the first call's barrier."""
-    blob = (mapper.export(whole(mine)), offset_bytes(mine), _nbytes(mine))
-    said = comm.allgather_object(blob)
+    blob, why = attempt(_export, mapper, mine)
+    said = agreed(comm, why, "the device shm all-reduce's export of the ranks' buffers", blob)
     out, why = attempt(open_peers, comm.rank, mapper, mine, said)
     agreed(comm, why, "the device shm all-reduce's mapping of the other ranks' buffers")
     return out
+
+
+def _export(mapper: Any, mine: Any) -> tuple:
+    """(handle, offset, bytes) of ``mine`` for the others; the driver's refusal (RuntimeError)
+    as UnsupportedError."""
+    try:
+        return mapper.export(whole(mine)), offset_bytes(mine), _nbytes(mine)
+    except RuntimeError as exc:
+        raise UnsupportedError(f"cannot export this rank's buffer: {first_line(exc)}",
+                               "use ring or rhd (their staged transport copies through "
+                               "host memory)") from None
 
 
 def open_peers(rank: int, mapper: Any, mine: Any, said: list) -> list[Any]:
@@ -121,7 +132,9 @@ def bind(comm: Any, sendbuf: Any, recvbuf: Optional[Any], op: Optional[ReduceOp]
         check_alike(comm, send, recv is send)
     peers = mapper_for(send, mapper)
     name = "sum" if op.divide_by_ranks else op.name
-    reduce = many_reducer(name, send.dtype, bool(send.is_cuda), kernel)
+    # a kernel asked for (cupy) may be refused on one rank only (its CuPy): said on every rank
+    reduce, why = attempt(many_reducer, name, send.dtype, bool(send.is_cuda), kernel)
+    agreed(comm, why, "the device shm all-reduce's kernel")
     p = comm.size
     whole = p > 1 and recv is not send and _nbytes(send) * p <= WHOLE_MAX_BYTES
     settle = tail_sync(send, p, op)

@@ -211,45 +211,47 @@ def mapped_checks(comm, failures) -> None:
     buf.free()
 
 
+def every_rank_refuses(comm, failures: list, what: str, call, words: str) -> None:
+    """``call()`` must raise EveryRankError saying ``words``, on this rank as on every other."""
+    from ddlcomm.errors import EveryRankError
+    try:
+        call()
+        failures.append(f"rank {comm.rank}: {what}: not refused")
+    except EveryRankError as exc:
+        if words not in str(exc):
+            failures.append(f"rank {comm.rank}: {what}: {exc}")
+
+
 def failure_checks(comm, failures) -> None:
     """Set-up that fails on some ranks fails on every rank alike, and leaves none waiting:
-    a segment too large for /dev/shm (its leader fails), and another rank's buffer whose
-    segment is gone from /dev/shm (those that map it fail).  The ranks then go on."""
+    a segment too large for /dev/shm (its leader fails), another count on one rank, buffers
+    a live shm-map call holds, and another rank's buffer whose segment is gone from
+    /dev/shm (those that map it fail).  The ranks then go on."""
     import gc
     import os
     from ddlcomm.comm import algorithms, nodes
-    from ddlcomm.errors import EveryRankError
     from ddlcomm.memory.shared import SHM_DIR, segment_of
-    try:
-        nodes.node_segment(comm, 0, 1 << 50)
-        failures.append(f"rank {comm.rank}: a 1 PiB node segment was made")
-    except EveryRankError as exc:
-        if "rank 0: " not in str(exc) or "cannot hold" not in str(exc):
-            failures.append(f"rank {comm.rank}: a 1 PiB node segment: {exc}")
+    every_rank_refuses(comm, failures, "a 1 PiB node segment", lambda: nodes.node_segment(comm, 0, 1 << 50),
+                       "rank 0: /dev/shm cannot hold")
     total = OPS["sum"]
     if comm.size > 1:
         # another count on the last rank: rank 0 sized the segment by its own, and the last
         # rank's engine refused it alone, rank 0 left asleep in the first call
         n = 2048 if comm.rank == comm.size - 1 else 1024
         for alg in ("shm", "shm@64KiB", "ring"):
-            try:
-                algorithms.bind(comm, "allreduce", alg, np.ones(n, np.float32), np.zeros(n, np.float32), total, 0)
-                failures.append(f"rank {comm.rank}: {alg} bound another count on rank {comm.size - 1}")
-            except EveryRankError as exc:
-                if f"2048 float32 sum on ranks [{comm.size - 1}]" not in str(exc):
-                    failures.append(f"rank {comm.rank}: {alg} with another count: {exc}")
+            every_rank_refuses(comm, failures, f"{alg} with another count on the last rank",
+                               lambda: algorithms.bind(comm, "allreduce", alg, np.ones(n, np.float32),
+                                                       np.zeros(n, np.float32), total, 0),
+                               f"2048 float32 sum on ranks [{comm.size - 1}]")
     if comm.size == 1 or not shm_mapped.runs(algorithms.kernel("shm-map", total, np.float32)):
         return
     # the same buffers bound again while the first bound call lives: its segment's name is
     # gone (the others failed to attach it: "no shared-memory segment"); said as such
     a, b = np.ones(1 << 16, np.float32), np.zeros(1 << 16, np.float32)
     first = algorithms.bind(comm, "allreduce", "shm-map", a, b, total, 0)
-    try:
-        algorithms.bind(comm, "allreduce", "shm-map", a, b, total, 0)
-        failures.append(f"rank {comm.rank}: shm-map bound the same buffers twice")
-    except EveryRankError as exc:
-        if "bound by another live shm-map call" not in str(exc):
-            failures.append(f"rank {comm.rank}: shm-map bound twice: {exc}")
+    every_rank_refuses(comm, failures, "shm-map on buffers bound already",
+                       lambda: algorithms.bind(comm, "allreduce", "shm-map", a, b, total, 0),
+                       "bound by another live shm-map call")
     first()
     if not (b == comm.size).all():
         failures.append(f"rank {comm.rank}: the first shm-map call after the refusal gave {b[:4]}")
@@ -262,12 +264,9 @@ def failure_checks(comm, failures) -> None:
     if comm.rank == comm.size - 1:
         os.unlink(os.path.join(SHM_DIR, names[0]))          # rank 0's send buffer's name is gone
     comm.barrier()
-    try:
-        algorithms.bind(comm, "allreduce", "shm-map", send, recv, total, 0)
-        failures.append(f"rank {comm.rank}: shm-map mapped a segment that is gone")
-    except EveryRankError as exc:
-        if "rank 1: no shared-memory segment" not in str(exc):
-            failures.append(f"rank {comm.rank}: shm-map without rank 0's segment: {exc}")
+    every_rank_refuses(comm, failures, "shm-map without rank 0's segment",
+                       lambda: algorithms.bind(comm, "allreduce", "shm-map", send, recv, total, 0),
+                       "rank 1: no shared-memory segment")
     for b in bufs:
         b.free()
     check = np.full(4, comm.rank + 1, np.float32)

@@ -178,7 +178,7 @@ def decide(collective: str, algorithm: str, nbytes: int, nranks: int = 2, one_no
     choice = tuning.choose(library, collective, nranks, nbytes) if tuning is not None else None
     if choice is not None and not runs_here(collective, choice, on_device, shared):
         choice = None
-    if choice is not None and not host_messages and split(choice)[0] not in ("library", "shm"):
+    if choice is not None and not host_messages and _posts_host_messages(choice):
         choice = None
     by = "tuning" if choice is not None else "rules"
     if choice is None:
@@ -186,13 +186,19 @@ def decide(collective: str, algorithm: str, nbytes: int, nranks: int = 2, one_no
         pipelined = shared and get_collective(collective).reduces and (
             on_device or shm.pipelines(reducer("sum", "float32", suffix)))
         choice = choose_auto(collective, nbytes, nranks, pipelined, None if on_device else library)
-        if not host_messages and split(choice)[0] != "shm":
+        if not host_messages and _posts_host_messages(choice):
             choice = "library"
     if split(choice)[0] == "library":
         return "library", by
     if KERNEL_SEP in choice:                    # the table measured that kernel
         return choice, by
     return choice + algorithm[len(base):], by
+
+
+def _posts_host_messages(choice: str) -> bool:
+    """Whether ``choice`` hands the backend non-blocking host messages (the device ring's and
+    rhd's transports); the library's call and the device shm's barriers do not (pure)."""
+    return split(choice)[0] not in ("library", "shm")
 
 
 def runs_here(collective: str, choice: str, on_device: bool, shared: bool) -> bool:

@@ -242,16 +242,14 @@ def _cupy_unusable(op: str, dtype: str, device: int) -> Optional[str]:
     try:
         # CuPy is optional: only on GPU machines
         import cupy
+        nan_kept = op in ("min", "max") and dtype.startswith("float")
         with cupy.cuda.Device(device):
-            x = cupy.ones(3, dtype=dtype)
-            if op in ("min", "max") and dtype.startswith("float"):
-                x[1] = cupy.nan
-            y, z = cupy.empty_like(x), cupy.ones(3, dtype=dtype)
-            if op in ("min", "max") and dtype.startswith("float"):
-                z[2] = cupy.nan
+            x, z = cupy.ones(3, dtype=dtype), cupy.ones(3, dtype=dtype)
+            if nan_kept:
+                x[1] = z[2] = cupy.nan              # a NaN in either operand
+            y = cupy.empty_like(x)
             _cupy_many(op)([z, x], y)
-            if dtype.startswith("float") and op in ("min", "max") and \
-                    not bool(cupy.isnan(y[1:]).all()):
+            if nan_kept and not bool(cupy.isnan(y[1:]).all()):
                 return f"CuPy's {op} dropped a NaN here"
     except Exception as exc:  # noqa: BLE001 - any failure means: reduce with torch instead
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

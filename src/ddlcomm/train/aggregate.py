@@ -239,7 +239,9 @@ class AllreduceAggregator:
 
     def facts(self) -> dict:
         """The iteration record's fields on where the hooks ran (this rank's, every iteration
-        so far) and whether they started the all-reduces within the last backward."""
+        so far: autograd runs CPU backward on the calling thread, so hooks that start MPI
+        calls run on the main thread, as THREAD_FUNNELED needs; GPU backward runs them on its
+        device thread) and whether they started the all-reduces within the last backward."""
         return {"hooks_on_main_thread": self.hooks_off_main == 0,
                 "overlap_in_backward": bool(self.overlap and self.hooks_refused == 0)}
 

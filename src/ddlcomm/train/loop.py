@@ -333,9 +333,6 @@ def _iteration_fields(t: Training, g: dict[str, np.ndarray], identical, alone: t
         "bucket_bytes": t.bk.nbytes,
         "t_iter_predicted_s": pred["t_iter"],
         "predicted": pred, "predicted_error": relative_error(measured_t_iter, pred["t_iter"]),
-        # Autograd runs CPU backward on the calling thread, so the hooks that start
-        # MPI calls run on the main thread (MPI is at THREAD_FUNNELED): checked every hook.
-        # GPU backward runs them on autograd's device thread.
         **t.agg.facts(),
         "wire": t.bk.wire.kind,
     }

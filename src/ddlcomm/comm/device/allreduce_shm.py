@@ -43,6 +43,7 @@ from ..nodes import node_name
 from ..shm import slices
 from ...kernels import kinds
 from ..agree import agreed, attempt
+from ..buffers import tensor_dtype
 from ..bound import BoundCall
 from . import check_tensors, device_id, tail_sync
 from .peers import mapper_for, offset_bytes, whole
@@ -54,6 +55,10 @@ from .peers import mapper_for, offset_bytes, whole
 #: so that tests can run either way.  64 MiB: an estimate from the H200's time slices
 #: and memory bandwidth (module docstring), not yet measured both ways there.
 WHOLE_MAX_BYTES = 64 << 20
+
+
+#: What a rank whose CUDA IPC export or mapping the driver refused may use instead.
+IPC_REFUSED_HINT = "use ring or rhd (their staged transport copies through host memory)"
 
 
 def _nbytes(t: Any) -> int:
@@ -78,8 +83,7 @@ def _export(mapper: Any, mine: Any) -> tuple:
         return mapper.export(whole(mine)), offset_bytes(mine), _nbytes(mine)
     except RuntimeError as exc:
         raise UnsupportedError(f"cannot export this rank's buffer: {first_line(exc)}",
-                               "use ring or rhd (their staged transport copies through "
-                               "host memory)") from None
+                               IPC_REFUSED_HINT) from None
 
 
 def open_peers(rank: int, mapper: Any, mine: Any, said: list) -> list[Any]:
@@ -94,8 +98,7 @@ def open_peers(rank: int, mapper: Any, mine: Any, said: list) -> list[Any]:
             out.append(mapper.open(handle)[offset:offset + nbytes].view(mine.dtype))
         except RuntimeError as exc:
             raise UnsupportedError(f"cannot map rank {peer}'s buffer: {first_line(exc)}",
-                                   "use ring or rhd (their staged transport copies through "
-                                   "host memory)") from None
+                                   IPC_REFUSED_HINT) from None
     return out
 
 
@@ -105,7 +108,7 @@ def check_alike(comm: Any, send: Any, in_place: bool) -> None:
     the device those inputs are on), every rank works in place or every rank does not,
     and every rank's buffer has one size and dtype (each runs different steps)."""
     said = comm.allgather_object((node_name(), device_id(send), str(send.device),
-                                  (send.numel(), str(send.dtype).rpartition(".")[2]), in_place))
+                                  (send.numel(), tensor_dtype(send).name), in_place))
     if len({(node, device) for node, device, *_ in said}) > 1:
         seen = ", ".join(sorted({f"{shown} of {node}" for node, _, shown, *_ in said}))
         raise UnsupportedError(f"the device shm all-reduce needs every rank on one GPU; the "

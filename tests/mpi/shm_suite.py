@@ -160,6 +160,7 @@ def bound_checks(comm, failures) -> None:
     elif said:
         failures.append(f"rank {comm.rank} shm's staged form said {said}")
     del call
+    spin_checks(comm, failures)
     mapped_checks(comm, failures)
     if comm.size >= 3:
         import os
@@ -172,6 +173,31 @@ def bound_checks(comm, failures) -> None:
                 failures.append(f"rank {comm.rank} hierarchical avg {np.dtype(dt).name} "
                                 f"of a cancelling sum: {recv[0]!r}")
         del os.environ["DDLCOMM_NODE"]
+
+
+def spin_checks(comm, failures) -> None:
+    """The compiled engines spin while the node's ranks have CPUs enough together, as their
+    affinities say: ranks bound to a CPU each still spin, ranks bound to one CPU do not."""
+    import os
+    from ddlcomm.comm import algorithms, nodes
+    send = np.ones(1024, np.float32)
+    if not shm.pipelines(algorithms.kernel("shm", OPS["sum"], send.dtype)):
+        return
+    mine = os.sched_getaffinity(0)
+    cpus = sorted(set().union(*comm.allgather_object(sorted(mine))))
+    pins = [([cpus[0]], 0.0)] + ([([cpus[comm.rank]], nodes.SPIN_US)] if len(cpus) >= comm.size else [])
+    try:
+        for pin, want in pins:
+            os.sched_setaffinity(0, pin)
+            for alg in ("shm", "shm-map") if shm_mapped.runs(algorithms.kernel("shm-map", OPS["sum"], send.dtype)) \
+                    else ("shm",):
+                call = algorithms.bind(comm, "allreduce", alg, send, np.zeros_like(send), OPS["sum"], 0)
+                call()
+                if call.facts().get("shm_spin_us") != want:
+                    failures.append(f"rank {comm.rank} {alg} bound to CPUs {pin}: {call.facts()}")
+                del call
+    finally:
+        os.sched_setaffinity(0, mine)
 
 
 def mapped_checks(comm, failures) -> None:

@@ -141,3 +141,15 @@ def test_a_reducer_hands_its_loop_over():
     red = reducer("max", "bfloat16")
     assert red.itemsize == 2 and type(red.loop).__name__ == "PyCapsule"
     assert shm.pipelines(red) and not shm.pipelines(reducer("max", "bfloat16", "numpy"))
+
+
+@pytest.mark.parametrize("nranks, cpu_sets, spins", [
+    (2, [[0, 1, 2, 3], [0, 1, 2, 3]], True),     # unbound
+    (4, [[0], [1], [2], [3]], True),             # bound one to a CPU each
+    (4, [[0], [0], [0], [0]], False),            # bound to one CPU together
+    (3, [[0, 1], [0, 1], [0, 1]], False),        # more ranks than CPUs
+    (2, [[0], [0, 1]], True),
+])
+def test_the_engines_spin_while_the_ranks_have_cpus_enough_together(nranks, cpu_sets, spins):
+    from ddlcomm.comm import nodes
+    assert nodes.spin_for(nranks, cpu_sets) == (nodes.SPIN_US if spins else 0.0)

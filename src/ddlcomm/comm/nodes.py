@@ -20,13 +20,22 @@ def node_name() -> str:
 
 
 #: Microseconds a rank of the shm engines spins for the others of its node before it sleeps,
-#: while the node's ranks do not outnumber its CPUs (past that: sleep at once).
+#: while the node's ranks do not outnumber the CPUs they may run on (past that: sleep at once).
 SPIN_US = 50.0
 
 
-def spin_us(nranks: int) -> float:
-    """How long a rank waiting for the others spins, with ``nranks`` ranks on the node."""
-    return SPIN_US if nranks <= (os.cpu_count() or 1) else 0.0
+def spin_us(comm) -> float:
+    """How long a rank of ``comm`` (one node's ranks) waiting for the others spins.
+
+    Collective (set-up time): the ranks' CPU affinities together count, so ranks bound one
+    to a core of their own still spin, and ranks bound to one core do not.
+    """
+    return spin_for(comm.size, comm.allgather_object(sorted(os.sched_getaffinity(0))))
+
+
+def spin_for(nranks: int, cpu_sets) -> float:
+    """The spin of :func:`spin_us` (pure): ``nranks`` ranks that may run on ``cpu_sets``."""
+    return SPIN_US if nranks <= len(set().union(*map(set, cpu_sets))) else 0.0
 
 
 #: same_node's answer per communicator: its ranks do not move, so it is asked once.

@@ -114,12 +114,11 @@ def phases_us(first, rest, calls: int) -> dict:
 
 
 def _pipelined(comm, sendbuf, recvbuf, op, reduce, chunk_bytes: Optional[int]) -> BoundCall:
-    p = comm.size
+    p, spin = comm.size, spin_us(comm)
     chunk = pipe_chunk(p, sendbuf.nbytes, chunk_bytes)
     seg = node_segment(comm, 0, _shmpipe.segment_bytes(p, chunk, PIPE_WINDOWS))
     raw = seg.array(np.uint8, seg.nbytes)
     rank, state = comm.rank, {"base": 0, "calls": 0}
-    spin = spin_us(p)
     # the first call's phases, then the others' (None: not timed)
     timed = np.zeros((2, len(PIPE_PHASES)), np.int64) if sendbuf.nbytes >= PIPE_PHASES_BYTES else None
 
@@ -131,7 +130,7 @@ def _pipelined(comm, sendbuf, recvbuf, op, reduce, chunk_bytes: Optional[int]) -
         op.finish(recvbuf, p)
 
     def facts() -> dict:
-        out = {"shm_chunk": chunk,
+        out = {"shm_chunk": chunk, "shm_spin_us": spin,
                "shm_stream": sendbuf.ctypes.data != recvbuf.ctypes.data and sendbuf.nbytes >= PIPE_STREAM_BYTES}
         if timed is not None and state["calls"]:
             out["shm_phases_us"] = {str(rank): phases_us(timed[0], timed[1], state["calls"])}

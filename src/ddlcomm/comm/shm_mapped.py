@@ -130,7 +130,7 @@ def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
     if not runs(reduce):
         raise UnsupportedError("shm-map needs ddlcomm's compiled engine and C reduction kernel",
                                "reinstall ddlcomm where a C compiler is found, or use shm")
-    p, rank = comm.size, comm.rank
+    p, rank, spin = comm.size, comm.rank, spin_us(comm)
     maps: dict = {}
     held: list = []
     ctl_buf = None
@@ -158,7 +158,6 @@ def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
         unlink(pages.name)              # mapped by all: a rank killed later leaves nothing behind
     ctl = ctl_buf.array(np.uint8, ctl_buf.nbytes)
     piece = chunk_bytes or PIECE_BYTES
-    spin = spin_us(p)
     state = {"call": 0}
 
     def run() -> None:
@@ -167,7 +166,8 @@ def bind_allreduce(comm, sendbuf: np.ndarray, recvbuf: np.ndarray, op: ReduceOp,
         op.finish(recvbuf, p)
 
     def facts() -> dict:
-        return {"shm_mapped_bytes": hi - lo, "shm_moved_pages": bool(held), "shm_chunk": piece}
+        return {"shm_mapped_bytes": hi - lo, "shm_moved_pages": bool(held), "shm_chunk": piece,
+                "shm_spin_us": spin}
 
     call = BoundCall(run, facts)
     weakref.finalize(call, close)

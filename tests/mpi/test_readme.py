@@ -5,7 +5,8 @@ folder (with ``.venv`` linked into it) and one database, so later examples
 find what earlier ones made (run ids, ``fit.json``).  The shrinking only lowers
 sizes, steps and iterations (:data:`SHRINK`; a sweep left to its default sizes stops at
 :data:`MAX_BYTES`), and every flag stays as written.
-A ``python`` block that calls ``ddlcomm.init`` runs in 2 ranks under mpirun.
+A ``python`` block that calls ``ddlcomm.init`` runs in 2 ranks under mpirun: Open MPI's
+in the run of every example, and under each MPI in a test of its own.
 """
 from __future__ import annotations
 
@@ -92,6 +93,18 @@ def test_readme_examples_run(tmp_path):
             assert res.returncode == 0, f"{command}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
             ran += 1
     assert ran >= 20
+
+
+def test_readme_library_examples_under_each_mpi(mpi, tmp_path):
+    ran = 0
+    for lang, body in blocks((ROOT / "README.md").read_text()):
+        if lang == "python" and "ddlcomm.init(" in body:
+            script = tmp_path / f"example-{ran}.py"
+            script.write_text(body)
+            res = mpi.mpirun(2, [mpi.python, script], timeout=120)
+            assert res.returncode == 0, f"{body}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
+            ran += 1
+    assert ran >= 1
 
 
 def _run(command: str, folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess:

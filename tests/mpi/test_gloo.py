@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import STRICT
+from ddlcomm.launch.spawn import held_port
 
 HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.mpi
@@ -58,12 +58,6 @@ class Rank:
     err: str
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def clean_env(base: dict[str, str]) -> dict[str, str]:
     """``base`` without any launcher's rank variables (ours are added per rank)."""
     return {k: v for k, v in base.items()
@@ -80,32 +74,33 @@ def spawn(nranks: int, program: list, env: dict[str, str], workdir: Path,
     itself); after ``timeout`` seconds all are killed and
     the test fails with their output.  Also returns the seconds it took.
     """
-    port, procs, files = free_port(), [], []
+    procs, files = [], []
     start = time.monotonic()
-    try:
-        for rank in range(nranks):
-            rank_env = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                            RANK=str(rank), WORLD_SIZE=str(nranks), LOCAL_RANK=str(rank),
-                            LOCAL_WORLD_SIZE=str(nranks), TORCHELASTIC_RUN_ID="test")
-            out = open(workdir / f"rank{rank}.out", "w+")
-            err = open(workdir / f"rank{rank}.err", "w+")
-            files.append((out, err))
-            group = procs[0].pid if procs else 0          # rank 0 leads a new group
-            procs.append(subprocess.Popen([str(c) for c in program], env=rank_env,
-                                          stdout=out, stderr=err, **_join_group(group)))
-        timed_out = False
-        while any(p.poll() is None for p in procs):
-            if kill_on_failure and any(p.returncode not in (None, 0) for p in procs):
-                break
-            if time.monotonic() - start > timeout:
-                timed_out = True
-                break
-            time.sleep(0.05)
-    finally:
-        if procs:
-            _kill_group(procs[0].pid)
-        for p in procs:
-            p.wait()
+    with held_port() as port:       # held until the ranks end: rank 0's store binds it meanwhile
+        try:
+            for rank in range(nranks):
+                rank_env = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                                RANK=str(rank), WORLD_SIZE=str(nranks), LOCAL_RANK=str(rank),
+                                LOCAL_WORLD_SIZE=str(nranks), TORCHELASTIC_RUN_ID="test")
+                out = open(workdir / f"rank{rank}.out", "w+")
+                err = open(workdir / f"rank{rank}.err", "w+")
+                files.append((out, err))
+                group = procs[0].pid if procs else 0          # rank 0 leads a new group
+                procs.append(subprocess.Popen([str(c) for c in program], env=rank_env,
+                                              stdout=out, stderr=err, **_join_group(group)))
+            timed_out = False
+            while any(p.poll() is None for p in procs):
+                if kill_on_failure and any(p.returncode not in (None, 0) for p in procs):
+                    break
+                if time.monotonic() - start > timeout:
+                    timed_out = True
+                    break
+                time.sleep(0.05)
+        finally:
+            if procs:
+                _kill_group(procs[0].pid)
+            for p in procs:
+                p.wait()
     elapsed = time.monotonic() - start
     ranks = []
     for p, (out, err) in zip(procs, files):

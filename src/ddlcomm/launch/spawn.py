@@ -9,6 +9,7 @@ waiting forever.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -26,6 +27,18 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def held_port(host: str = "127.0.0.1"):
+    """A TCP port the OS picks, held while the block runs: bound, never listening, so that
+    no other process is handed it meanwhile (a port merely free a moment ago could be taken
+    before rank 0's store binds it), while torch's store binds it all the same (both
+    sockets set SO_REUSEADDR, which Linux grants where no socket listens on the port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, 0))
+        yield s.getsockname()[1]
 
 
 def rank_env(base: Mapping[str, str], rank: int, size: int, port: int,
@@ -51,8 +64,14 @@ def run(nranks: int, program: Sequence[str], env: Mapping[str, str],
     """
     if nranks < 1:
         raise UsageError(f"cannot start {nranks} ranks", "give 1 or more")
-    port = free_port()
-    prefixes = prefixes or [[] for _ in range(nranks)]
+    with held_port() as port:        # held until the job ends: rank 0's store binds it meanwhile
+        return _run(nranks, program, env, port, grace_s, poll_s,
+                    prefixes or [[] for _ in range(nranks)], master_addr)
+
+
+def _run(nranks: int, program: Sequence[str], env: Mapping[str, str], port: int, grace_s: float,
+         poll_s: float, prefixes: Sequence[Sequence[str]], master_addr: str) -> int:
+    """:func:`run`'s job, its ranks meeting on ``port``."""
     procs: list[subprocess.Popen] = []
     failed_at, code = None, 0
     try:

@@ -185,7 +185,8 @@ def spin_checks(comm, failures) -> None:
         return
     mine = os.sched_getaffinity(0)
     cpus = sorted(set().union(*comm.allgather_object(sorted(mine))))
-    pins = [([cpus[0]], 0.0)] + ([([cpus[comm.rank]], nodes.SPIN_US)] if len(cpus) >= comm.size else [])
+    together = nodes.SPIN_US if comm.size == 1 else 0.0             # one CPU for all the ranks
+    pins = [([cpus[0]], together)] + ([([cpus[comm.rank]], nodes.SPIN_US)] if len(cpus) >= comm.size else [])
     try:
         for pin, want in pins:
             os.sched_setaffinity(0, pin)

@@ -5,7 +5,8 @@ case was found broken: a refusal only the root could make (its receive buffer), 
 rank's refusal of its own buffer, left the others in the collective, whose message its next call then matched (stale data, or a
 hang on gloo); an object a rank could not pickle, or objects the root could not fold,
 left the other ranks waiting; an int array's object average was truncated; closing one
-gloo communicator ended another; ``with`` did not take a communicator.
+gloo communicator ended another; ``with`` did not take a communicator; a bound call refused on
+one rank, or bound to different messages, left the others waiting in its first call.
 """
 from __future__ import annotations
 
@@ -106,6 +107,25 @@ def run_cases(comm, backend: str) -> list[str]:
             check(f"{name}, strided send buffer on rank 1: rank {r}'s result", "got None")
         elif got is not None and not np.array_equal(got, want):
             check(f"{name}, strided send buffer on rank 1: the others' result", f"got {got}")
+    # bind is agreed: one rank's refusal, or ranks binding different messages, raise on every
+    # rank (a rank refusing alone left the others in the first call)
+    bound = {
+        "bind, read-only receive buffer on rank 1": (
+            lambda: comm.bind("allreduce", np.ones(4), ro if r == 1 else np.empty(4)),
+            "bind allreduce: rank 1: allreduce's receive buffer is read-only"),
+        "bind, a count of its own on the last rank": (
+            lambda: (lambda n: comm.bind("allreduce", np.ones(n), np.empty(n)))(3 if r == p - 1 else 4),
+            f"needs one message on every rank: 4 float64 sum on ranks {list(range(p - 1))}; "
+            f"3 float64 sum on ranks [{p - 1}]"),
+        "bind, a root of its own on rank 0": (
+            lambda: comm.bind("broadcast", np.ones(4), root=1 if r == 0 else 0),
+            "4 float64 root 1 on ranks [0]"),
+    }
+    for name, (call, words) in bound.items():
+        check(name, expect_refusal(call, words))
+        after = comm.allreduce(np.full(3, 1.0 + r))
+        if not np.allclose(after, p * (p + 1) / 2):
+            check(f"{name}: the next all-reduce", f"got {after}")
     got = comm.broadcast(ro if r == 0 else np.zeros(4))          # the root only reads it
     if not (got == 2.0).all():
         check("broadcast of a read-only buffer at the root", f"got {got}")

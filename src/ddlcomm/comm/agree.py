@@ -37,6 +37,16 @@ def agreed(comm: Any, why: Why, what: str, payload: Any = None) -> list:
     return [mine for _, mine in every]
 
 
+def who_has(said: list) -> str:
+    """Which ranks said which of ``said`` (one tuple a rank, its parts printed, None left
+    out), the first four kinds (pure): ``"2048 float32 sum on ranks [0, 2]; ..."``."""
+    ranks: dict = {}
+    for rank, what in enumerate(said):
+        ranks.setdefault(what, []).append(rank)
+    shown = [f"{' '.join(str(p) for p in what if p is not None)} on ranks {r}" for what, r in ranks.items()]
+    return "; ".join(shown[:4]) + ("; ..." if len(shown) > 4 else "")
+
+
 def agree_all(comm: Any, ok: bool) -> bool:
     """True on every rank when ``ok`` is true on every rank (one all-reduce)."""
     flag = np.array([1 if ok else 0], np.int32)

@@ -40,7 +40,7 @@ from ..kernels.device import DEVICE_KERNELS, HOST_KERNELS
 from ..lazy import load
 from ..units import format_size
 from . import device, native, shm
-from .agree import agreed, attempt
+from .agree import agreed, attempt, who_has
 from .native._common import check_buf, check_op, check_recv, flat
 from .names import KERNEL_SEP, piece, split
 from .tuning import Tuning
@@ -236,20 +236,11 @@ def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[R
                            kind_cache=kind_cache, transport=transport)
     make, why = attempt(_on_host, comm, collective, algorithm, sendbuf, recvbuf, op, root)
     said = agreed(comm, why, f"{collective} by {base}",
-                  (sendbuf.size, sendbuf.dtype.name, getattr(op, "name", op)))
+                  (sendbuf.size, sendbuf.dtype.name, getattr(op, "name", None)))
     if len(set(said)) > 1:                   # the shm engines size and step by each rank's own
         raise EveryRankError(f"{collective} by {base} needs one count, dtype and op on every "
-                             f"rank: {_who_has(said)}", "bind the same message on every rank")
+                             f"rank: {who_has(said)}", "bind the same message on every rank")
     return make()
-
-
-def _who_has(said: list) -> str:
-    """Which ranks bound which (count, dtype, op), the first four kinds (pure)."""
-    ranks: dict = {}
-    for rank, what in enumerate(said):
-        ranks.setdefault(what, []).append(rank)
-    shown = [f"{n} {dtype}{f' {op}' if op else ''} on ranks {r}" for (n, dtype, op), r in ranks.items()]
-    return "; ".join(shown[:4]) + ("; ..." if len(shown) > 4 else "")
 
 
 def _on_host(comm, collective: str, algorithm: str, sendbuf: np.ndarray, recvbuf, op: Optional[ReduceOp],

@@ -16,8 +16,9 @@ import numpy as np
 
 from ..collectives import Collective, get_collective
 from ..dtypes import DTYPES, OPS, ByNumpy, DType, ReduceOp, dtype_of, get_op
-from ..errors import DdlcommError, UnsupportedError, UsageError
+from ..errors import DdlcommError, EveryRankError, UnsupportedError, UsageError
 from . import buffers, objects
+from .agree import agreed, attempt, who_has
 from .buffers import check_writable
 
 
@@ -544,24 +545,20 @@ class Communicator(abc.ABC):
         buckets, benchmark iterations) pay the argument checks once, not per
         call.  ``recvbuf is sendbuf`` means in place (allreduce, reduce at the
         root); non-roots of rooted collectives may pass ``recvbuf=None``.
+        Collective (one all-gather): where one rank's arguments are refused, or the
+        ranks bind different messages (count, dtype, op, root), every rank raises
+        alike (:func:`~ddlcomm.comm.agree.agreed`), none left waiting in the first call.
         """
         coll = get_collective(collective)
         self.check_supported(collective)
         if not coll.moves_data:
             return self._barrier
-        dtype = self.check_buffer(sendbuf)
-        rop = self.check_op(op, dtype) if coll.reduces else None
-        root = self.check_root(root)
-        n = buffers.count(sendbuf)
-        if coll.divisible:
-            self._block(n, collective)
-        if coll.has_recvbuf(self.rank, root):
-            buffers.check_recv(recvbuf, sendbuf, coll.recv_count(n, self.size),
-                               f"{collective}'s receive buffer", self.check_buffer, coll.in_place_ok)
-        else:
-            recvbuf = None
-        if coll.in_send and self.rank != root:          # broadcast: the result lands in it
-            check_writable(sendbuf, f"{collective}'s buffer")
+        checked, why = attempt(self._bind_checks, coll, sendbuf, recvbuf, op, root)
+        said = agreed(self, why, f"bind {collective}", checked and checked[-1])
+        if len(set(said)) > 1:
+            raise EveryRankError(f"bind {collective} needs one message on every rank: {who_has(said)}",
+                                 "bind the same count, dtype, op and root on every rank")
+        sendbuf, recvbuf, rop, root, _ = checked
         call = self._bind(coll, sendbuf, recvbuf, rop, root)
         if rop is None or not rop.divide_by_ranks or recvbuf is None:
             return call
@@ -571,6 +568,25 @@ class Communicator(abc.ABC):
             call()
             finish(recvbuf, size)
         return call_and_finish
+
+    def _bind_checks(self, coll: Collective, sendbuf, recvbuf, op, root) -> tuple:
+        """:meth:`bind`'s checks on this rank: (send, receive buffer or None, op, root, the
+        message every rank must bind alike)."""
+        dtype = self.check_buffer(sendbuf)
+        rop = self.check_op(op, dtype) if coll.reduces else None
+        root = self.check_root(root)
+        n = buffers.count(sendbuf)
+        if coll.divisible:
+            self._block(n, coll.name)
+        if coll.has_recvbuf(self.rank, root):
+            buffers.check_recv(recvbuf, sendbuf, coll.recv_count(n, self.size),
+                               f"{coll.name}'s receive buffer", self.check_buffer, coll.in_place_ok)
+        else:
+            recvbuf = None
+        if coll.in_send and self.rank != root:          # broadcast: the result lands in it
+            check_writable(sendbuf, f"{coll.name}'s buffer")
+        said = (n, dtype.name, rop and rop.name, f"root {root}" if coll.rooted else None)
+        return sendbuf, recvbuf, rop, root, said
 
     def _bind(self, coll: Collective, sendbuf: np.ndarray, recvbuf: Optional[np.ndarray],
               op: Optional[ReduceOp], root: int) -> Callable[[], None]:

@@ -126,9 +126,10 @@ def format_size(nbytes: float) -> str:
 
 
 def typed_size(nbytes: int) -> str:
-    """:func:`format_size` where it is exact, else the bytes (``1294B``): a size to type."""
+    """:func:`format_size` where it is exact and whole (``64KiB``), else the bytes
+    (``1294B``, ``1536B``: :func:`parse_size` takes no fractions): a size to type back."""
     short = format_size(nbytes)
-    return f"{nbytes}B" if short.startswith("~") else short
+    return f"{int(nbytes)}B" if short.startswith("~") or "." in short else short
 
 
 def about_size(nbytes: float) -> str:

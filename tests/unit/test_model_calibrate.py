@@ -220,6 +220,10 @@ def test_shared_and_split_groups():
     assert sorted({g.key["regime"] for g in fit.groups}) == ["*:100000B", "100000B:*"]
     assert fit.select("allreduce", "library", 99999).key["regime"] == "*:100000B"
     assert fit.select("allreduce", "library", 100000).key["regime"] == "100000B:*"
+    # nor one a unit writes with a fraction ('1.5KiB': parse_size takes no fractions)
+    fit = cal.calibrate(synthetic(TRUE), split=[1536])
+    assert sorted({g.key["regime"] for g in fit.groups}) == ["*:1536B", "1536B:*"]
+    assert fit.select("allreduce", "library", 1536).key["regime"] == "1536B:*"
 
 
 def test_weighting_is_relative():
@@ -327,6 +331,10 @@ def test_repeated_points_combine():
     assert len(cal.calibrate(clean + slow, combine="none").residuals) == 2 * len(clean)
     med = cal.calibrate(clean + slow + slow, combine="median")
     assert med.groups[0].params.beta == pytest.approx(3 * TRUE["gather"].beta, rel=1e-6)
+    # of two runs, the median lies between them (it was the faster one: min again)
+    med = cal.calibrate(clean + slow, combine="median")
+    assert med.groups[0].params.beta == pytest.approx(2 * TRUE["gather"].beta, rel=1e-6)
+    assert [r["repeats"] for r in med.residuals] == [2] * len(clean)
     with pytest.raises(UsageError, match="combine"):
         cal.calibrate(clean, combine="mean")
     ops = [dict(p, op=op) for p in clean for op in ("sum", "max")]   # not repeats of each other
@@ -398,3 +406,14 @@ def test_a_fit_across_containers_predicts_its_own_points_as_it_fitted_them():
         (row,) = predict("allreduce", "library", [r["ranks"]], [r["bytes"]], fit=fit)
         assert row["ran_as"] == r["model_algorithm"], (r["ranks"], r["bytes"])
         assert row["seconds"] == pytest.approx(r["model_s"], rel=1e-9)
+
+
+def test_a_skipped_point_says_why_the_model_cannot_price_it():
+    """Every refusal read 'an algorithm the model does not price', NCCL's library too."""
+    pts = [dict(backend="nccl", library="NCCL 2.21.5", collective="allreduce", form="buffer",
+                algorithm="library", dtype="float32", op="sum", bytes=b, count=b // 4, ranks=2,
+                root=0, in_place=False, t_avg_us=5.0, t_min_us=5.0, t_p50_us=5.0,
+                check="passed", extra={}, run_id=1) for b in (1024, 65536)]
+    with pytest.raises(UsageError, match="allreduce by library: no default-algorithm rules "
+                                         "for library 'NCCL 2.21.5'"):
+        cal.calibrate(pts)

@@ -73,6 +73,15 @@ def test_wfbp_with_fusion():
     assert r.exposed == pytest.approx(2.0)
 
 
+def test_layers_without_parameters_send_nothing():
+    # each was priced as a message of 0 bytes, a latency apiece
+    bare = Phases(0.0, 0.0, 0.0, 3.0, 0.0, layers=((1.0, 100), (1.0, 0), (1.0, 200), (0.0, 0)))
+    for fusion in (None, 150):         # 150: the 200 bytes alone, then the last 0 apart
+        assert predict(bare, 2, comm=lambda n: 1.0 + n, fusion_bytes=fusion).t_comm == 302.0
+    nothing = Phases(0.0, 0.0, 0.0, 3.0, 0.0, layers=((3.0, 0),))
+    assert predict(nothing, 2, comm=lambda n: 1.0).t_comm == 0
+
+
 def test_io_and_wfbp():
     ph = Phases(4.0, 0.0, 0.0, 3.0, 0.0, layers=LAYERS.layers)
     assert predict(ph, 2, comm=lambda n: 0.5, overlap="io+wfbp").t_iter == pytest.approx(4.0)

@@ -76,7 +76,7 @@ import json
 import math
 import statistics
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
@@ -87,7 +87,7 @@ from ..dtypes import DTYPES
 from ..errors import UsageError
 from ..measure.stats import relative_error
 from ..pages import senders_huge_share
-from ..units import format_size, parse_size
+from ..units import parse_size, typed_size
 from . import costs, node
 from .costs import Params, Setting
 from .library import folded
@@ -241,7 +241,7 @@ def holdout_notes(holdout: Sequence[Holdout], rows: Sequence[Row]) -> list[str]:
 def _values_of(h: Holdout, rows: Sequence[Row]) -> str:
     """The values of ``h``'s field among the rows' points, as a user types them."""
     found = sorted({h.value(r.point) for r in rows} - {None})
-    shown = [format_size(v) if h.field == "bytes" else str(v) for v in found]
+    shown = [typed_size(v) if h.field == "bytes" else str(v) for v in found]
     return ", ".join(shown[:12]) + (f" ... ({len(shown)} in all)" if len(shown) > 12 else "")
 
 
@@ -294,15 +294,9 @@ def regime_of(nbytes: float, split: Sequence[int]) -> str:
     lo: Optional[int] = None
     for s in sorted(split):
         if nbytes < s:
-            return f"{_bound(lo) if lo else '*'}:{_bound(s)}"
+            return f"{typed_size(lo) if lo else '*'}:{typed_size(s)}"
         lo = s
-    return f"{_bound(lo)}:*" if lo else "*"
-
-
-def _bound(nbytes: int) -> str:
-    """A size band's bound, exact (pure)."""
-    text = format_size(nbytes)
-    return f"{int(nbytes)}B" if text.startswith("~") else text
+    return f"{typed_size(lo)}:*" if lo else "*"
 
 
 def make_rows(points: Iterable[Mapping[str, Any]], metric: str = "p50", shared: bool = False,
@@ -353,8 +347,8 @@ def _row(p: Mapping[str, Any], alg: str, coll: str, ranks: int, nbytes: int,
                                            bandwidth=bandwidth, thp=p.get("host_thp"),
                                            memory=p.get("memory"), huge_share=senders_huge_share(p)),
                                    library_call=alg == "library")
-    except UsageError:
-        return None, f"{coll} by {base}: an algorithm the model does not price"
+    except UsageError as exc:
+        return None, f"{coll} by {base}: {exc.args[0]}"
     return (lib, name, terms, load), None
 
 
@@ -644,7 +638,8 @@ def combine_rows(rows: Sequence[Row], how: str = "min") -> list[Row]:
     out = []
     for group in same.values():
         group = sorted(group, key=lambda r: r.measured_s)
-        pick = group[0] if how == "min" else group[(len(group) - 1) // 2]
+        pick = group[0] if how == "min" else \
+            replace(group[0], measured_s=statistics.median(r.measured_s for r in group))
         pick.point["repeats"] = len(group)
         out.append(pick)
     return out

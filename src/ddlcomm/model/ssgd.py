@@ -136,7 +136,8 @@ def messages(phases: Phases, fusion_bytes: Optional[int]) -> list[tuple[float, i
             i += 1
             if acc >= size:
                 break
-        out.append((ready[i - 1], size))
+        if size:                          # layers without parameters send nothing
+            out.append((ready[i - 1], size))
     return out
 
 
@@ -147,9 +148,7 @@ def _comm_times(phases: Phases, msgs: Sequence[tuple[float, int]], t_c: Optional
         for v in out:
             _check_seconds(v, "comm(nbytes)")
         return out
-    total = phases.gradient_bytes
-    if total == 0:
-        return [t_c / len(msgs)] * len(msgs)
+    total = phases.gradient_bytes           # > 0: there are messages
     return [t_c * size / total for _, size in msgs]
 
 
@@ -185,12 +184,10 @@ def predict(phases: Phases, workers: int, *, t_c: Optional[float] = None,
     base = _iteration(phases, 1, overlap, 0.0, workers_per_node, io_per_node)
     if workers == 1:
         return Prediction(base, 0.0, 0.0, 0.0, 1.0, 1.0, 1)
-    if phases.layers:
-        msgs = messages(phases, fusion_bytes)
-        times = _comm_times(phases, msgs, t_c, comm)
-    else:
-        msgs, times = [], []
-    t_comm = sum(times) if times else float(t_c)
+    msgs = messages(phases, fusion_bytes) if phases.layers else []
+    times = _comm_times(phases, msgs, t_c, comm) if msgs else []
+    # no layers: t_c whole; layers without bytes: nothing to send
+    t_comm = sum(times) if msgs or phases.layers else float(t_c)
     exposed = t_comm
     if wfbp:
         end = 0.0

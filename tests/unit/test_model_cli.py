@@ -462,3 +462,14 @@ def test_predicted_bandwidth_counts_bytes_as_measured_points_do(capsys):
                      "1e-6", "--beta", "1e-10", "--ranks", "8", "--bytes", "1MiB")
     cells = out.strip().splitlines()[-1].split()
     assert rc == 0 and float(cells[-1]) == pytest.approx(8 * (1 << 20) / (float(cells[-2]) * 1e-6) / 1e9, rel=0.01)
+
+
+def test_ssgd_takes_dtype_with_layers_and_a_fit(capsys, db, tmp_path):
+    """--dtype with --layers was refused, though a fit prices the messages by their elements."""
+    fit, layers = tmp_path / "fit.json", tmp_path / "layers.json"
+    layers.write_text(json.dumps([[0.03, 1 << 20], [0.03, 1 << 20]]))
+    assert run(capsys, "calibrate", "--db", str(db), "--cache", "0", "--out", str(fit))[0] == 0
+    args = ["ssgd", "--t-io", "0.01", "--t-h2d", "0", "--t-f", "0.03", "--t-b", "0.06", "--t-u", "0",
+            "--fit", str(fit), "--layers", str(layers), "--workers", "2", "--json"]
+    rc, out, _ = run(capsys, *args, "--dtype", "float16")
+    assert rc == 0 and json.loads(out)[0]["workers"] == 2

@@ -268,6 +268,8 @@ def test_ps_step_is_broadcast_plus_gather():
         P.time(Schedule(2, 2 * n)) + P.time(Schedule(2, 2 * n)))
     with pytest.raises(UsageError):
         costs.time("ps", "binomial", 3, n, P)
+    with pytest.raises(UsageError, match="a PS step needs a server and a worker"):   # it was 0 s
+        costs.time("ps", "library", 1, n, P, s)
 
 
 @pytest.mark.parametrize("lib, coll, p, n, alg", [

@@ -43,7 +43,7 @@ def test_bandwidth(nbytes, t_us, factor, algbw, busbw):
 
 
 @pytest.mark.parametrize("t_call_s, want", [
-    (0.0, 2000), (-1.0, 2000), (1e-9, 2000), (1e-4, 2000), (1e-3, 200), (0.02, 10),
+    (0.0, 2000), (-1.0, 2000), (float("nan"), 2000), (1e-9, 2000), (1e-4, 2000), (1e-3, 200), (0.02, 10),
     (0.1, 5), (10.0, 5),
 ])
 def test_choose_iterations(t_call_s, want):

@@ -272,7 +272,9 @@ def _add_ssgd(msub) -> None:
     s.add_argument("--layers", metavar="FILE",
                    help="JSON list of [backward seconds, gradient bytes] per layer, backward "
                         "order (their times give the backward pass's shape: scaled to --t-b)")
-    s.add_argument("--dtype", help="gradient dtype with --model (default float32)")
+    s.add_argument("--dtype", help="gradient dtype (default float32): sizes --model's gradients, and "
+                                   "with --fit the messages' elements (MPICH chooses its all-reduce "
+                                   "by element count)")
     s.add_argument("--fusion", metavar="BYTES", help="fuse gradients into buckets of at most BYTES")
     s.add_argument("--workers", required=True, help=COUNTS_HELP)
     s.add_argument("--workers-per-node",
@@ -464,8 +466,9 @@ def _phases(args) -> tuple[Phases, Optional[int]]:
     if args.model and args.layers:
         raise UsageError("give --model or --layers, not both")
     layers: tuple = ()
-    if args.dtype is not None and not args.model:
-        raise UsageError("--dtype sizes --model's gradients", "--layers gives bytes; drop --dtype")
+    if args.dtype is not None and not (args.model or args.fit):
+        raise UsageError("--dtype sizes --model's gradients, or --fit's messages' elements",
+                         "--layers with --t-c gives bytes and times: drop --dtype")
     if args.model:
         layers = model_layers(args.model, t["b"], get_dtype(args.dtype or "float32").itemsize)
     elif args.layers:

@@ -47,7 +47,7 @@ def choose_iterations(t_call_s: float, budget_s: float, lo: int = 5, hi: int = 2
 
     Small messages get many iterations (up to ``hi``), large ones few (down to ``lo``).
     """
-    if t_call_s <= 0:
+    if not t_call_s > 0:                 # nothing measurable (0, or NaN): the most
         return hi
     return int(min(hi, max(lo, round(budget_s / t_call_s))))
 
@@ -60,6 +60,6 @@ def choose_warmup(iterations: int) -> int:
 def relative_error(measured: float, predicted: Optional[float]) -> Optional[float]:
     """``(predicted - measured) / measured``; None when there is no finite prediction
     or nothing was measured."""
-    if predicted is None or not measured or not math.isfinite(predicted):
+    if predicted is None or not measured or not math.isfinite(predicted) or not math.isfinite(measured):
         return None
     return (predicted - measured) / measured

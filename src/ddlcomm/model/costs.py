@@ -863,6 +863,8 @@ def ps_step_time(algorithm: str, p: int, nbytes: float, params: Params,
     through its own link.  ``algorithm``: ``library`` or ``BCAST+GATHER``
     (e.g. ``binomial+linear``); ``gather_params``, ``gather_setting``: the
     gather's own parameters and setting (default: the broadcast's)."""
+    if p < 2:
+        raise UsageError(f"a PS step needs a server and a worker: {p} rank", "give 2 ranks or more")
     if algorithm == "library":
         bcast, gather = "library", "library"
     else:

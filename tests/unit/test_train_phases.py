@@ -120,4 +120,4 @@ def test_relative_error():
     assert relative_error(2.0, 2.2) == pytest.approx(0.1)
     assert relative_error(0.2, 0.18) == pytest.approx(-0.1)
     assert relative_error(0.2, None) is None and relative_error(0.0, 1.0) is None
-    assert relative_error(1.0, math.inf) is None
+    assert relative_error(1.0, math.inf) is None and relative_error(math.nan, 1.0) is None

@@ -8,6 +8,7 @@ ran (:mod:`ddlcomm.model.costs`; ``library`` resolved by
     t = rounds·α + share·c·(bytes·β + reduced·γ + spill·(bytes + reduced)·β_spill)
         + over·(rounds·α_over + [per_byte]·(bytes + reduced)·β_over)
         + share·fresh·β_fault + share·(bytes·β_core + reduced·γ_core)
+        + rndv·α_rndv + share·pages·α_page
 
 (:func:`ddlcomm.model.node.features`, the node's :class:`~ddlcomm.model.node.Load`
 from :func:`~ddlcomm.model.costs.node_load`, the same as a prediction's; ``c`` the

@@ -29,17 +29,18 @@ linear gather): the waiting ranks give it the core.
 
 Cache: when the node's working set (its ranks' buffers, :data:`FOOTPRINT`)
 outgrows the last-level cache, all of it (``spill`` = 1, :func:`spill`)
-streams from memory: ``share·spill·(bytes + reduced)·beta_spill`` more.  0
-when the cache is not known (``costs.Setting``); without oversubscription or
-spill the time is the plain α-β-γ one.
+streams from memory: ``share·c·spill·(bytes + reduced)·beta_spill`` more.  0
+when the cache is not known (``costs.Setting``).
 
 Memory contention: the ranks that copy at once on a node (the busy ranks,
-at most one per core) share its memory bandwidth, so each byte they stream
-from memory (the ``spill`` part) costs ``c`` times what it costs one copy
-alone, with ``c`` = copies·B(1)/B(copies) (:func:`contention`) from the
-node's measured copy bandwidth B by concurrent copies (``ddlcomm info
---memory-bandwidth``).  It is measured, not fitted: 1 where B grows with
-the copies, or where B is not known.
+at most one per core) share its memory bandwidth, so each byte they move or
+reduce, in cache or from memory, costs ``c`` times what it costs one copy
+alone (β and γ; ``beta_core`` and ``gamma_core``, the part a core spends
+alone, are not slowed), with ``c`` = copies·B(1)/B(copies) (:func:`contention`)
+from the node's measured copy bandwidth B by concurrent copies (``ddlcomm info
+--memory-bandwidth``).  It is measured, not fitted: 1 where B grows at least
+in proportion to the copies, or where B is not known.  :func:`features` has
+the whole formula.
 
 Rendezvous: the messages on a call's critical path that the library sends by
 rendezvous on one node (``rndv``, ``costs.rendezvous_rounds``) cost ``alpha_rndv``

@@ -49,6 +49,7 @@ from ..errors import (BackendUnavailable, DdlcommError, RankFailure, Unsupported
                       UsageError)
 from ..launch.commands import on_host
 from ..launch.mpirun import MPILauncher, family_of, once_more_if_not_started
+from ..measure.stats import summarize_us
 from ..units import parse_positive_int, parse_size
 
 if TYPE_CHECKING:
@@ -470,15 +471,10 @@ def summarize(rec: dict) -> dict:
     iterations of the slowest rank's time.  The identifying fields are kept;
     the per-rank and per-iteration lists are not.
     """
-    rank_avg = np.asarray(rec.get("rank_avg_us", []), dtype=float)
-    iter_max = np.asarray(rec.get("iter_max_us", []), dtype=float)
-    if rank_avg.size == 0 or iter_max.size == 0:
+    if not rec.get("rank_avg_us") or not rec.get("iter_max_us"):
         raise ValueError("C reference record has no rank_avg_us or iter_max_us times")
     out = {k: v for k, v in rec.items() if k not in ("rank_avg_us", "rank_p50_us", "iter_max_us")}
-    out.update(t_min_us=float(rank_avg.min()), t_avg_us=float(rank_avg.mean()),
-               t_max_us=float(rank_avg.max()),
-               t_p50_us=float(np.percentile(iter_max, 50)),
-               t_p99_us=float(np.percentile(iter_max, 99)))
+    out.update(summarize_us(rec["rank_avg_us"], rec["iter_max_us"]))
     return out
 
 

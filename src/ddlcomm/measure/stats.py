@@ -23,8 +23,15 @@ def summarize(times_s: np.ndarray) -> dict[str, float]:
     times = np.atleast_2d(np.asarray(times_s, dtype=np.float64))
     if times.size == 0:
         raise ValueError("no timings to summarise")
-    per_rank = times.mean(axis=1) * 1e6
-    slowest = times.max(axis=0) * 1e6
+    return summarize_us(times.mean(axis=1) * 1e6, times.max(axis=0) * 1e6)
+
+
+def summarize_us(per_rank, slowest) -> dict[str, float]:
+    """:func:`summarize`'s statistics from each rank's mean and each iteration's slowest
+    rank's time, in µs (the C reference's records carry these)."""
+    per_rank, slowest = np.asarray(per_rank, dtype=float), np.asarray(slowest, dtype=float)
+    if per_rank.size == 0 or slowest.size == 0:
+        raise ValueError("no timings to summarise")
     return {
         "t_min_us": float(per_rank.min()),
         "t_avg_us": float(per_rank.mean()),

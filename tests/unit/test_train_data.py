@@ -182,3 +182,16 @@ def test_a_share_smaller_than_a_batch_is_refused_before_the_start(tmp_path, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["ddlcomm: error: at 2 workers a worker's share of --data holds 8 images, fewer "
                    "than a batch of 16 (give more images, more files, or a smaller --batch)"]
+
+
+def test_ddp_beside_ps_has_its_shares_checked(tmp_path, capsys):
+    """--arch ps alone checked the ranks-but-one split; DDP beside it splits over every rank."""
+    from ddlcomm.cli import main
+    folder = tmp_path / "d"
+    folder.mkdir()
+    for i, n in enumerate((40, 8)):
+        np.savez(folder / f"p{i}.npz", x=np.zeros((n, 3, 32, 32), np.uint8), y=np.zeros(n, np.int64))
+    args = ["train", "--db", str(tmp_path / "t.db"), "--data", str(folder), "--ranks", "2",
+            "--batch", "16", "--no-report", "--arch", "ps"]
+    assert main([*args, "--peer", "ddp"]) == 2
+    assert "at 2 workers a worker's share of --data holds 8 images" in capsys.readouterr().err

@@ -80,3 +80,16 @@ def test_what_a_rank_needs_at_least():
     assert fits.rank_needs(cfg, worker=False) == (images + state,) * 2     # the parameter server
     on_gpu = TrainConfig(model="vgg16", batch=2, image_size=224, device="cuda")
     assert fits.rank_needs(on_gpu, worker=True) == (images, images)        # its network lives there
+
+
+def test_a_batch_of_one_too_small_for_batchnorm_is_refused_by_every_rank():
+    """Refused in rank 0's first pass alone, while the others waited: the job aborted."""
+    from ddlcomm.errors import EveryRankError
+    from ddlcomm.train.config import TrainConfig
+    with pytest.raises(EveryRankError, match="googlenet at batch 1 and 48x48 leaves BatchNorm "
+                                             "one value per channel"):
+        fits.check_batch_norm([TrainConfig(model="smallcnn", batch=1, image_size=32),
+                               TrainConfig(model="googlenet", batch=1, image_size=48)])
+    fits.check_batch_norm([TrainConfig(model="googlenet", batch=2, image_size=48),
+                           TrainConfig(model="googlenet", batch=1, image_size=64),
+                           TrainConfig(model="smallcnn", batch=1, image_size=32)])

@@ -68,7 +68,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "in the same job, over the backend's torch.distributed group (nccl, gloo; "
                         "with mpi, a Gloo group beside it) (default none)")
     t.add_argument("--ranks", help="ranks, or a comma list for a weak-scaling study "
-                                   "(1 is added as the baseline); default 2, or the launcher's")
+                                   "(1 is added as the baseline); default 2 (1 with --batch-sweep), or the launcher's")
     common.add_oversubscribe(t)
     t.add_argument("--batch", help="images per worker per iteration (default: the model's CPU-sized one)")
     t.add_argument("--batch-sweep", metavar="LIST",

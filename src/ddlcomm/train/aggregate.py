@@ -245,11 +245,10 @@ class AllreduceAggregator:
         return {"hooks_on_main_thread": self.hooks_off_main == 0,
                 "overlap_in_backward": bool(self.overlap and self.hooks_refused == 0)}
 
-    def step(self, optimizer) -> float:
-        """Local update; returns 0 (no server)."""
+    def step(self, optimizer) -> None:
+        """The local update, then the gradient buckets zeroed for the next backward pass."""
         optimizer.step()
         self.bk.zero_grads()
-        return 0.0
 
     def measure_alone(self, reps: int) -> tuple[list[tuple[int, float]], float]:
         """Each bucket's all-reduce alone on scratch copies: ((bytes, s) per bucket per rep, total s).
@@ -347,10 +346,10 @@ class PSAggregator:
             g.mul_(scale)
         self.optimizer.step()
 
-    def step(self, optimizer) -> float:
-        """Workers have nothing to update: the server did (its time returned on the server)."""
+    def step(self, optimizer) -> None:
+        """Nothing to update (the server did, in :meth:`apply`, its time ``t_apply``): the
+        gradient buckets zeroed for the next backward pass."""
         self.bk.zero_grads()
-        return self.t_apply if self.server else 0.0
 
     def measure_alone(self, reps: int) -> tuple[list[tuple[int, float]], float]:
         """Each bucket's gather + broadcast alone (no update between), on scratch buffers."""

@@ -198,7 +198,7 @@ def plan_jobs(o: TrainOptions, launcher_size: Optional[int]) -> list[TrainJob]:
         # Every training rank loads torch, as a gloo rank does, whatever the backend.
         check_start(max(ranks), o.oversubscribe, [o.backend, "gloo"])
         _check_batch_memory(base, max(batches), max(ranks))
-    _check_data_shares(base, archs, ranks, max(batches))
+    _check_data_shares(base, archs + (["ddp"] if o.peer == "ddp" else []), ranks, max(batches))
     if o.peer == "ddp":
         registry.check("gloo")
     timeout = parse_seconds(o.timeout, "--timeout")
@@ -276,7 +276,8 @@ def _batches(o: TrainOptions, base: TrainConfig) -> list[int]:
 
 def _check_data_shares(base: TrainConfig, archs: list[str], ranks: list[int], batch: int) -> None:
     """Refuse --data whose share of some worker cannot fill a batch (it failed in the ranks,
-    after the start, the error printed twice)."""
+    after the start, the error printed twice); ``archs``: ps's workers are the ranks but
+    one, the all-reduce's and DDP's (``ddp``, ``--peer ddp``) every rank."""
     if base.data is None:
         return
     counts = file_images(data_files(base.data))
@@ -331,5 +332,6 @@ def _ranks(o: TrainOptions, launcher_size: Optional[int]) -> list[int]:
     if len(ranks) > 1 and launcher_size is None and 1 not in ranks:
         ranks = [1] + ranks                      # the weak-scaling baseline: one worker alone
     if o.batch_sweep is not None and ranks != [1]:
-        raise UsageError("--batch-sweep trains on one worker", "use --ranks 1 (or leave --ranks out)")
+        raise UsageError("--batch-sweep trains on one worker",
+                         "start 1 rank" if launcher_size is not None else "use --ranks 1 (or leave --ranks out)")
     return ranks

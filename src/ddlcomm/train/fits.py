@@ -1,4 +1,5 @@
-"""Whether a training job fits in its hosts' memory: checked in the ranks, once they meet.
+"""Whether a training job fits in its hosts' memory, and its batches the networks'
+BatchNorm: checked in the ranks, once they meet.
 
 What a rank needs is a lower bound: :func:`ddlcomm.train.config.host_bytes` (a batch's
 images; the network's parameters, gradients and momentum where it lives in host memory)
@@ -47,6 +48,38 @@ def activation_bytes(model: str, image_size: int) -> int:
     for hook in hooks:
         hook.remove()
     return 4 * sum(outputs)
+
+
+def check_batch_norm(configs: Sequence[TrainConfig]) -> None:
+    """Refuse, in every rank alike before any trains, a batch of one image that leaves some
+    BatchNorm of the network one value per channel (torch refused it in rank 0's first pass
+    alone, the others waiting for it; with 2 images or more it never does)."""
+    for cfg in configs:
+        if cfg.batch == 1 and _one_value_per_channel(cfg.model, cfg.image_size):
+            raise EveryRankError(f"{cfg.model} at batch 1 and {cfg.image_size}x{cfg.image_size} "
+                                 "leaves BatchNorm one value per channel",
+                                 "use --batch 2 or more, or a larger --image-size")
+
+
+@functools.lru_cache(maxsize=None)
+def _one_value_per_channel(model: str, image_size: int) -> bool:
+    """Whether a training forward pass of one image leaves a BatchNorm one value per channel
+    (on torch's meta device: shapes only)."""
+    # torch: imported by the ranks that train, never by the command that checks its options
+    import torch
+
+    with torch.device("meta"):
+        net = get_net(model).build().train()
+    if not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in net.modules()):
+        return False
+    try:
+        with torch.no_grad():
+            net(torch.empty(1, 3, image_size, image_size, device="meta"))
+    except ValueError as exc:
+        if "value per channel" not in str(exc):
+            raise
+        return True
+    return False
 
 
 def rank_needs(cfg: TrainConfig, worker: bool) -> tuple[int, int]:

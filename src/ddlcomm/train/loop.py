@@ -31,7 +31,6 @@ from ..comm import registry
 from ..comm.agree import agree_all
 from ..measure.records import make_record
 from ..measure.stats import relative_error
-from ..errors import UsageError
 from ..memory import heap
 from . import phases as ph
 from . import predict
@@ -118,17 +117,10 @@ def loss_summary(losses: np.ndarray) -> dict:
             "loss_decreased": bool(last < first)}
 
 
-def first_pass(model, criterion, x, y, cfg: TrainConfig) -> list[int]:
-    """One untimed forward and backward: the order gradients become ready (a clear
-    error where the batch and image size leave BatchNorm a single value per channel)."""
-    try:
-        return ready_order(model, lambda: criterion(model(x), y))
-    except ValueError as exc:
-        if "value per channel" not in str(exc):
-            raise
-        raise UsageError(f"{cfg.model} at batch {cfg.batch} and {cfg.image_size}x{cfg.image_size} "
-                         "leaves BatchNorm one value per channel",
-                         "use --batch 2 or more, or a larger --image-size") from None
+def first_pass(model, criterion, x, y) -> list[int]:
+    """One untimed forward and backward: the order gradients become ready (a batch that
+    leaves BatchNorm one value per channel was refused before: ``fits.check_batch_norm``)."""
+    return ready_order(model, lambda: criterion(model(x), y))
 
 
 @dataclass(frozen=True)
@@ -249,7 +241,7 @@ def run_config(comm, cfg: TrainConfig, place: Optional[Placed] = None,
         x, y = (t.to(place.target) for t in data.next())
         if cfg.arch == "ps" and comm.rank == 0:
             data.close()        # the server's reader would read ahead and poll while it is timed
-        order = comm.broadcast_object(first_pass(model, criterion, x, y, cfg) if comm.rank == 0
+        order = comm.broadcast_object(first_pass(model, criterion, x, y) if comm.rank == 0
                                       else None, 0)
         bk = Buckets(list(model.parameters()), order, cfg.fusion,
                      wire or wire_for(place.name, comm.memories, comm.name))

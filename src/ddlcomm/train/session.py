@@ -33,7 +33,7 @@ from ..results import Store
 from ..units import counted
 from .config import TrainJob, TrainOptions, plan_jobs
 from .ddp import run_ddp
-from .fits import check_hosts
+from .fits import check_batch_norm, check_hosts
 from .loop import progress, run_config
 from .scaling import scaling_points
 
@@ -128,6 +128,7 @@ def rank_main(job: TrainJob, argv: Sequence[str], db_path: Path,
         if comm.size != job.ranks:
             raise EveryRankError(f"the launcher started {comm.size} ranks but --ranks {job.ranks} "
                                  "was asked", "start as many ranks as --ranks says, or leave it out")
+        check_batch_norm(job.configs)
         check_hosts(comm, job.configs)
 
     def body(watchdog, store, run_id) -> int:

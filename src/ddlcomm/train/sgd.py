@@ -9,7 +9,10 @@ arithmetic in torch's order (weight decay, dampening and Nesterov off, as
 a few kernels for all the parameters), elsewhere one tensor at a time, as
 torch's default picks; tests hold the parameters to torch's, bit for bit.
 ddlcomm's configurations and DDP's peer runs both step with it, so their
-update phases time the same work.
+updates step alike; they clear the gradients apart: ddlcomm zeroes its gradient
+buckets in place within its update (the gradients are views of the buckets the
+all-reduce moves), DDP sets them to None (:meth:`SGD.zero_grad`, torch's default),
+so its next backward pass allocates them instead.
 """
 from __future__ import annotations
 

@@ -32,15 +32,17 @@ def _cannot_write_in(folder: Path) -> Optional[str]:
     return None
 
 
-def _check_parent(path: Path, flag: str) -> None:
-    """The folders ``path`` would be made in can be made and written."""
+def _check_parent(path: Path, flag: str, subject: Optional[str] = None) -> None:
+    """The folders ``path`` would be made in can be made and written (``subject``: what
+    the refusal calls the path, ``flag`` where none is given)."""
     base = _nearest_existing(path.parent)
+    subject = subject or flag
     if not base.is_dir():
-        raise UsageError(f"{flag} {path}: {base} is a file, not a folder",
+        raise UsageError(f"{subject} {path}: {base} is a file, not a folder",
                          f"choose a {flag} path inside a folder")
     why = _cannot_write_in(base)
     if why is not None:
-        raise UsageError(f"{flag} {path}: cannot write in {base}{why}",
+        raise UsageError(f"{subject} {path}: cannot write in {base}{why}",
                          f"choose a {flag} path in a folder you can write")
 
 
@@ -57,21 +59,25 @@ def writable_file(path: Path, flag: str) -> Path:
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` (checked by :func:`writable_file`), making its folders."""
+    """Write ``text`` to ``path`` (checked by :func:`writable_file`) in UTF-8, as the
+    reports' files are, whatever the locale (an ASCII one failed half-way on a run's "é"),
+    making its folders."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    path.write_text(text, encoding="utf-8")
 
 
-def writable_dir(path: Path, flag: str) -> Path:
-    """``path`` as a folder this process can create or write in (UsageError if not)."""
+def writable_dir(path: Path, flag: str, default: bool = False) -> Path:
+    """``path`` as a folder this process can create or write in (UsageError if not);
+    ``default``: ``path`` is ``flag``'s default, not given (the refusal says so)."""
+    subject = f"{flag}'s default" if default else flag
     if path.exists():
         if not path.is_dir():
-            raise UsageError(f"{flag} {path} is a file, not a folder", f"give {flag} a folder")
+            raise UsageError(f"{subject} {path} is a file, not a folder", f"give {flag} a folder")
         why = _cannot_write_in(path)
         if why is not None:
-            raise UsageError(f"{flag} {path} is not writable{why}", f"choose another {flag}")
+            raise UsageError(f"{subject} {path} is not writable{why}", f"choose another {flag}")
         return path
-    _check_parent(path, flag)
+    _check_parent(path, flag, subject)
     return path
 
 

@@ -105,3 +105,18 @@ def test_points_of_several_data_paths_are_paired_by_path():
     from ddlcomm.report.tables import render_compare
     header = next(line for line in render_compare(rows, 1, 2).splitlines() if line.startswith("size"))
     assert "path" in header.split()
+
+
+def test_training_configurations_of_one_run_are_rows_of_their_own():
+    """A train run with --overlap both holds two configurations under one key: the last won,
+    and the table showed half the points."""
+    def run(scale):
+        return [point("allreduce", 4, t * scale) | {"extra": {"workload": "train", "phase": "iteration",
+                                                              "overlap": overlap}}
+                for overlap, t in ((False, 2.0), (True, 1.0))]
+    rows = compare(run(1.0), run(1.5))
+    assert [(r["overlap"], r["ratio"]) for r in rows] == [(False, pytest.approx(1.5)),
+                                                          (True, pytest.approx(1.5))]
+    from ddlcomm.report import render_compare
+    text = render_compare(rows, 1, 2)
+    assert "overlap" in text and text.count("1.50") >= 2

@@ -81,3 +81,27 @@ def test_a_check_leaves_nothing_behind(tmp_path):
     writable_dir(tmp_path, "--out")
     writable_file(tmp_path / "new" / "x.db", "--db")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_text_is_written_in_utf8_whatever_the_locale(tmp_path):
+    """Under an ASCII locale a run's 'é' stopped an export half-way, its file left empty."""
+    import subprocess
+    import sys
+    out = tmp_path / "sub" / "export.csv"
+    code = ("import sys; from pathlib import Path; from ddlcomm.outputs import write_text; "
+            "write_text(Path(sys.argv[1]), 'error\\nrank 1: \\u00e9 \\u2260 2\\n')")
+    env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0",
+           "PYTHONPATH": ":".join(sys.path)}
+    res = subprocess.run([sys.executable, "-c", code, str(out)], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert out.read_text(encoding="utf-8") == "error\nrank 1: é ≠ 2\n"
+
+
+def test_a_default_path_refused_is_said_to_be_the_default(tmp_path):
+    """`ddlcomm report 3` beside a read-only database blamed an --out nobody gave."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(UsageError, match=r"^--out's default .*is a file, not a folder"):
+        writable_dir(blocker / "reports" / "run-3", "--out", default=True)
+    with pytest.raises(UsageError, match=r"^--out .*is a file, not a folder"):
+        writable_dir(blocker / "reports", "--out")

@@ -42,6 +42,16 @@ def points() -> list[dict]:
     return pts
 
 
+def test_facts_that_follow_a_data_path_name_no_series():
+    """The nccl-chief path's chief, GPU sharing and sync were series of their own: tables
+    grew their columns and the plots' legends ran off the figure."""
+    facts = {"host": {"sync": False}, "host-staged": {"sync": True},
+             "nccl-chief": {"sync": True, "chief": 1, "gpu_sharing": "NCCL_HOSTID per rank"}}
+    pts = [make_point("allreduce", "buffer", s, extra={"phase": phase, "path": path, **more})
+           for path, more in facts.items() for phase in ("allreduce", "d2h") for s in SIZES]
+    assert varying_dimensions(pts) == ["phase", "path"]
+
+
 def test_varying_dimensions_and_series_key(points):
     assert varying_dimensions(points) == ["form"]  # extra 'segments' varies only with size
     one_form = [p for p in points if p["form"] == "buffer"]
@@ -96,9 +106,13 @@ def test_render_runs_and_run(points):
                                collectives=["broadcast", "gather"], point_ranks="2,3",
                                point_backends="mpi,gloo")])
     head, _, row = listed.splitlines()
-    assert head.split()[:7] == ["id", "started", "status", "host", "mpi", "backends", "ranks"]
+    assert head.split()[:7] == ["id", "started", "status", "host", "library", "backends", "ranks"]
     assert " mpi,gloo  2,3 " in row
     assert "2025-11-21 05:50:00" in row and "Open MPI 5.0.11" in row and "broadcast,gather" in row
+    from ddlcomm.report.tables import format_when            # the store's times are UTC: said so
+    assert format_when("2026-11-20T23:00:00+00:00") == "2026-11-20 23:00:00 UTC"
+    assert format_when("2026-11-21T01:00:00+02:00") == "2026-11-20 23:00:00 UTC"
+    assert format_when(0) == "1970-01-01 00:00:00 UTC" and format_when(None) == "-"
     assert row.endswith("...") and len(row.split("ddlcomm bench")[1]) <= 60
     shown = render_run(RUN)
     assert "host:" in shown and "git commit: abc1234" in shown and "config:" in shown

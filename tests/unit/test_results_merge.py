@@ -97,6 +97,17 @@ def test_the_command(tmp_path, capsys):
         assert err.startswith("ddlcomm: error:") and message in err and "\n" not in err
 
 
+def test_a_source_of_a_newer_ddlcomm_says_to_upgrade(tmp_path, capsys):
+    """Its hint said "merge from databases that ddlcomm wrote": a newer ddlcomm did."""
+    a, dest = tmp_path / "a.db", tmp_path / "m.db"
+    fill(a, 1)
+    with sqlite3.connect(a) as con:
+        con.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    assert main(["results", "merge", str(a), "--db", str(dest)]) == 2
+    err = capsys.readouterr().err
+    assert "written by a newer ddlcomm (schema 99)" in err and "upgrade ddlcomm to merge it" in err
+
+
 def test_a_refused_one_machine_merge_makes_no_database(tmp_path, capsys):
     a, b, dest = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "new.db"
     fill(a, 1)

@@ -196,3 +196,13 @@ def test_runs_of_another_op_make_a_table_apart():
     tables = versus(pts)
     assert [t.memory for t in tables] == ["numpy", "numpy, op max"]
     assert [t.rows[0].speedup.median for t in tables] == [2.0, 0.5]
+
+
+def test_columns_without_a_figure_are_left_out():
+    """Own algorithms alone on device buffers (no library there): 'lib / best' was '-' on
+    every row and its summary said no size was measured; 'auto / lib' showed without auto."""
+    pts = [point(1, "ring", 16 * MIB, 300, memory="device", floor_us=100),
+           point(1, "shm", 16 * MIB, 200, memory="device", floor_us=100)]
+    text = render_versus(versus(pts), GOALS)
+    assert "best own" in text and "lib / best" not in text and "auto / lib" not in text
+    assert "no size measured there" not in text

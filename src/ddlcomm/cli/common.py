@@ -110,7 +110,7 @@ def report_dir(args: argparse.Namespace, db: Path) -> Optional[Path]:
     if args.no_report:
         return None
     path = Path(args.report_dir).expanduser().resolve() if args.report_dir else reports_beside(db)
-    return writable_dir(path, "--report-dir")
+    return writable_dir(path, "--report-dir", default=not args.report_dir)
 
 
 def out_dir(text: Optional[str], default: Optional[Path]) -> Optional[Path]:
@@ -118,7 +118,7 @@ def out_dir(text: Optional[str], default: Optional[Path]) -> Optional[Path]:
     if text is not None and not text.strip():
         raise UsageError("--out needs a folder, got an empty one")
     path = Path(text).expanduser().resolve() if text else default
-    return writable_dir(path, "--out") if path is not None else None
+    return writable_dir(path, "--out", default=not text) if path is not None else None
 
 
 def run_id(text: str) -> int:

@@ -10,6 +10,7 @@ from ..errors import StoreError, UsageError
 from ..outputs import write_text
 from ..report import tables, train
 from ..results import Store, compare, export, merge, versus
+from ..results.store import NewerSchema
 from ..collectives import get_collective
 from ..comm import algorithms
 from ..units import counted, format_size, parse_size
@@ -132,7 +133,9 @@ def merge_sources(names: list[str], db: Path) -> list[Path]:
             raise UsageError(f"{path} is the database merged into (--db)", "name other databases")
         try:
             Store(path, readonly=True).close()
-        except StoreError as exc:            # said of the source, not of --db
+        except NewerSchema as exc:           # said of the source, not of --db
+            raise StoreError(exc.args[0], "upgrade ddlcomm to merge it") from None
+        except StoreError as exc:
             raise StoreError(exc.args[0], "merge from databases that ddlcomm wrote") from None
         sources.append(path)
     return sources
@@ -144,7 +147,7 @@ def merge_runs(store: Store, args: argparse.Namespace) -> None:
               + (f", {done.updated} brought up to date (merged before while running)" if done.updated else "")
               + (f", {done.already} already here" if done.already else ""), flush=True)
     try:
-        merge.merge(store, args.sources, args.one_machine, said)
+        merge.merge(store, args.sources, False, said)     # --one-machine: checked in run()
     except KeyboardInterrupt:
         print("ddlcomm: the runs merged so far are whole and stay; merging again takes the "
               "rest (a run already there is not taken twice)", file=sys.stderr)

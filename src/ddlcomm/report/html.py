@@ -22,7 +22,7 @@ from ..results.store import ENDINGS
 from ..units import counted, format_size
 from . import plots
 from .tables import (EXTRA_COLUMNS, PHASES_TITLE, RATIO_COLUMNS, Point, avg_busbw, format_gbps, format_when,
-                     group_by_collective, heading, mpi_of, noise_notes, pages_note, phases_table, points_table,
+                     group_by_collective, heading, run_library, noise_notes, pages_note, phases_table, points_table,
                      run_warnings, series_key, varying_dimensions)
 
 #: The CSV of the run's points, written beside index.html.
@@ -67,7 +67,7 @@ def _meta_table(run: Mapping[str, Any]) -> str:
             ("started", format_when(run.get("started_at"))),
             ("ended", format_when(run.get("ended_at"))), ("host", run.get("host")),
             ("CPU", run.get("cpu_model")), ("cores", run.get("cores")), ("OS", run.get("os")),
-            ("Python", run.get("python")), ("MPI library", mpi_of(run)),
+            ("Python", run.get("python")), ("Library", run_library(run)),
             ("ddlcomm version", run.get("ddlcomm_version")), ("git commit", run.get("git_commit")),
             ("command", run.get("command"))]
     if run.get("load"):

@@ -16,7 +16,7 @@ from ..results import export
 from ..units import format_size
 from . import plots
 from .html import _CSS, CSV_NAME, _inline_svg, _safe_name
-from .tables import format_check, format_us, format_when, mpi_of, run_warnings
+from .tables import format_check, format_us, format_when, run_library, run_warnings
 
 Point = dict
 Key = Callable[[Point], Any]
@@ -130,13 +130,13 @@ def write_recipe_report(title: str, points: Sequence[Point], out_dir: str | Path
 def session_section(tag: str, db: Path, runs: Sequence[dict]) -> str:
     """Where a recipe page's points come from: the session's tag (``reproduce NAME
     --report-only TAG`` rewrites the page), its database and, per run, when and where it
-    ran (host, CPU, MPI, commit), its status and what its load warns of."""
-    head = "".join(f"<th>{h}</th>" for h in ("run", "started", "host", "cpu", "cores", "mpi",
+    ran (host, CPU, its first backend's library, commit), its status and what its load warns of."""
+    head = "".join(f"<th>{h}</th>" for h in ("run", "started", "host", "cpu", "cores", "library",
                                             "commit", "status", "warnings"))
     trs = "".join(
         f"<tr><td class=num>{r.get('id')}</td><td>{escape(format_when(r.get('started_at')))}</td>"
         + "".join(f"<td>{escape(str(r.get(k) or '-'))}</td>" for k in ("host", "cpu_model", "cores"))
-        + f"<td>{escape(mpi_of(r))}</td><td>{escape(str(r.get('git_commit') or '-')[:12])}</td>"
+        + f"<td>{escape(run_library(r))}</td><td>{escape(str(r.get('git_commit') or '-')[:12])}</td>"
         f"<td>{escape(str(r.get('status') or '-'))}</td>"
         f"<td>{escape('; '.join(run_warnings(r)) or '-')}</td></tr>" for r in runs)
     return (f"<h2>Session</h2><p>tag <code>{escape(tag)}</code> (rewrite this page with "

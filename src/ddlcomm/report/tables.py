@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Optional
 
 from ..errors import UsageError
 from ..machine import load
 from ..measure import noise
 from ..pages import huge_shares
+from ..results.compare import EXTRA_KEYS
 from ..results.versus import targets
 from ..units import counted, format_size, parse_size, printable
 
@@ -43,7 +44,11 @@ RATIO_COLUMNS = (("x_add", "add_us"), ("x_floor", "floor_us"))
 #: the pipelined shm all-reduce's chunk and whether it wrote its result streaming).
 MEASUREMENTS = (*(key for _, key in RATIO_COLUMNS), *(key for _, key, _ in EXTRA_COLUMNS),
                 "copy_bytes", "kind_lookups", "kind_lookups_per_call", "kind_lookup_us",
-                "copy_alone_GBps", "copy_at_once_GBps", "copiers", "shm_chunk", "shm_stream")
+                "copy_alone_GBps", "copy_at_once_GBps", "copiers", "shm_chunk", "shm_stream",
+                "shm_spin_us")
+#: Keys of ``extra`` a workload's points are told apart by first (the facts that follow
+#: them are no series of their own): its phase, its data path.
+LEADING_EXTRAS = ("phase", "path")
 #: The key of ``extra`` under which the pipelined shm all-reduce stores each rank's µs per
 #: call by phase (:data:`ddlcomm.comm.shm.PIPE_PHASES`, whose waits end in ``wait``).
 PHASES_KEY = "shm_phases_us"
@@ -124,9 +129,11 @@ def varying_dimensions(points: Sequence[Point]) -> list[str]:
     among the points of one collective (so ``op`` is not "varying" merely
     because broadcast has none and allreduce has ``sum``).  A key of ``extra``
     (e.g. ``phase``) counts when its scalar values differ between points of
-    the same collective and size that the varying fields do not tell apart, so
-    per-size details such as a segment count, and details that follow a field
-    (the kernel of an algorithm), are not mistaken for a series.
+    the same collective and size that the varying fields and the keys counted
+    before it (:data:`LEADING_EXTRAS` first) do not tell apart, so per-size
+    details such as a segment count, and details that follow a field or a key
+    (the kernel of an algorithm, a data path's GPU sharing), are not mistaken
+    for a series.
     """
     by_coll: dict[Any, list[Point]] = {}
     for p in points:
@@ -136,19 +143,23 @@ def varying_dimensions(points: Sequence[Point]) -> list[str]:
         return any(len({repr(dimension_value(p, dim)) for p in g}) > 1 for g in groups)
 
     dims = [d for d in DIMENSIONS if varies(d, by_coll.values())]
-    # points the fields do not tell apart: an extra key that follows a field (the kernel
-    # of an algorithm) names no series of its own
-    by_size: dict[tuple, list[Point]] = {}
-    for p in points:
-        by_size.setdefault((p.get("collective"), p.get("bytes"),
-                            *(repr(p.get(d)) for d in dims)), []).append(p)
     extra_keys: list[str] = []
     for p in points:
         for k, v in (p.get("extra") or {}).items():
             if k not in DIMENSIONS and k not in MEASUREMENTS and k not in extra_keys \
                     and isinstance(v, _SCALAR):
                 extra_keys.append(k)
-    dims += [k for k in extra_keys if varies(k, by_size.values())]
+    # one at a time, the workloads' phase and path first: a key counts where it varies among
+    # points the dimensions chosen so far do not tell apart, so a key that follows a field
+    # or a chosen key (an algorithm's kernel, a path's GPU sharing) names no series of its own
+    for k in [k for k in LEADING_EXTRAS if k in extra_keys] + \
+            [k for k in extra_keys if k not in LEADING_EXTRAS]:
+        by_size: dict[tuple, list[Point]] = {}
+        for p in points:
+            by_size.setdefault((p.get("collective"), p.get("bytes"),
+                                *(repr(dimension_value(p, d)) for d in dims)), []).append(p)
+        if varies(k, by_size.values()):
+            dims.append(k)
     return dims
 
 
@@ -413,12 +424,20 @@ def render_points(points: Iterable[Point]) -> str:
 # --------------------------------------------------------------------------- runs
 
 def format_when(value: Any) -> str:
-    """A timestamp (ISO string or seconds since the epoch) as ``YYYY-MM-DD HH:MM:SS``."""
+    """A timestamp (ISO string or seconds since the epoch) as ``YYYY-MM-DD HH:MM:SS UTC``
+    (the store's are UTC); a timestamp without a zone as it stands, no zone named."""
     if value is None or value == "":
         return "-"
     if isinstance(value, (int, float)):
-        return datetime.fromtimestamp(value).strftime("%Y-%m-%d %H:%M:%S")
-    return str(value).replace("T", " ")[:19]
+        when = datetime.fromtimestamp(value, timezone.utc)
+    else:
+        try:
+            when = datetime.fromisoformat(str(value))
+        except ValueError:
+            return str(value).replace("T", " ")[:19]
+        if when.tzinfo is None:
+            return when.strftime("%Y-%m-%d %H:%M:%S")
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _truncate(text: Any, width: int) -> str:
@@ -426,21 +445,21 @@ def _truncate(text: Any, width: int) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def mpi_of(run: Mapping[str, Any]) -> str:
-    """A run's MPI library and version (``-`` when it recorded none)."""
+def run_library(run: Mapping[str, Any]) -> str:
+    """The library of a run's first backend and its version (the MPI's under ``mpi``, Gloo's
+    or NCCL's torch otherwise; ``-`` when it recorded none)."""
     return f"{run.get('mpi_library') or ''} {run.get('mpi_version') or ''}".strip() or "-"
 
 
 def render_runs(runs: Iterable[Mapping[str, Any]]) -> str:
     """Table of runs for ``ddlcomm results list``.
 
-    ``mpi`` is the MPI the run started under (as ``results show`` says it), whatever
-    its backends.  Besides the run fields, each run may carry the summary keys ``n_points``,
+    ``library`` is the library of the run's first backend (as ``results show`` says it).  Besides the run fields, each run may carry the summary keys ``n_points``,
     ``n_passed``, ``n_failed`` (ints) and ``collectives`` (list or string);
     missing ones show ``-``.  A ``stale`` run (running, but it cannot be any more:
     :func:`ddlcomm.results.store.stale_why`) shows as ``stale``.
     """
-    headers = ["id", "started", "status", "host", "mpi", "backends", "ranks", "points",
+    headers = ["id", "started", "status", "host", "library", "backends", "ranks", "points",
                "passed", "failed", "collectives", "command"]
     rows = []
     for r in runs:
@@ -448,7 +467,7 @@ def render_runs(runs: Iterable[Mapping[str, Any]]) -> str:
         status = "stale" if r.get("stale") else str(r.get("status") or "-")
         asked = r.get("config") or {}             # a run without points: what it asked for
         rows.append([str(r.get("id", "-")), format_when(r.get("started_at")), status,
-                     str(r.get("host") or "-"), mpi_of(r),
+                     str(r.get("host") or "-"), run_library(r),
                      r.get("point_backends") or _listed(asked.get("backends")) or "-",
                      r.get("point_ranks") or _listed(asked.get("ranks")) or "-",
                      *[str(r.get(k, "-")) if r.get(k) is not None else "-"
@@ -480,7 +499,7 @@ def render_run(run: Mapping[str, Any]) -> str:
         ("status", f"stale (running, but {run['stale']})" if run.get("stale") else run.get("status")),
         ("started", format_when(run.get("started_at"))), ("ended", format_when(run.get("ended_at"))),
         ("host", run.get("host")), ("cpu", run.get("cpu_model")), ("cores", run.get("cores")),
-        ("os", run.get("os")), ("python", run.get("python")), ("mpi", mpi_of(run)),
+        ("os", run.get("os")), ("python", run.get("python")), ("library", run_library(run)),
         ("ddlcomm", run.get("ddlcomm_version")), ("git commit", run.get("git_commit")),
         ("command", run.get("command")),
     ]
@@ -505,7 +524,7 @@ def render_run(run: Mapping[str, Any]) -> str:
 def _run_label(run: Mapping[str, Any] | int | str) -> str:
     if not isinstance(run, Mapping):
         return f"run {run}"
-    return f"run {run.get('id')} ({run.get('host') or '?'}, {mpi_of(run)}, {format_when(run.get('started_at'))})"
+    return f"run {run.get('id')} ({run.get('host') or '?'}, {run_library(run)}, {format_when(run.get('started_at'))})"
 
 
 def format_ratio(ratio: float | None) -> str:
@@ -553,7 +572,8 @@ def render_compare(rows: Iterable[Mapping[str, Any]], run_a: Mapping[str, Any] |
     out = [f"a = {_run_label(run_a)}", f"b = {_run_label(run_b)}"]
     for group in group_by_collective(rows).values():
         varying = [d for d in varying_dimensions(group) if d in DIMENSIONS]
-        for own in ("path", "phase"):         # a data path's, a workload's phases: a row's own key
+        for own in EXTRA_KEYS:                # a data path, a workload's phases, a training
+            # configuration: a row's own key
             if len({r.get(own) for r in group}) > 1:
                 varying.append(own)
         group = sorted(group, key=lambda r: (r.get("bytes") or 0,
@@ -632,12 +652,17 @@ def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: boo
         floor = {key: header for header, key in RATIO_COLUMNS}.get(t.floor, "x_floor")
         floored = any(r.x_floor for r in t.rows)         # none where nothing reduces (broadcast)
         owned = any(r.best for r in t.rows)              # none where the run had library,auto only
-        headers = ["size", *t.algorithms, *(["best own", "lib / best"] if owned else []),
-                   "auto / lib", *([f"{floor} (best)"] if floored else [])]
+        versus_lib = owned and any(r.speedup for r in t.rows)   # none without library points
+        auto = "auto" in t.algorithms
+        headers = ["size", *t.algorithms, *(["best own"] if owned else []),
+                   *(["lib / best"] if versus_lib else []), *(["auto / lib"] if auto else []),
+                   *([f"{floor} (best)"] if floored else [])]
         rows = [[format_size(r.nbytes), *[format_us(r.times[a].median) if a in r.times else "-"
                                           for a in t.algorithms],
-                 *([r.best or "-", _spread_ratio(r.speedup)] if owned else []),
-                 _spread_ratio(r.auto) + (f" [{','.join(r.auto_ran)}]" if r.auto_ran else ""),
+                 *([r.best or "-"] if owned else []),
+                 *([_spread_ratio(r.speedup)] if versus_lib else []),
+                 *([_spread_ratio(r.auto) + (f" [{','.join(r.auto_ran)}]" if r.auto_ran else "")]
+                   if auto else []),
                  *([_spread_ratio(r.x_floor)] if floored else [])] for r in t.rows]
         kind, _, variant = t.memory.partition(", ")      # e.g. "device, kind cache off"
         memory = "host (NumPy's allocator)" if kind == "numpy" else kind
@@ -646,11 +671,11 @@ def render_versus(tables: Sequence[Any], goals: Mapping[str, int], markdown: boo
         got = targets(t, **goals)
         summary = [
             *([f"lib / best from {format_size(goals['speedup_from'])}: lowest "
-               f"{_ratio_at(got.min_speedup)}"] if owned else []),
+               f"{_ratio_at(got.min_speedup)}"] if versus_lib else []),
             *([f"{floor} (best) from {format_size(goals['floor_from'])}: highest "
                f"{_ratio_at(got.max_x_floor)}"] if floored else []),
             *([f"auto / lib below {format_size(goals['auto_below'])}: highest {_ratio_at(got.max_auto)}"]
-              if "auto" in t.algorithms else [])]        # (it said "no size measured there")
+              if auto else [])]        # (it said "no size measured there")
         if markdown:
             out += [f"#### {title}", "", format_markdown(headers, rows), "",
                     *[f"- {s}" for s in summary], ""]

@@ -1,7 +1,8 @@
 """Compare the points of two runs (pure).
 
 Points are matched on :data:`KEY_FIELDS` plus :data:`EXTRA_KEYS` (a workload's or a
-data path's ``phase``, and the data ``path``: host unless a point names one); each match gives one row with both average times (in
+data path's ``phase``, the data ``path``: host unless a point names one, and a training
+configuration's own keys); each match gives one row with both average times (in
 microseconds), their ratio, whether that ratio is within the two points' own
 noise (:func:`within_noise`) and both bus bandwidths (GB/s).
 """
@@ -19,12 +20,15 @@ KEY_FIELDS = ("backend", "collective", "form", "algorithm", "dtype", "op",
 
 #: Fields of a point's ``extra`` that are part of its key, with their value where it has
 #: none: one run may measure the same collective along several data paths
-#: (``--path host-staged,nccl-chief``), each with its phases.
-EXTRA_KEYS = {"phase": None, "path": "host"}
+#: (``--path host-staged,nccl-chief``), each with its phases, and ``ddlcomm train`` several
+#: configurations in one run (``--arch allreduce,ps``, ``--overlap both``, ``--wait both``,
+#: ``--peer ddp``, ``--batch-sweep``): bench's points have none of those.
+EXTRA_KEYS = {"path": "host", "phase": None, "model": None, "arch": None, "peer": None,
+              "overlap": None, "wait": None, "fusion": None, "batch": None, "device": None}
 
 # Row order: by collective, form, ..., and message size last.
 _SORT_FIELDS = ("collective", "form", "backend", "algorithm", "dtype", "op",
-                "ranks", "in_place", "path", "phase", "bytes")
+                "ranks", "in_place", *EXTRA_KEYS, "bytes")
 
 
 def _key(point: Mapping[str, Any]) -> tuple:
@@ -68,7 +72,8 @@ def compare(points_a: Iterable[Mapping[str, Any]],
     """Match the points of run A and run B and compare their times.
 
     Each row holds the key fields, ``phase`` (None unless the points have
-    ``extra['phase']``) and ``path`` (host unless ``extra['path']`` names another), ``t_avg_us_a``/``_b`` (microseconds), ``ratio`` =
+    ``extra['phase']``), ``path`` (host unless ``extra['path']`` names another) and a
+    training configuration's keys (:data:`EXTRA_KEYS`), ``t_avg_us_a``/``_b`` (microseconds), ``ratio`` =
     ``t_avg_us_b / t_avg_us_a`` (above 1: B is slower; None when either time
     is missing or A's is 0), ``ratio_p50`` the same of the medians (an average that
     a few slow iterations pulled away from its median shows against it), ``noise`` (:func:`within_noise`: True when the
@@ -79,7 +84,7 @@ def compare(points_a: Iterable[Mapping[str, Any]],
     times more from small pages, so a ratio where they differ may be the pages).
     A key measured on one side only still gets a row, the other side None.
     Rows are sorted by collective, form, backend, algorithm, dtype,
-    op, ranks, in_place, path, phase and bytes.
+    op, ranks, in_place, :data:`EXTRA_KEYS` and bytes.
     """
     a, b = _index(points_a), _index(points_b)
     rows = []

@@ -221,6 +221,10 @@ def rescue_path(db_path: Path, run_id: int) -> Path:
     return db_path.parent / name if db_path.parent.is_dir() else Path.cwd() / name
 
 
+class NewerSchema(StoreError):
+    """A database of a schema this ddlcomm does not know: a newer ddlcomm wrote it."""
+
+
 class Store:
     """A results database at ``path`` (created, with its folders, if missing).
 
@@ -335,7 +339,7 @@ class Store:
 
     def _check_not_newer(self, version: int) -> None:
         if version > len(MIGRATIONS):
-            raise StoreError(f"database {self.path} was written by a newer ddlcomm (schema {version})",
+            raise NewerSchema(f"database {self.path} was written by a newer ddlcomm (schema {version})",
                              f"this ddlcomm reads schema {len(MIGRATIONS)} and older; "
                              "upgrade ddlcomm, or give --db (or DDLCOMM_DB) another path")
 

@@ -164,13 +164,25 @@ def _size_axis(ax: Any, points: Sequence[Point]) -> None:
     ax.grid(True, which="major", alpha=0.3)
 
 
+#: A legend entry's width in inches at fontsize "small": its handle and the gaps, then each
+#: character of its label (an estimate: measuring the text would cost a draw).
+_ENTRY_IN, _CHAR_IN = 0.55, 0.065
+#: A legend row's height in inches at fontsize "small"; rows past the first two grow the figure.
+_ROW_IN = 0.18
+
+
 def _finish(fig: Any, ax: Any, title: str, extra_handles: Sequence[Any] = ()) -> Any:
-    """Title and a legend below the axes, outside them, so it never covers the data."""
+    """Title and a legend below the axes, outside them, so it never covers the data: in as
+    many columns (up to 3) as its longest label lets fit across the figure, the figure made
+    taller for the rows past two (long labels ran off both edges)."""
     handles, labels = ax.get_legend_handles_labels()
     handles, labels = handles + list(extra_handles), labels + [h.get_label() for h in extra_handles]
     if len(handles) > 1 or any(labels):
-        fig.legend(handles, labels, loc="outside lower center", ncol=min(len(handles), 3),
-                   fontsize="small", frameon=False)
+        width = _ENTRY_IN + _CHAR_IN * max(len(label) for label in labels)
+        ncol = max(1, min(len(handles), 3, int(fig.get_figwidth() // width)))
+        rows = -(-len(handles) // ncol)
+        fig.set_figheight(fig.get_figheight() + _ROW_IN * max(0, rows - 2))
+        fig.legend(handles, labels, loc="outside lower center", ncol=ncol, fontsize="small", frameon=False)
     ax.set_title(title, fontsize="medium")
     return fig
 

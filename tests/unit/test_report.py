@@ -50,6 +50,14 @@ def test_facts_that_follow_a_data_path_name_no_series():
     pts = [make_point("allreduce", "buffer", s, extra={"phase": phase, "path": path, **more})
            for path, more in facts.items() for phase in ("allreduce", "d2h") for s in SIZES]
     assert varying_dimensions(pts) == ["phase", "path"]
+    from ddlcomm.report import plots
+    long = [make_point("allreduce", "buffer", s, extra={"phase": f"broadcast.broadcast{i}", "path": path})
+            for i in range(6) for path in ("host-staged", "nccl-chief") for s in SIZES]
+    short = [make_point("allreduce", "buffer", s, extra={"phase": p}) for p in "ab" for s in SIZES]
+    for pts, columns, taller in ((long, 1, True), (short, 3, False)):   # 3: the band's entry too
+        fig = plots.latency_figure(pts, "allreduce")
+        assert fig.legends[0]._ncols == columns and (fig.get_figheight() > 4.4) == taller
+        plots._pyplot().close(fig)
 
 
 def test_varying_dimensions_and_series_key(points):

@@ -37,6 +37,15 @@ def agreed(comm: Any, why: Why, what: str, payload: Any = None) -> list:
     return [mine for _, mine in every]
 
 
+def agreed_alike(comm: Any, why: Why, what: str, mine: tuple, needs: str, hint: str) -> None:
+    """:func:`agreed`, and ``mine`` (a tuple of printable parts) the same on every rank;
+    else every rank raises EveryRankError, "``what`` needs ``needs`` on every rank", naming
+    which ranks had which (:func:`who_has`)."""
+    said = agreed(comm, why, what, mine)
+    if len(set(said)) > 1:
+        raise EveryRankError(f"{what} needs {needs} on every rank: {who_has(said)}", hint)
+
+
 def who_has(said: list) -> str:
     """Which ranks said which of ``said`` (one tuple a rank, its parts printed, None left
     out), the first four kinds (pure): ``"2048 float32 sum on ranks [0, 2]; ..."``."""

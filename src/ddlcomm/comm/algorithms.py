@@ -34,13 +34,13 @@ import numpy as np
 
 from ..collectives import get_collective
 from ..dtypes import ReduceOp
-from ..errors import EveryRankError, UsageError
+from ..errors import UsageError
 from ..kernels import reducer
 from ..kernels.device import DEVICE_KERNELS, HOST_KERNELS
 from ..lazy import load
 from ..units import format_size
 from . import device, native, shm
-from .agree import agreed, attempt, who_has
+from .agree import agreed_alike, attempt
 from .native._common import check_buf, check_op, check_recv, flat
 from .names import KERNEL_SEP, piece, split
 from .tuning import Tuning
@@ -235,11 +235,10 @@ def bind(comm, collective: str, algorithm: str, sendbuf, recvbuf, op: Optional[R
         return device.bind(comm, collective, base, sendbuf, recvbuf, op, root, kernel=suffix,
                            kind_cache=kind_cache, transport=transport)
     make, why = attempt(_on_host, comm, collective, algorithm, sendbuf, recvbuf, op, root)
-    said = agreed(comm, why, f"{collective} by {base}",
-                  (sendbuf.size, sendbuf.dtype.name, getattr(op, "name", None)))
-    if len(set(said)) > 1:                   # the shm engines size and step by each rank's own
-        raise EveryRankError(f"{collective} by {base} needs one count, dtype and op on every "
-                             f"rank: {who_has(said)}", "bind the same message on every rank")
+    # the shm engines size and step by each rank's own message
+    agreed_alike(comm, why, f"{collective} by {base}",
+                 (sendbuf.size, sendbuf.dtype.name, getattr(op, "name", None)),
+                 "one count, dtype and op", "bind the same message on every rank")
     return make()
 
 

@@ -16,9 +16,9 @@ import numpy as np
 
 from ..collectives import Collective, get_collective
 from ..dtypes import DTYPES, OPS, ByNumpy, DType, ReduceOp, dtype_of, get_op
-from ..errors import DdlcommError, EveryRankError, UnsupportedError, UsageError
+from ..errors import DdlcommError, UnsupportedError, UsageError
 from . import buffers, objects
-from .agree import agreed, attempt, who_has
+from .agree import agreed_alike, attempt
 from .buffers import check_writable
 
 
@@ -554,10 +554,8 @@ class Communicator(abc.ABC):
         if not coll.moves_data:
             return self._barrier
         checked, why = attempt(self._bind_checks, coll, sendbuf, recvbuf, op, root)
-        said = agreed(self, why, f"bind {collective}", checked and checked[-1])
-        if len(set(said)) > 1:
-            raise EveryRankError(f"bind {collective} needs one message on every rank: {who_has(said)}",
-                                 "bind the same count, dtype, op and root on every rank")
+        agreed_alike(self, why, f"bind {collective}", checked and checked[-1], "one message",
+                     "bind the same count, dtype, op and root on every rank")
         sendbuf, recvbuf, rop, root, _ = checked
         call = self._bind(coll, sendbuf, recvbuf, rop, root)
         if rop is None or not rop.divide_by_ranks or recvbuf is None:

@@ -148,7 +148,7 @@ def _comm_times(phases: Phases, msgs: Sequence[tuple[float, int]], t_c: Optional
         for v in out:
             _check_seconds(v, "comm(nbytes)")
         return out
-    total = phases.gradient_bytes           # > 0: there are messages
+    total = phases.gradient_bytes           # > 0 where there are messages
     return [t_c * size / total for _, size in msgs]
 
 
@@ -185,9 +185,9 @@ def predict(phases: Phases, workers: int, *, t_c: Optional[float] = None,
     if workers == 1:
         return Prediction(base, 0.0, 0.0, 0.0, 1.0, 1.0, 1)
     msgs = messages(phases, fusion_bytes) if phases.layers else []
-    times = _comm_times(phases, msgs, t_c, comm) if msgs else []
+    times = _comm_times(phases, msgs, t_c, comm)
     # no layers: t_c whole; layers without bytes: nothing to send
-    t_comm = sum(times) if msgs or phases.layers else float(t_c)
+    t_comm = sum(times) if phases.layers else float(t_c)
     exposed = t_comm
     if wfbp:
         end = 0.0

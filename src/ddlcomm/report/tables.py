@@ -152,14 +152,20 @@ def varying_dimensions(points: Sequence[Point]) -> list[str]:
     # one at a time, the workloads' phase and path first: a key counts where it varies among
     # points the dimensions chosen so far do not tell apart, so a key that follows a field
     # or a chosen key (an algorithm's kernel, a path's GPU sharing) names no series of its own
-    for k in [k for k in LEADING_EXTRAS if k in extra_keys] + \
-            [k for k in extra_keys if k not in LEADING_EXTRAS]:
+    def apart() -> Iterable[list[Point]]:
+        """The points ``dims`` do not tell apart, by collective and size."""
         by_size: dict[tuple, list[Point]] = {}
         for p in points:
             by_size.setdefault((p.get("collective"), p.get("bytes"),
                                 *(repr(dimension_value(p, d)) for d in dims)), []).append(p)
-        if varies(k, by_size.values()):
+        return by_size.values()
+
+    groups = apart()
+    for k in [k for k in LEADING_EXTRAS if k in extra_keys] + \
+            [k for k in extra_keys if k not in LEADING_EXTRAS]:
+        if varies(k, groups):
             dims.append(k)
+            groups = apart()                 # regrouped only when a key was counted
     return dims
 
 
@@ -572,8 +578,7 @@ def render_compare(rows: Iterable[Mapping[str, Any]], run_a: Mapping[str, Any] |
     out = [f"a = {_run_label(run_a)}", f"b = {_run_label(run_b)}"]
     for group in group_by_collective(rows).values():
         varying = [d for d in varying_dimensions(group) if d in DIMENSIONS]
-        for own in EXTRA_KEYS:                # a data path, a workload's phases, a training
-            # configuration: a row's own key
+        for own in EXTRA_KEYS:       # data path, phase, training configuration: a row's own key
             if len({r.get(own) for r in group}) > 1:
                 varying.append(own)
         group = sorted(group, key=lambda r: (r.get("bytes") or 0,
